@@ -1,0 +1,214 @@
+"""The run's typed, validated configuration, built once at the entry point from the composed Hydra config.
+
+``load_run_spec(plain_dict)`` turns the resolved config (``OmegaConf.to_container(cfg, resolve=True)``) into a
+frozen ``RunSpec``. Every error names the key and, where there is a closed set, the allowed values; it is raised
+before any server launches. Nothing here imports omegaconf or Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from grid.config.specs import HardwareSpec, ModelSpec
+from grid.engines.flags import SettingError, check_setting, parse_version
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and the allowed values."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSpec(_Spec):
+    """Which server to launch. ``sim`` is the embedded SGLang twin; ``sglang`` the real server on GPU nodes."""
+
+    kind: Literal["sim", "sglang"] = "sim"
+    version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
+    time_scale: float = Field(1.0, gt=0, description="twin only: modelled seconds per real second")
+    python: str = Field("python", description="sglang only: interpreter that has sglang installed")
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="0: pick a free port per launch")
+    api: Literal["generate", "completions", "chat"] = "generate"
+    api_key: str | None = None
+    startup_timeout_s: float = Field(1200.0, gt=0, description="modelled seconds from launch to ready")
+    stop_grace_s: float = Field(15.0, gt=0, description="SIGTERM to SIGKILL, real seconds")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_version(v)
+        return v
+
+
+class LoadSpec(_Spec):
+    """Load points run against every working configuration (one server launch serves them all)."""
+
+    concurrency: list[int] = Field(default_factory=lambda: [1, 8, 32, 64])
+    request_rate: list[float] = Field(default_factory=list, description="open-loop req/s (modelled time)")
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0)
+    num_prompts: int | None = Field(None, ge=1, description="per load point; None: prompts_per_stream x level")
+    prompts_per_stream: int = Field(2, ge=1)
+    min_prompts: int = Field(8, ge=1)
+    input_len: int = Field(256, ge=1)
+    output_len: int = Field(256, ge=1)
+    range_ratio: float = Field(1.0, ge=0, le=1, description="lengths uniform in [L*ratio, L]; 1.0 fixed")
+    dataset: Literal["random"] = "random"
+    seed: int = 1
+    warmup_requests: int = Field(1, ge=0)
+    read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
+    stall_timeout_s: float | None = Field(120.0, gt=0, description="no token for this long: request fails")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError("every concurrency level must be >= 1")
+        return v
+
+    @model_validator(mode="after")
+    def _some_points(self) -> "LoadSpec":
+        if not self.concurrency and not self.request_rate:
+            raise ValueError("no load points: set load.concurrency and/or load.request_rate")
+        return self
+
+    def prompts_for(self, level: float) -> int:
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return max(self.min_prompts, int(round(self.prompts_per_stream * level)))
+
+
+class SLOSpec(_Spec):
+    """Latency targets at ``percentile`` (modelled ms); None means no target."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+    percentile: float = Field(99.0, gt=0, le=100)
+
+
+class ObjectiveSpec(_Spec):
+    """What "best" means: a registered objective kind (see grid.report.select.OBJECTIVES) under SLOs."""
+
+    kind: str = "max_output_throughput"
+    slo: SLOSpec = Field(default_factory=SLOSpec)
+
+
+class SweepSpec(_Spec):
+    """The search space: the cartesian product of ``grid`` plus any explicit ``configs`` (overrides of the base)."""
+
+    name: str
+    description: str = ""
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    configs: list[dict[str, Any]] = Field(default_factory=list)
+    base: dict[str, Any] = Field(default_factory=dict, description="settings fixed for this sweep")
+
+    @field_validator("grid")
+    @classmethod
+    def _lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"sweep.grid.{key}: expected a non-empty list of values, got {values!r}")
+        return v
+
+
+class RaySpec(_Spec):
+    address: str | None = Field(None, description="None: start a local cluster; 'auto': join a running one")
+    dashboard: bool = True
+    dashboard_port: int = 8265
+    num_cpus: int | None = None
+
+
+class RunSpec(_Spec):
+    name: str
+    run_dir: str
+    engine: EngineSpec
+    model: ModelSpec
+    hardware: HardwareSpec
+    server: dict[str, Any] = Field(default_factory=dict, description="base server settings, by meaning")
+    load: LoadSpec = Field(default_factory=LoadSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    sweep: SweepSpec | None = None
+    experiment: dict[str, Any] | None = None
+    ray: RaySpec = Field(default_factory=RaySpec)
+    dry_run: bool = False
+    fresh: bool = False
+    retry_failed: bool = False
+
+    @property
+    def version(self) -> str:
+        return self.engine.version or "0.5.9"
+
+
+def _format_validation(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "literal_error":
+            msg = f"{msg} (got {e.get('input')!r})"
+        lines.append(f"{key}: {msg}")
+    return "; ".join(lines)
+
+
+def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
+    """Build and validate the RunSpec from the resolved config dict. Raises ``ConfigError``."""
+    cfg = dict(cfg)
+    cfg.pop("hydra", None)
+    try:
+        spec = RunSpec.model_validate(cfg)
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err)) from None
+    version = parse_version(spec.version)
+    try:
+        for key, value in spec.server.items():
+            check_setting(key, value, version)
+        if spec.sweep is not None:
+            for key, value in spec.sweep.base.items():
+                check_setting(key, value, version)
+            for key, values in spec.sweep.grid.items():
+                for value in values:
+                    check_setting(key, value, version)
+            for override in spec.sweep.configs:
+                for key, value in override.items():
+                    if key == "load":
+                        _load_override(spec.load, value)
+                    elif key != "label":
+                        check_setting(key, value, version)
+    except SettingError as err:
+        raise ConfigError(str(err)) from None
+    if spec.engine.kind == "sglang" and not spec.model.path:
+        raise ConfigError("model.path: required with engine=sglang (a local checkpoint directory or HF id), "
+                          "e.g. engine=sglang model.path=/models/GLM-5-NVFP4")
+    _check_writable(spec.run_dir)
+    return spec
+
+
+def _load_override(base: LoadSpec, override: Any) -> LoadSpec:
+    """A sweep entry's ``load:`` block applied over the run's load spec. Raises ``ConfigError``."""
+    if not isinstance(override, dict):
+        raise ConfigError(f"sweep.configs[].load: expected a mapping of load settings, got {override!r}")
+    try:
+        return LoadSpec.model_validate({**base.model_dump(), **override})
+    except ValidationError as err:
+        raise ConfigError("sweep.configs[].load." + _format_validation(err)) from None
+
+
+def _check_writable(run_dir: str) -> None:
+    path = Path(run_dir)
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise ConfigError(f"run_dir: {run_dir} cannot be written (nearest existing folder {probe} is not writable); "
+                          "set hydra.run.dir=<writable folder>")

@@ -1,0 +1,105 @@
+"""Engine kinds: how to turn a trial's settings into the exact server command line, and whether it can run here.
+
+Engines register by ``kind`` (``sim``, ``sglang``); the rest of grid never branches on the kind. An engine only builds
+argument lists and environments; grid/server/process.py starts and stops the process.
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from grid.config.schema import RunSpec
+from grid.sweep.space import TrialPlan
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot run on this machine (not installed, no GPU); the message says what to do."""
+
+
+REDACT_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def redact(argv: list[str]) -> str:
+    """The command line as one shell-quoted string with secret flag values replaced by ``***``."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        if arg in REDACT_FLAGS:
+            hide = True
+        elif any(arg.startswith(f + "=") for f in REDACT_FLAGS):
+            arg = arg.split("=", 1)[0] + "=***"
+        out.append(arg)
+    return shlex.join(out)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start one server: argv (never a shell string), added env, where it will listen."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 30000
+    time_scale: float = 1.0
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def command(self) -> str:
+        return redact(self.argv)
+
+
+class Engine(ABC):
+    kind: ClassVar[str]
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    @abstractmethod
+    def version(self) -> str:
+        """The SGLang version the command lines are built for. Raises ``EngineUnavailable``."""
+
+    @abstractmethod
+    def check_runnable(self) -> None:
+        """Raise ``EngineUnavailable`` when servers of this kind cannot be launched here."""
+
+    def prepare(self, run_dir: str) -> None:
+        """Write whatever the launches need into the run directory (default: nothing)."""
+
+    @abstractmethod
+    def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
+        """The command line and environment for ``trial`` listening on ``port``."""
+
+    def common_args(self, port: int) -> list[str]:
+        args = ["--host", self.spec.engine.host, "--port", str(port)]
+        if self.spec.engine.api_key:
+            args += ["--api-key", self.spec.engine.api_key]
+        return args
+
+
+ENGINES: dict[str, type[Engine]] = {}
+
+
+def register(cls: type[Engine]) -> type[Engine]:
+    ENGINES[cls.kind] = cls
+    return cls
+
+
+def get_engine(spec: RunSpec) -> Engine:
+    import grid.engines.sglang  # noqa: F401  (registers)
+    import grid.engines.sim  # noqa: F401
+
+    try:
+        return ENGINES[spec.engine.kind](spec)
+    except KeyError:
+        raise EngineUnavailable(f"engine.kind={spec.engine.kind!r}; allowed: {', '.join(sorted(ENGINES))}") from None

@@ -1,0 +1,72 @@
+"""``engine=sglang``: the real SGLang server (``python -m sglang.launch_server``) on a GPU node."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
+from grid.engines.flags import parse_version, to_argv
+from grid.sweep.space import TrialPlan
+
+_VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+@register
+class SGLangEngine(Engine):
+    kind = "sglang"
+
+    def _installed_version(self) -> str | None:
+        python = self.spec.engine.python
+        if shutil.which(python) is None:
+            return None
+        try:
+            out = subprocess.run([python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+    def version(self) -> str:
+        if self.spec.engine.version:
+            return self.spec.engine.version
+        installed = self._installed_version()
+        if installed is None:
+            raise EngineUnavailable(
+                f"engine=sglang: SGLang is not installed for engine.python={self.spec.engine.python!r}. "
+                "Install it on the GPU node (pip install -e '.[sglang]'), or set engine.version=X with "
+                "dry_run=true to plan command lines for SGLang X."
+            )
+        parse_version(installed)
+        return installed
+
+    def check_runnable(self) -> None:
+        if self.spec.ray.address is not None:
+            return  # GPUs live on the cluster's nodes, not necessarily on this driver
+        if self._installed_version() is None:
+            raise EngineUnavailable(
+                f"engine=sglang: SGLang is not installed for engine.python={self.spec.engine.python!r} "
+                "(pip install -e '.[sglang]' on the GPU node). Use engine=sim to run on the embedded twin, "
+                "or dry_run=true engine.version=X to print the command lines."
+            )
+        if not _has_gpu():
+            raise EngineUnavailable(
+                "engine=sglang: no NVIDIA GPU found on this machine (nvidia-smi -L lists none). "
+                "Run on a GPU node, join a Ray cluster with ray.address=auto, or use engine=sim."
+            )
+
+    def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
+        model = self.spec.model
+        argv = [self.spec.engine.python, "-m", "sglang.launch_server", "--model-path", str(model.path)]
+        argv += to_argv(trial.settings, parse_version(self.version())) + self.common_args(port)
+        return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0)
+
+
+def _has_gpu() -> bool:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout

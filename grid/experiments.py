@@ -1,0 +1,69 @@
+"""Experiments: post-processing registered by ``kind`` that turns a run's load points into a comparison artefact.
+
+``seed_replay`` (``+experiment=seed_session``) compares the twin with the seed session's own measurements
+(../shared/reference/hardware_models_calibration.md §0) and writes ``seed_vs_twin.csv`` with columns
+``condition, metric, unit, seed, twin``.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.table import Table
+
+from grid.config.schema import RunSpec
+
+EXPERIMENTS: dict[str, Callable[[RunSpec, list[dict], Any], Path]] = {}
+
+
+def register(kind: str):
+    def deco(fn):
+        EXPERIMENTS[kind] = fn
+        return fn
+    return deco
+
+
+def run_experiment(spec: RunSpec, rows: list[dict], console) -> Path:
+    kind = (spec.experiment or {}).get("kind")
+    if kind not in EXPERIMENTS:
+        raise ValueError(f"experiment.kind={kind!r}; allowed: {', '.join(sorted(EXPERIMENTS))}")
+    return EXPERIMENTS[kind](spec, rows, console)
+
+
+def twin_value(rows: list[dict], condition: str, metric: str, scale: float = 1.0) -> float | None:
+    """The metric of the condition's (first measured) load point; None when it was not measured."""
+    for row in sorted(rows, key=lambda r: r["point_index"]):
+        if row["label"] == condition and row.get(metric) is not None:
+            return float(row[metric]) * scale
+    return None
+
+
+def compare(rows: list[dict], expected: list[dict]) -> list[dict]:
+    """One output row per expected value: condition, metric, unit, seed, twin (pure)."""
+    out = []
+    for e in expected:
+        twin = twin_value(rows, e["condition"], e["metric"], float(e.get("scale", 1.0)))
+        out.append({"condition": e["condition"], "metric": e.get("name", e["metric"]), "unit": e.get("unit", ""),
+                    "seed": float(e["seed"]), "twin": None if twin is None else round(twin, 3)})
+    return out
+
+
+@register("seed_replay")
+def seed_replay(spec: RunSpec, rows: list[dict], console) -> Path:
+    table = compare(rows, spec.experiment.get("expected", []))
+    path = Path(spec.run_dir) / "seed_vs_twin.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["condition", "metric", "unit", "seed", "twin"])
+        w.writeheader()
+        w.writerows(table)
+    t = Table(title="Seed session vs twin", title_justify="left")
+    for col in ("condition", "metric", "unit", "seed", "twin", "error"):
+        t.add_column(col, justify="right" if col in ("seed", "twin", "error") else "left")
+    for r in table:
+        err = "-" if r["twin"] is None else f"{(r['twin'] - r['seed']) / r['seed'] * 100:+.1f}%"
+        t.add_row(r["condition"], r["metric"], r["unit"], f"{r['seed']:g}",
+                  "-" if r["twin"] is None else f"{r['twin']:g}", err)
+    console.print(t)
+    return path

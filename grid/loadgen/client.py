@@ -1,0 +1,479 @@
+"""Endpoint kinds: how to build a request body and how to turn a response into the raw record.
+
+Each kind is a small class registered by name (``ENDPOINTS``; ``get_endpoint(name)``):
+
+* ``generate``: SGLang native ``POST /generate`` (``input_ids`` or ``text``). The streamed ``text`` is cumulative
+  (a delta is also accepted); tokens per event are the increase of the running ``meta_info.completion_tokens``.
+* ``completions``: ``POST /v1/completions``; ``choices[0].text`` is a delta.
+* ``chat``: ``POST /v1/chat/completions``; ``delta.content`` and ``delta.reasoning_content`` (or ``reasoning``)
+  are deltas; reasoning tokens count as generated tokens (TTFT) but not as content (TTFO).
+
+Token counts per event on the OpenAI endpoints: when an event that has ``choices`` also carries ``usage``
+(``stream_options.continuous_usage_stats``) its tokens are the increase of ``usage.completion_tokens``; otherwise
+an event with a non-empty text/reasoning/tool-call delta counts as 1 token and any other event as 0. A usage-only
+event (``choices: []``) never carries tokens. The request's ``output_tokens`` is the last server-reported count
+(``usage.completion_tokens`` / ``meta_info.completion_tokens``, source ``usage``) when it is >= 1, else the sum of
+the per-event counts (source ``stream_count``); never the requested maximum.
+
+Parsing is separated from reading: the runner stamps each read with ``perf_counter_ns`` and keeps the raw bytes
+(``RequestRecord.raw_reads``); ``StreamParser`` consumes them later (at the end of the request, or earlier from the
+stall watchdog). An event's arrival time is the stamp of the read that completed its first ``data:`` line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from grid.loadgen.records import Prompt, RequestRecord
+
+
+@dataclass
+class EventInfo:
+    """What one parsed event (or a non-streamed body) contributes."""
+
+    tokens: int = 0
+    content_tokens: bool = False  # the event carries >= 1 non-reasoning token
+    text: str = ""
+    reasoning: str = ""
+    usage_prompt: int | None = None
+    usage_completion: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # a server-reported error (error class server_error)
+    content_null: bool = False  # non-streamed: content was null/empty
+
+
+class ParseError(ValueError):
+    """An event or body had invalid JSON or an unexpected shape."""
+
+
+def _server_error(obj: dict) -> str | None:
+    err = obj.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return str(err.get("message", err))
+        return str(err)
+    if obj.get("object") == "error":
+        return str(obj.get("message", obj))
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParseError(f"token count is not a number: {value!r}")
+    return int(value)
+
+
+class Endpoint:
+    """Base endpoint kind. Subclasses set ``name`` and ``path`` and implement the three hooks."""
+
+    name: ClassVar[str]
+    path: ClassVar[str]
+
+    def __init__(self, model: str = "default", ignore_eos: bool = True, extra_body: dict | None = None) -> None:
+        self.model = model
+        self.ignore_eos = ignore_eos
+        self.extra_body = dict(extra_body or {})
+
+    def payload(self, prompt: Prompt, stream: bool) -> dict:
+        raise NotImplementedError
+
+    def new_state(self) -> dict:
+        return {}
+
+    def parse_event(self, obj: dict, state: dict) -> EventInfo:
+        raise NotImplementedError
+
+    def parse_body(self, obj: dict) -> EventInfo:
+        raise NotImplementedError
+
+
+ENDPOINTS: dict[str, type[Endpoint]] = {}
+
+
+def register_endpoint(cls: type[Endpoint]) -> type[Endpoint]:
+    ENDPOINTS[cls.name] = cls
+    return cls
+
+
+def get_endpoint(name: str, **kwargs: Any) -> Endpoint:
+    try:
+        return ENDPOINTS[name](**kwargs)
+    except KeyError:
+        raise ValueError(f"unknown api {name!r}; known: {sorted(ENDPOINTS)}") from None
+
+
+@register_endpoint
+class GenerateEndpoint(Endpoint):
+    name = "generate"
+    path = "/generate"
+
+    def payload(self, prompt: Prompt, stream: bool) -> dict:
+        body: dict[str, Any] = {
+            "sampling_params": {"max_new_tokens": prompt.output_len, "temperature": 0.0, "ignore_eos": self.ignore_eos},
+            "stream": stream,
+        }
+        if prompt.input_ids is not None:
+            body["input_ids"] = list(prompt.input_ids)
+        else:
+            body["text"] = prompt.text
+        body.update(self.extra_body)
+        return body
+
+    def new_state(self) -> dict:
+        return {"text": "", "completion": 0}
+
+    def _common(self, obj: dict) -> tuple[EventInfo, dict]:
+        info = EventInfo()
+        info.error = _server_error(obj)
+        meta = obj.get("meta_info") or {}
+        if not isinstance(meta, dict):
+            raise ParseError("meta_info is not an object")
+        finish = meta.get("finish_reason")
+        if isinstance(finish, dict):
+            info.finish_reason = str(finish.get("type"))
+            if finish.get("type") == "abort" and info.error is None:
+                info.error = f"finish_reason abort: {finish.get('message')}"
+        elif finish is not None:
+            info.finish_reason = str(finish)
+        info.usage_prompt = _int_or_none(meta.get("prompt_tokens"))
+        info.usage_completion = _int_or_none(meta.get("completion_tokens"))
+        return info, meta
+
+    def parse_event(self, obj: dict, state: dict) -> EventInfo:
+        info, _ = self._common(obj)
+        text = obj.get("text", "")
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            raise ParseError("text is not a string")
+        prev = state["text"]
+        delta = text[len(prev):] if text.startswith(prev) else text  # cumulative (default) or incremental output
+        state["text"] = text if text.startswith(prev) else prev + text
+        info.text = delta
+        if info.usage_completion is not None:
+            info.tokens = max(0, info.usage_completion - state["completion"])
+            state["completion"] = max(state["completion"], info.usage_completion)
+        else:
+            info.tokens = 1 if delta else 0
+        info.content_tokens = info.tokens > 0
+        return info
+
+    def parse_body(self, obj: dict) -> EventInfo:
+        info, _ = self._common(obj)
+        text = obj.get("text") or ""
+        info.text = str(text)
+        info.tokens = info.usage_completion or 0
+        info.content_tokens = info.tokens > 0
+        return info
+
+
+def _usage(obj: dict, info: EventInfo) -> None:
+    usage = obj.get("usage")
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise ParseError("usage is not an object")
+    info.usage_prompt = _int_or_none(usage.get("prompt_tokens"))
+    info.usage_completion = _int_or_none(usage.get("completion_tokens"))
+
+
+class _OpenAIEndpoint(Endpoint):
+    def new_state(self) -> dict:
+        return {"completion": 0}
+
+    def _choice(self, obj: dict) -> dict | None:
+        choices = obj.get("choices")
+        if choices is None:
+            return None
+        if not isinstance(choices, list):
+            raise ParseError("choices is not a list")
+        if not choices:
+            return None
+        if not isinstance(choices[0], dict):
+            raise ParseError("choices[0] is not an object")
+        return choices[0]
+
+    def _delta(self, choice: dict) -> tuple[str, str, bool]:
+        """(content delta, reasoning delta, other non-empty delta such as tool calls)."""
+        raise NotImplementedError
+
+    def parse_event(self, obj: dict, state: dict) -> EventInfo:
+        info = EventInfo()
+        info.error = _server_error(obj)
+        _usage(obj, info)
+        choice = self._choice(obj)
+        if choice is None:  # usage-only (or empty) event: never carries tokens
+            return info
+        if choice.get("finish_reason") is not None:
+            info.finish_reason = str(choice["finish_reason"])
+            if info.finish_reason == "abort" and info.error is None:
+                info.error = "finish_reason abort"
+        content, reasoning, other = self._delta(choice)
+        info.text, info.reasoning = content, reasoning
+        if info.usage_completion is not None:  # continuous usage: exact tokens per event
+            info.tokens = max(0, info.usage_completion - state["completion"])
+            state["completion"] = max(state["completion"], info.usage_completion)
+        else:
+            info.tokens = 1 if (content or reasoning or other) else 0
+        info.content_tokens = info.tokens > 0 and bool(content or other)
+        return info
+
+    def parse_body(self, obj: dict) -> EventInfo:
+        info = EventInfo()
+        info.error = _server_error(obj)
+        _usage(obj, info)
+        choice = self._choice(obj)
+        if choice is not None:
+            if choice.get("finish_reason") is not None:
+                info.finish_reason = str(choice["finish_reason"])
+            content, reasoning, other = self._full(choice)
+            info.text, info.reasoning = content, reasoning
+            info.content_null = not (content or other)
+        info.tokens = info.usage_completion or 0
+        info.content_tokens = info.tokens > 0 and not info.content_null
+        return info
+
+    def _full(self, choice: dict) -> tuple[str, str, bool]:
+        raise NotImplementedError
+
+
+def _str(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ParseError(f"{what} is not a string")
+    return value
+
+
+@register_endpoint
+class CompletionsEndpoint(_OpenAIEndpoint):
+    name = "completions"
+    path = "/v1/completions"
+
+    def payload(self, prompt: Prompt, stream: bool) -> dict:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(prompt.input_ids) if prompt.input_ids is not None else prompt.text,
+            "max_tokens": prompt.output_len,
+            "temperature": 0.0,
+            "ignore_eos": self.ignore_eos,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_body)
+        return body
+
+    def _delta(self, choice: dict) -> tuple[str, str, bool]:
+        return _str(choice.get("text"), "choices[0].text"), "", False
+
+    _full = _delta
+
+
+@register_endpoint
+class ChatEndpoint(_OpenAIEndpoint):
+    name = "chat"
+    path = "/v1/chat/completions"
+
+    def payload(self, prompt: Prompt, stream: bool) -> dict:
+        if prompt.text is None:
+            raise ValueError("the chat api needs text prompts (use as_text=True or a text dataset)")
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt.text}],
+            "max_completion_tokens": prompt.output_len,
+            "temperature": 0.0,
+            "ignore_eos": self.ignore_eos,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_body)
+        return body
+
+    @staticmethod
+    def _parts(msg: Any, what: str) -> tuple[str, str, bool]:
+        if msg is None:
+            return "", "", False
+        if not isinstance(msg, dict):
+            raise ParseError(f"{what} is not an object")
+        content = _str(msg.get("content"), f"{what}.content")
+        reasoning = _str(msg.get("reasoning_content"), f"{what}.reasoning_content") or _str(
+            msg.get("reasoning"), f"{what}.reasoning"
+        )
+        return content, reasoning, bool(msg.get("tool_calls"))
+
+    def _delta(self, choice: dict) -> tuple[str, str, bool]:
+        return self._parts(choice.get("delta"), "delta")
+
+    def _full(self, choice: dict) -> tuple[str, str, bool]:
+        return self._parts(choice.get("message"), "message")
+
+
+class StreamParser:
+    """Incremental SSE parser over ``(perf_ns, bytes)`` reads; fills the parsed fields of a ``RequestRecord``.
+
+    ``consume()`` parses reads not yet seen (callable any number of times); ``finish()`` flushes the last
+    partial event and settles status, token counts and error class. After the first parse error or server error,
+    later events are ignored.
+    """
+
+    def __init__(self, endpoint: Endpoint, record: RequestRecord) -> None:
+        self.endpoint = endpoint
+        self.rec = record
+        self.state = endpoint.new_state()
+        self._consumed = 0
+        self._buf = bytearray()
+        self._event_ts: int | None = None
+        self._event_data: list[bytes] = []
+        self._stop = False
+        self._server_error: str | None = None
+        self._parse_error: str | None = None
+        self._body_parts: list[bytes] = []
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+
+    # -- streaming --
+    def consume(self) -> None:
+        reads = self.rec.raw_reads
+        while self._consumed < len(reads):
+            ts, data = reads[self._consumed]
+            self._consumed += 1
+            if not self.rec.stream:
+                self._body_parts.append(data)
+                continue
+            self._buf += data
+            while True:
+                nl = self._buf.find(b"\n")
+                if nl < 0:
+                    break
+                line = bytes(self._buf[:nl]).rstrip(b"\r")
+                del self._buf[: nl + 1]
+                self._line(ts, line)
+
+    def _line(self, ts: int, line: bytes) -> None:
+        if not line:
+            self._dispatch()
+        elif line.startswith(b":"):
+            return  # SSE comment (keep-alive)
+        elif line.startswith(b"data:"):
+            payload = line[5:]
+            if payload.startswith(b" "):
+                payload = payload[1:]
+            if self._event_ts is None:
+                self._event_ts = ts
+            self._event_data.append(payload)
+        # other SSE fields (event:, id:, retry:) are ignored
+
+    def _dispatch(self) -> None:
+        if self._event_ts is None:
+            return
+        ts, data = self._event_ts, b"\n".join(self._event_data)
+        self._event_ts, self._event_data = None, []
+        if self._stop:
+            return
+        if data.strip() == b"[DONE]":
+            self.rec.done_marker = True
+            self._stop = True
+            return
+        try:
+            obj = json.loads(data)
+            if not isinstance(obj, dict):
+                raise ParseError("event is not a JSON object")
+            info = self.endpoint.parse_event(obj, self.state)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+            self._parse_error = f"{type(exc).__name__}: {exc}; data={data[:200]!r}"
+            self._stop = True
+            return
+        self._apply(ts, info)
+
+    def _apply(self, ts: int, info: EventInfo) -> None:
+        rec = self.rec
+        rec.chunk_perf_ns.append(ts)
+        rec.chunk_tokens.append(info.tokens)
+        if info.tokens > 0:
+            if rec.first_token_perf_ns is None:
+                rec.first_token_perf_ns = ts
+            if info.content_tokens and rec.first_content_perf_ns is None:
+                rec.first_content_perf_ns = ts
+            rec.last_token_perf_ns = ts
+        if info.text:
+            self._text.append(info.text)
+        if info.reasoning:
+            self._reasoning.append(info.reasoning)
+        if info.usage_prompt is not None:
+            rec.usage_prompt_tokens = info.usage_prompt
+        if info.usage_completion is not None:
+            rec.usage_completion_tokens = info.usage_completion
+        if info.finish_reason is not None:
+            rec.finish_reason = info.finish_reason
+        if info.error is not None:
+            self._server_error = info.error
+            self._stop = True
+
+    # -- end --
+    def finish(self) -> RequestRecord:
+        """Parse what is left and settle the outcome. Transport errors already on the record take precedence."""
+        self.consume()
+        rec = self.rec
+        if rec.stream:
+            if self._buf:  # a last line without a newline
+                line = bytes(self._buf).rstrip(b"\r")
+                self._buf.clear()
+                last_ts = rec.raw_reads[-1][0] if rec.raw_reads else rec.end_perf_ns
+                self._line(last_ts, line)
+            self._dispatch()
+        elif rec.error_class is None and rec.http_status == 200:
+            self._finish_body()
+        rec.text = "".join(self._text)
+        rec.reasoning_text = "".join(self._reasoning)
+        stream_count = sum(rec.chunk_tokens)
+        if rec.usage_completion_tokens is not None and rec.usage_completion_tokens >= 1:
+            rec.output_tokens, rec.output_tokens_source = rec.usage_completion_tokens, "usage"
+        elif stream_count >= 1 and rec.stream:
+            rec.output_tokens, rec.output_tokens_source = stream_count, "stream_count"
+        elif not rec.stream and (self._text or self._reasoning):
+            rec.output_tokens, rec.output_tokens_source = None, None  # a body without usage: count unknown
+        else:
+            rec.output_tokens, rec.output_tokens_source = 0, ("usage" if rec.usage_completion_tokens == 0 else "stream_count")
+        if rec.usage_prompt_tokens is not None:
+            rec.input_tokens, rec.input_tokens_source = rec.usage_prompt_tokens, "usage"
+        else:
+            rec.input_tokens, rec.input_tokens_source = rec.planned_input_len, "planned"
+        if rec.output_tokens and rec.first_content_perf_ns is None and not rec.text:
+            rec.content_null = True
+        # outcome, in order of precedence
+        if rec.error_class is not None:
+            rec.status = "failed"
+        elif self._parse_error is not None:
+            rec.fail("parse_error", self._parse_error)
+        elif self._server_error is not None:
+            rec.fail("server_error", self._server_error)
+        elif rec.stream and not rec.done_marker:
+            rec.fail("truncated_stream", "the stream ended without data: [DONE]")
+        elif rec.stream and (rec.first_token_perf_ns is None or not rec.output_tokens):
+            rec.fail("empty_output", "the stream carried no generated token")
+        elif not rec.stream and rec.output_tokens == 0:
+            rec.fail("empty_output", "the response carried no generated token")
+        else:
+            rec.status = "ok"
+        rec.raw_reads = []
+        return rec
+
+    def _finish_body(self) -> None:
+        rec = self.rec
+        data = b"".join(self._body_parts)
+        ts = rec.raw_reads[-1][0] if rec.raw_reads else rec.end_perf_ns
+        try:
+            obj = json.loads(data)
+            if not isinstance(obj, dict):
+                raise ParseError("body is not a JSON object")
+            info = self.endpoint.parse_body(obj)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            self._parse_error = f"{type(exc).__name__}: {exc}; body={data[:200]!r}"
+            return
+        self._apply(ts, info)

@@ -1,0 +1,107 @@
+"""The two data types the load generator works on: a ``Prompt`` to send and the ``RequestRecord`` it produces.
+
+A record is the *raw timeline* of one request, on one monotonic clock (``time.perf_counter_ns``): when it was
+scheduled, when it was sent, when each streamed event arrived and how many generated tokens it carried, when the
+stream ended. Every metric (``grid.metrics.request``) is derived from these fields, so any convention can be
+recomputed later from the stored rows. ``*_unix_ns`` fields are wall-clock stamps for correlation with server logs
+only; never subtract them from ``*_perf_ns`` values.
+
+Status vocabulary: ``status`` is ``ok`` or ``failed``; a failed record carries ``error_class``, one of
+``ERROR_CLASSES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Error classes a failed request can carry (``RequestRecord.error_class``).
+ERROR_CLASSES: tuple[str, ...] = (
+    "http_error",  # the server answered with an HTTP status other than 200
+    "conn_error",  # connecting failed, or the connection broke mid-response
+    "read_timeout",  # no bytes for read_timeout_s
+    "stall_timeout",  # no new generated token for stall_timeout_s (token-progress watchdog)
+    "parse_error",  # a data line (or the non-streamed body) was not valid JSON of the expected shape
+    "server_error",  # the server reported an error inside the stream, or finished with reason "abort"
+    "truncated_stream",  # the stream ended without the [DONE] marker
+    "empty_output",  # the response carried no generated token
+    "client_error",  # an unexpected exception in the client (a bug in grid; message has the details)
+)
+
+#: Where ``RequestRecord.output_tokens`` came from.
+OUTPUT_TOKEN_SOURCES: tuple[str, ...] = ("usage", "stream_count")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request to send.
+
+    Exactly one of ``input_ids`` (token ids) and ``text`` is set. ``input_len`` is the planned prompt length in
+    tokens (exact for token ids, an estimate for text; the server's count, when reported, wins in the metrics).
+    ``output_len`` is the requested maximum number of generated tokens (``max_new_tokens`` / ``max_tokens``).
+    """
+
+    index: int
+    input_len: int
+    output_len: int
+    input_ids: tuple[int, ...] | None = None
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.input_ids is None) == (self.text is None):
+            raise ValueError("Prompt needs exactly one of input_ids and text")
+        if self.output_len < 1:
+            raise ValueError(f"Prompt.output_len must be >= 1, got {self.output_len}")
+
+
+@dataclass
+class RequestRecord:
+    """Raw timeline and outcome of one request. Filled by the runner; read by the metric functions.
+
+    Chunk lists hold one entry per streamed ``data:`` event other than ``[DONE]`` (role-only, empty, finish and
+    usage-only events included, with 0 tokens), in arrival order. For a non-streamed request the whole body is one
+    chunk.
+    """
+
+    request_index: int
+    prompt_index: int
+    api: str
+    stream: bool
+    max_tokens: int
+    planned_input_len: int
+    warmup: bool = False
+    # --- timeline (perf_counter_ns; unix only for correlation) ---
+    scheduled_perf_ns: int | None = None  # when this request was due (open loop: t0 + offset; closed loop: worker ready)
+    scheduled_offset_ns: int | None = None  # scheduled_perf_ns - window start (real ns)
+    send_perf_ns: int | None = None
+    send_unix_ns: int | None = None
+    end_perf_ns: int | None = None  # the stream ended: [DONE] read, EOF, or the error was raised
+    chunk_perf_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    first_token_perf_ns: int | None = None  # first chunk with >= 1 generated token (reasoning counts)
+    first_content_perf_ns: int | None = None  # first chunk with >= 1 non-reasoning (content) token
+    last_token_perf_ns: int | None = None
+    done_marker: bool = False  # the [DONE] event was received
+    # --- outcome ---
+    http_status: int | None = None
+    status: str = "failed"
+    error_class: str | None = None
+    error_message: str | None = None
+    finish_reason: str | None = None
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    input_tokens: int | None = None
+    input_tokens_source: str | None = None  # "usage" | "planned"
+    output_tokens: int | None = None
+    output_tokens_source: str | None = None  # "usage" | "stream_count"
+    content_null: bool = False  # tokens were generated but no content (final-answer) text: reasoning only
+    text: str = ""
+    reasoning_text: str = ""
+    # --- transient: raw bytes as read, with their arrival stamps; consumed by the parser ---
+    raw_reads: list[tuple[int, bytes]] = field(default_factory=list, repr=False)
+
+    def fail(self, error_class: str, message: str | None = None) -> None:
+        """Mark failed with the first error seen (a later error never overwrites an earlier one)."""
+        if self.error_class is None:
+            self.error_class = error_class
+            self.error_message = None if message is None else message[:2000]
+        self.status = "failed"

@@ -1,0 +1,294 @@
+"""The asyncio load runner: one load point against one server.
+
+* One ``aiohttp.ClientSession`` per load point, its connector limit >= the concurrency (unlimited for open loop), so
+  no request waits inside aiohttp for a connection.
+* One clock: ``time.perf_counter_ns``. Every read of a streamed response is stamped on arrival and its raw bytes
+  kept; parsing happens after the request ends (or from the stall watchdog), never between read and stamp.
+* Closed loop (``kind="concurrency"``): exactly ``value`` workers; each sends the next prompt when its previous
+  request finishes. ``scheduled`` = the moment the worker was ready, so client queue time is ~0.
+* Open loop (``kind="rate"``): request i is due at ``t0 + offset_i / time_scale`` (offsets from
+  ``grid.loadgen.arrivals``, modelled seconds). The dispatcher sleeps to each absolute deadline; when it is behind it
+  sends at once and the lateness shows up as ``client_queue_ms``.
+* Warm-up requests run first and are excluded from the measured window and from ``records``.
+* Measured request i uses ``prompts[i % len(prompts)]``; warm-up request j uses ``prompts[(num_prompts + j) %
+  len(prompts)]``, so pass ``num_prompts + warmup_requests`` prompts to keep warm-up prompts out of the measured set.
+* Timeouts are in real seconds: ``read_timeout_s`` is the longest silence (no bytes) a response may have;
+  ``stall_timeout_s`` the longest time without a new generated token (counted from the send while no token has
+  arrived yet). A request hit by either fails with ``read_timeout`` / ``stall_timeout``; the load point goes on.
+* A failed request is never dropped: it is in ``records`` with its error class.
+
+``time_scale`` (modelled seconds per real second) rescales the schedule and is carried to the result; raw
+nanoseconds are never scaled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from grid.loadgen.arrivals import offsets_to_ns, send_offsets
+from grid.loadgen.client import Endpoint, StreamParser, get_endpoint
+from grid.loadgen.records import Prompt, RequestRecord
+
+log = logging.getLogger(__name__)
+
+POINT_KINDS = ("concurrency", "rate")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to send requests."""
+
+    base_url: str
+    api: str = "generate"
+    model: str = "default"
+    api_key: str | None = field(default=None, repr=False)  # sent as Authorization: Bearer; never logged
+    time_scale: float = 1.0  # modelled seconds per real second; *_ms metrics = real x time_scale
+    stream: bool = True
+    ignore_eos: bool = True
+    extra_body: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One load level: ``value`` concurrent requests (closed loop) or ``value`` req/s of modelled time (open loop)."""
+
+    kind: str
+    value: float
+    num_prompts: int
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    warmup_requests: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in POINT_KINDS:
+            raise ValueError(f"LoadPoint.kind must be one of {POINT_KINDS}, got {self.kind!r}")
+        if self.kind == "concurrency" and (self.value < 1 or self.value != int(self.value)):
+            raise ValueError(f"concurrency must be a positive integer, got {self.value}")
+        if self.kind == "rate" and not self.value > 0:
+            raise ValueError(f"rate must be > 0 req/s, got {self.value}")
+        if self.num_prompts < 0 or self.warmup_requests < 0:
+            raise ValueError("num_prompts and warmup_requests must be >= 0")
+
+
+@dataclass
+class LoadPointResult:
+    records: list[RequestRecord]  # measured requests (warm-up excluded), every one, failed ones too
+    window_start_perf_ns: int  # first scheduled send
+    window_end_perf_ns: int  # last request end
+    time_scale: float
+    warmup_records: list[RequestRecord] = field(default_factory=list)
+    stalled: bool = False  # at least one measured request hit the token-progress watchdog
+    point: LoadPoint | None = None
+
+
+class _Session:
+    """State shared by the requests of one load point."""
+
+    def __init__(self, target: Target, session: aiohttp.ClientSession, endpoint: Endpoint,
+                 stall_timeout_s: float | None, on_request_done: Callable[[RequestRecord], None] | None) -> None:
+        self.url = target.base_url.rstrip("/") + endpoint.path
+        self.target = target
+        self.session = session
+        self.endpoint = endpoint
+        self.headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        if target.api_key:
+            self.headers["Authorization"] = f"Bearer {target.api_key}"
+        self.stall_ns = None if stall_timeout_s is None else int(stall_timeout_s * 1e9)
+        self.on_request_done = on_request_done
+        # request in flight -> (parser, io task); read by the watchdog
+        self.inflight: dict[int, tuple[StreamParser, asyncio.Task]] = {}
+        self._abort: dict[int, str] = {}
+
+    def new_record(self, index: int, prompt: Prompt, warmup: bool) -> RequestRecord:
+        return RequestRecord(
+            request_index=index, prompt_index=prompt.index, api=self.endpoint.name, stream=self.target.stream,
+            max_tokens=prompt.output_len, planned_input_len=prompt.input_len, warmup=warmup,
+        )
+
+    async def _io(self, rec: RequestRecord, body: bytes) -> None:
+        """Send and read. The only work per read is a clock stamp and a list append."""
+        reads = rec.raw_reads
+        clock = time.perf_counter_ns
+        rec.send_unix_ns = time.time_ns()
+        rec.send_perf_ns = clock()
+        async with self.session.post(self.url, data=body, headers=self.headers) as resp:
+            rec.http_status = resp.status
+            if resp.status != 200:
+                text = await resp.text(errors="replace")
+                rec.end_perf_ns = clock()
+                rec.fail("http_error", f"HTTP {resp.status}: {text[:500]}")
+                return
+            if rec.stream:
+                async for data in resp.content.iter_any():
+                    reads.append((clock(), data))
+            else:
+                data = await resp.read()
+                reads.append((clock(), data))
+        rec.end_perf_ns = clock()
+
+    async def request(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
+        parser = StreamParser(self.endpoint, rec)
+        try:
+            body = json.dumps(self.endpoint.payload(prompt, rec.stream)).encode()
+        except Exception as exc:  # a prompt the api cannot take: fail this request, not the load point
+            rec.send_unix_ns, rec.send_perf_ns = time.time_ns(), time.perf_counter_ns()
+            rec.end_perf_ns = rec.send_perf_ns
+            rec.fail("client_error", f"{type(exc).__name__}: {exc}")
+            return self._done(parser)
+        task = asyncio.ensure_future(self._io(rec, body))
+        self.inflight[rec.request_index] = (parser, task)
+        try:
+            await asyncio.wait({task})
+        finally:
+            self.inflight.pop(rec.request_index, None)
+            if not task.done():  # the runner itself is being cancelled
+                task.cancel()
+        if rec.end_perf_ns is None:
+            rec.end_perf_ns = time.perf_counter_ns()
+        abort = self._abort.pop(rec.request_index, None)
+        if task.cancelled():
+            rec.fail(abort or "client_error", "cancelled by the watchdog" if abort else "cancelled")
+        elif (exc := task.exception()) is not None:
+            rec.fail(*_classify(exc))
+        return self._done(parser)
+
+    def _done(self, parser: StreamParser) -> RequestRecord:
+        rec = parser.finish()
+        if self.on_request_done is not None:
+            try:
+                self.on_request_done(rec)
+            except Exception:  # a progress callback must not take the load point down
+                log.exception("on_request_done callback failed")
+        return rec
+
+    async def watchdog(self) -> None:
+        """Fail requests that made no token progress for stall_timeout_s (parses pending reads lazily)."""
+        assert self.stall_ns is not None
+        period = min(max(self.stall_ns / 4e9, 0.005), 0.5)
+        while True:
+            await asyncio.sleep(period)
+            now = time.perf_counter_ns()
+            for index, (parser, task) in list(self.inflight.items()):
+                rec = parser.rec
+                if rec.send_perf_ns is None or task.done():
+                    continue
+                parser.consume()
+                last = rec.last_token_perf_ns or rec.send_perf_ns
+                if now - last > self.stall_ns:
+                    self._abort[index] = "stall_timeout"
+                    task.cancel()
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    msg = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return "read_timeout", msg
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        return "conn_error", msg
+    return "client_error", msg
+
+
+async def run_load_point(
+    target: Target,
+    point: LoadPoint,
+    prompts: list[Prompt],
+    *,
+    read_timeout_s: float = 600.0,
+    stall_timeout_s: float | None = None,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
+) -> LoadPointResult:
+    """Run one load point and return every measured request's raw record plus the measured window."""
+    if not prompts:
+        raise ValueError("prompts is empty")
+    if not (target.time_scale > 0) or math.isinf(target.time_scale):
+        raise ValueError(f"time_scale must be a finite number > 0, got {target.time_scale}")
+    endpoint = get_endpoint(target.api, model=target.model, ignore_eos=target.ignore_eos, extra_body=target.extra_body)
+    closed = point.kind == "concurrency"
+    workers = int(point.value) if closed else 0
+    if not closed:
+        offsets_ns = offsets_to_ns(
+            send_offsets(point.num_prompts, point.value, point.arrival, burstiness=point.burstiness, seed=point.seed),
+            target.time_scale,
+        )
+    connector = aiohttp.TCPConnector(limit=max(workers, 1) + 8 if closed else 0, limit_per_host=0,
+                                     ttl_dns_cache=300, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(read_timeout_s, 60.0), sock_read=read_timeout_s)
+    n = len(prompts)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        sess = _Session(target, http, endpoint, stall_timeout_s, on_request_done)
+        dog = asyncio.ensure_future(sess.watchdog()) if stall_timeout_s is not None else None
+        try:
+            warm = await _closed_loop(
+                sess, [(j, prompts[(point.num_prompts + j) % n]) for j in range(point.warmup_requests)],
+                workers if closed else 1, warmup=True, t0=None,
+            )
+            t0 = time.perf_counter_ns()
+            items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
+            if closed:
+                records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
+            else:
+                records = await _open_loop(sess, items, offsets_ns, t0)
+        finally:
+            if dog is not None:
+                dog.cancel()
+                await asyncio.gather(dog, return_exceptions=True)
+    records.sort(key=lambda r: r.request_index)
+    end = max((r.end_perf_ns for r in records if r.end_perf_ns is not None), default=t0)
+    return LoadPointResult(
+        records=records, window_start_perf_ns=t0, window_end_perf_ns=end, time_scale=target.time_scale,
+        warmup_records=warm, stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
+    )
+
+
+async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers: int, *, warmup: bool,
+                       t0: int | None) -> list[RequestRecord]:
+    out: list[RequestRecord] = []
+    it = iter(items)
+
+    async def worker() -> None:
+        for index, prompt in it:  # a shared iterator: each worker takes the next prompt when it is free
+            rec = sess.new_record(index, prompt, warmup)
+            rec.scheduled_perf_ns = time.perf_counter_ns()
+            if t0 is not None:
+                rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+            out.append(await sess.request(rec, prompt))
+
+    await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
+    return out
+
+
+async def _open_loop(sess: _Session, items: list[tuple[int, Prompt]], offsets_ns: list[int], t0: int) -> list[RequestRecord]:
+    tasks = []
+    clock = time.perf_counter_ns
+    for (index, prompt), offset in zip(items, offsets_ns):
+        due = t0 + offset
+        while (now := clock()) < due:  # absolute deadline; asyncio may wake a little early, so re-check
+            await asyncio.sleep((due - now) / 1e9)
+        rec = sess.new_record(index, prompt, False)
+        rec.scheduled_perf_ns, rec.scheduled_offset_ns = due, offset
+        tasks.append(asyncio.ensure_future(sess.request(rec, prompt)))
+    return list(await asyncio.gather(*tasks))
+
+
+def run_load_point_sync(
+    target: Target,
+    point: LoadPoint,
+    prompts: list[Prompt],
+    *,
+    read_timeout_s: float = 600.0,
+    stall_timeout_s: float | None = None,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
+) -> LoadPointResult:
+    """``asyncio.run`` wrapper around ``run_load_point`` (for callers without an event loop)."""
+    return asyncio.run(run_load_point(target, point, prompts, read_timeout_s=read_timeout_s,
+                                      stall_timeout_s=stall_timeout_s, on_request_done=on_request_done))

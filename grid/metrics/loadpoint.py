@@ -1,0 +1,244 @@
+"""Per-load-point summary over the measured requests (pure).
+
+``summarize(result, slo)`` returns one value per metric column of the ``load_points`` table (``METRIC_COLUMNS``
+lists them with type, unit and definition; ``grid.storage.schema`` builds the Arrow schema from it).
+
+Conventions:
+
+* The measured window is ``result.window_start_perf_ns`` (first scheduled send) -> ``window_end_perf_ns`` (last
+  request end); ``duration_s`` is that in modelled seconds (x ``time_scale``). Throughputs are per modelled second
+  and count successful (``ok``) requests only.
+* Latency statistics (mean, median, p90, p95, p99, max; ``numpy.percentile`` with linear interpolation) are over
+  ``ok`` requests; ITL pools every per-token ITL of every ``ok`` request.
+* Concurrency uses every measured request's lifetime [send, end) (failed ones too: they held a connection):
+  mean = sum of lifetimes / window (Little's law), peak = the sweep-line maximum of overlapping lifetimes.
+* SLOs: a request is *good* when it is ``ok`` and meets every given threshold (TPOT of a 1-token output counts as
+  met). ``goodput`` = good / duration; ``slo_attainment`` = good / all measured requests; per-metric attainment
+  likewise. ``slo_met``: for every given metric, at least ``percentile`` % of all measured requests meet it (failed
+  requests count as misses), i.e. the nearest-rank p<percentile> is within the SLO.
+* A value that was not measured is null, never 0: no ``ok`` request means null throughputs and latencies (the
+  counts say why); no SLO means null goodput/attainment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from grid.loadgen.records import ERROR_CLASSES
+from grid.metrics.request import MAX_PLAUSIBLE_NS, RequestMetrics, TimingError, check_time_scale, request_metrics
+
+if TYPE_CHECKING:
+    from grid.loadgen.runner import LoadPointResult
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    percentile: float = 99.0
+
+    def given(self) -> dict[str, float]:
+        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2e", self.e2e_ms)) if v is not None}
+
+
+_STATS = (("mean", None), ("median", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("max", None))
+_LAT = {
+    "ttft": "time to first token (first event with a generated token)",
+    "tpot": "time per output token, (e2e - TTFT) / (output_tokens - 1), one value per request",
+    "itl": "per-token inter-token latency (chunk gaps split over their tokens), pooled over requests",
+    "e2e": "end-to-end latency, send to last token event",
+}
+
+# (name, type, unit, description). type is one of int64, float64, bool, string.
+METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("requests_total", "int64", "requests", "measured requests (warm-up excluded), ok and failed"),
+    ("completed", "int64", "requests", "requests with status ok"),
+    ("failed", "int64", "requests", "requests with status failed"),
+    *[(f"failed_{c}", "int64", "requests", f"failed requests with error class {c}") for c in ERROR_CLASSES],
+    ("error_counts_json", "string", "json", "JSON object: error class -> failed request count"),
+    ("stalled", "bool", "flag", "a request hit the token-progress watchdog (stall_timeout)"),
+    ("content_null_requests", "int64", "requests", "ok requests that produced reasoning but no content"),
+    ("stream_count_requests", "int64", "requests",
+     "ok requests whose output_tokens is a stream count (the server reported no usage)"),
+    ("duration_s", "float64", "s", "measured window (first scheduled send to last request end), modelled seconds"),
+    ("request_throughput", "float64", "req/s", "ok requests / duration_s"),
+    ("input_throughput", "float64", "tok/s", "sum of input tokens of ok requests / duration_s"),
+    ("output_throughput", "float64", "tok/s", "sum of output tokens of ok requests / duration_s"),
+    ("total_token_throughput", "float64", "tok/s", "(input + output tokens of ok requests) / duration_s"),
+    ("total_input_tokens", "int64", "tokens", "sum of input tokens of ok requests (server usage, else planned)"),
+    ("total_output_tokens", "int64", "tokens", "sum of output tokens of ok requests (never the requested maximum)"),
+    ("mean_input_tokens", "float64", "tokens", "mean input tokens of ok requests"),
+    ("mean_output_tokens", "float64", "tokens", "mean output tokens of ok requests"),
+    ("concurrency_mean", "float64", "requests", "sum of request lifetimes [send, end) / window (Little's law)"),
+    ("concurrency_peak", "int64", "requests", "most requests in flight at once (sweep line over [send, end))"),
+    *[
+        (f"{m}_{s}_ms", "float64", "ms", f"{s} of {desc} over ok requests, modelled ms")
+        for m, desc in _LAT.items()
+        for s, _ in _STATS
+    ],
+    ("ttfo_mean_ms", "float64", "ms", "mean time to first content (non-reasoning) token over ok requests"),
+    ("ttfo_median_ms", "float64", "ms", "median time to first content token over ok requests"),
+    ("ttfo_p99_ms", "float64", "ms", "p99 time to first content token over ok requests"),
+    ("chunk_gap_mean_ms", "float64", "ms", "mean gap between token-carrying events (not per token), ok requests"),
+    ("chunk_gap_median_ms", "float64", "ms", "median gap between token-carrying events, ok requests"),
+    ("chunk_gap_p99_ms", "float64", "ms", "p99 gap between token-carrying events, ok requests"),
+    ("chunk_gap_max_ms", "float64", "ms", "largest gap between token-carrying events, ok requests"),
+    ("client_queue_mean_ms", "float64", "ms", "mean scheduled-to-actual send delay, all measured requests"),
+    ("client_queue_p99_ms", "float64", "ms", "p99 scheduled-to-actual send delay, all measured requests"),
+    ("client_queue_max_ms", "float64", "ms", "largest scheduled-to-actual send delay, all measured requests"),
+    ("slo_ttft_ms", "float64", "ms", "TTFT SLO threshold used (null: none)"),
+    ("slo_tpot_ms", "float64", "ms", "TPOT SLO threshold used (null: none)"),
+    ("slo_e2e_ms", "float64", "ms", "E2E SLO threshold used (null: none)"),
+    ("slo_percentile", "float64", "percent", "percentile the SLOs apply to (null: no SLO)"),
+    ("goodput", "float64", "req/s", "ok requests meeting every given SLO / duration_s"),
+    ("slo_attainment", "float64", "fraction", "requests meeting every given SLO / requests_total"),
+    ("slo_attainment_ttft", "float64", "fraction", "requests meeting the TTFT SLO / requests_total"),
+    ("slo_attainment_tpot", "float64", "fraction", "requests meeting the TPOT SLO / requests_total"),
+    ("slo_attainment_e2e", "float64", "fraction", "requests meeting the E2E SLO / requests_total"),
+    ("slo_met", "bool", "flag", "for every given SLO, >= percentile % of requests meet it (failed = miss)"),
+]
+METRIC_COLUMN_NAMES: list[str] = [c[0] for c in METRIC_COLUMNS]
+
+
+def _stats(prefix: str, values: list[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    arr = np.asarray(values, dtype=float)
+    for name, q in _STATS:
+        key = f"{prefix}_{name}_ms"
+        if arr.size == 0:
+            out[key] = None
+        elif name == "mean":
+            out[key] = float(arr.mean())
+        elif name == "max":
+            out[key] = float(arr.max())
+        else:
+            out[key] = float(np.percentile(arr, q))
+    return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def peak_concurrency(intervals: list[tuple[int, int]]) -> int:
+    """Most half-open intervals [start, end) overlapping at any instant (an end at t is before a start at t)."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])  # -1 sorts before +1
+    peak = cur = 0
+    for _, d in events:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def _meets(m: RequestMetrics, metric: str, limit: float) -> bool:
+    if metric == "tpot":
+        return m.tpot_ms is None or m.tpot_ms <= limit  # a 1-token output has no TPOT: counts as met
+    value = m.ttft_ms if metric == "ttft" else m.e2e_ms
+    return value is not None and value <= limit
+
+
+def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, float | int | str | bool | None]:
+    """One load point's metrics; keys are exactly ``METRIC_COLUMN_NAMES``."""
+    ts = result.time_scale
+    check_time_scale(ts)
+    records = result.records
+    start, end = result.window_start_perf_ns, result.window_end_perf_ns
+    window = end - start
+    if records:
+        if window <= 0:
+            raise TimingError(f"measured window is {window} ns: {'zero' if window == 0 else 'negative'}")
+        if window > MAX_PLAUSIBLE_NS:
+            raise TimingError(f"measured window of {window / 1e9 / 86400:.2f} days is not plausible")
+    metrics: list[RequestMetrics] = []
+    for r in records:
+        if r.send_perf_ns is None or r.end_perf_ns is None or r.send_perf_ns < start or r.end_perf_ns > end:
+            raise TimingError(f"request {r.request_index} lies outside the measured window [{start}, {end}]")
+        metrics.append(request_metrics(r, ts))
+    ok = [(r, m) for r, m in zip(records, metrics) if r.status == "ok"]
+    failed = [r for r in records if r.status != "ok"]
+    errors: dict[str, int] = {}
+    for r in failed:
+        errors[r.error_class or "unknown"] = errors.get(r.error_class or "unknown", 0) + 1
+
+    out: dict[str, float | int | str | bool | None] = {
+        "requests_total": len(records),
+        "completed": len(ok),
+        "failed": len(failed),
+        **{f"failed_{c}": errors.get(c, 0) for c in ERROR_CLASSES},
+        "error_counts_json": json.dumps(dict(sorted(errors.items()))),
+        "stalled": bool(result.stalled or errors.get("stall_timeout")),
+        "content_null_requests": sum(1 for r, _ in ok if r.content_null),
+        "stream_count_requests": sum(1 for r, _ in ok if r.output_tokens_source == "stream_count"),
+    }
+    duration_s = window * ts / 1e9 if records else None
+    out["duration_s"] = duration_s
+    in_toks = [m.input_tokens for _, m in ok if m.input_tokens is not None]
+    out_toks = [m.output_tokens for _, m in ok if m.output_tokens is not None]
+    have_ok = bool(ok) and duration_s is not None
+    out["request_throughput"] = len(ok) / duration_s if have_ok else None
+    out["input_throughput"] = sum(in_toks) / duration_s if have_ok and in_toks else None
+    out["output_throughput"] = sum(out_toks) / duration_s if have_ok and out_toks else None
+    out["total_token_throughput"] = (
+        (sum(in_toks) + sum(out_toks)) / duration_s if have_ok and in_toks and out_toks else None
+    )
+    out["total_input_tokens"] = sum(in_toks) if in_toks else None
+    out["total_output_tokens"] = sum(out_toks) if out_toks else None
+    out["mean_input_tokens"] = _mean(in_toks)
+    out["mean_output_tokens"] = _mean(out_toks)
+    lifetimes = [(r.send_perf_ns, r.end_perf_ns) for r in records]
+    out["concurrency_mean"] = sum(e - s for s, e in lifetimes) / window if records else None
+    out["concurrency_peak"] = peak_concurrency(lifetimes) if records else None
+
+    out.update(_stats("ttft", [m.ttft_ms for _, m in ok if m.ttft_ms is not None]))
+    out.update(_stats("tpot", [m.tpot_ms for _, m in ok if m.tpot_ms is not None]))
+    out.update(_stats("itl", [x for _, m in ok for x in m.itl_tokens_ms]))
+    out.update(_stats("e2e", [m.e2e_ms for _, m in ok if m.e2e_ms is not None]))
+    ttfo = [m.ttfo_ms for _, m in ok if m.ttfo_ms is not None]
+    out["ttfo_mean_ms"], out["ttfo_median_ms"], out["ttfo_p99_ms"] = _mean(ttfo), _pct(ttfo, 50), _pct(ttfo, 99)
+    gaps = [x for _, m in ok for x in m.chunk_gaps_ms]
+    out["chunk_gap_mean_ms"], out["chunk_gap_median_ms"] = _mean(gaps), _pct(gaps, 50)
+    out["chunk_gap_p99_ms"], out["chunk_gap_max_ms"] = _pct(gaps, 99), (max(gaps) if gaps else None)
+    queue = [m.client_queue_ms for m in metrics if m.client_queue_ms is not None]
+    out["client_queue_mean_ms"], out["client_queue_p99_ms"] = _mean(queue), _pct(queue, 99)
+    out["client_queue_max_ms"] = max(queue) if queue else None
+
+    given = slo.given() if slo is not None else {}
+    out["slo_ttft_ms"] = given.get("ttft")
+    out["slo_tpot_ms"] = given.get("tpot")
+    out["slo_e2e_ms"] = given.get("e2e")
+    out["slo_percentile"] = slo.percentile if given else None
+    out["goodput"] = out["slo_attainment"] = out["slo_met"] = None
+    for k in ("ttft", "tpot", "e2e"):
+        out[f"slo_attainment_{k}"] = None
+    if given and records:
+        assert slo is not None
+        n = len(records)
+        meets = {k: [r.status == "ok" and _meets(m, k, lim) for r, m in zip(records, metrics)] for k, lim in given.items()}
+        good = sum(1 for i in range(n) if all(meets[k][i] for k in given))
+        out["goodput"] = good / duration_s if duration_s else None
+        out["slo_attainment"] = good / n
+        for k, flags in meets.items():
+            out[f"slo_attainment_{k}"] = sum(flags) / n
+        out["slo_met"] = all(sum(flags) / n >= slo.percentile / 100.0 for flags in meets.values())
+    if set(out) != set(METRIC_COLUMN_NAMES):  # keep summarize and METRIC_COLUMNS in step
+        raise AssertionError(f"summary keys differ from METRIC_COLUMNS: {set(out) ^ set(METRIC_COLUMN_NAMES)}")
+    return {k: out[k] for k in METRIC_COLUMN_NAMES}
+
+
+def load_point_status(summary: dict) -> str:
+    """``ok`` (no failed request), ``failed`` (no ok request), ``partial`` (some of each), ``not_run`` (none)."""
+    total, completed = summary.get("requests_total") or 0, summary.get("completed") or 0
+    if total == 0:
+        return "not_run"
+    if completed == total:
+        return "ok"
+    return "failed" if completed == 0 else "partial"

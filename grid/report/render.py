@@ -1,0 +1,113 @@
+"""Render the verdicts: a console table (rich), ``report.md`` and a throughput/latency plot in the run directory.
+
+Every number shown is read from the load-points Parquet table; nothing is recomputed here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from grid.report.select import Verdict
+
+POINT_COLUMNS = (
+    ("level", "point_value", "{:g}"),
+    ("status", "status", "{}"),
+    ("out tok/s", "output_tok_per_s", "{:.1f}"),
+    ("total tok/s", "total_tok_per_s", "{:.1f}"),
+    ("req/s", "request_per_s", "{:.3f}"),
+    ("TTFT p50 ms", "ttft_ms_p50", "{:.0f}"),
+    ("TTFT p99 ms", "ttft_ms_p99", "{:.0f}"),
+    ("TPOT p50 ms", "tpot_ms_p50", "{:.1f}"),
+    ("TPOT p99 ms", "tpot_ms_p99", "{:.1f}"),
+    ("E2E p50 s", "e2e_ms_p50", "{:.1f}"),
+    ("mean conc", "concurrency_mean", "{:.1f}"),
+)
+
+
+def fmt(row: dict, key: str, pattern: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if key == "e2e_ms_p50":
+        value = value / 1000.0
+    return pattern.format(value)
+
+
+def points_table(v: Verdict, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for name, _, _ in POINT_COLUMNS:
+        t.add_column(name, justify="right")
+    for row in v.rows:
+        t.add_row(*(fmt(row, key, pat) for _, key, pat in POINT_COLUMNS))
+    return t
+
+
+def verdict_table(verdicts: list[Verdict]) -> Table:
+    t = Table(title="All configurations", title_justify="left")
+    for name in ("#", "configuration", "outcome", "why"):
+        t.add_column(name, overflow="fold")
+    colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "invalid": "yellow", "failed": "red"}
+    for i, v in enumerate(verdicts, 1):
+        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", v.reason)
+    return t
+
+
+def print_report(verdicts: list[Verdict], console) -> None:
+    best = next((v for v in verdicts if v.outcome == "best"), None)
+    console.print()
+    if best is None:
+        console.print("[bold red]No configuration qualified.[/]")
+    else:
+        console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
+        console.print(f"  {best.rows[0]['command']}", markup=False, soft_wrap=True)
+        console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
+    console.print(verdict_table(verdicts))
+
+
+def markdown(verdicts: list[Verdict], title: str) -> str:
+    lines = [f"# {title}", ""]
+    best = next((v for v in verdicts if v.outcome == "best"), None)
+    if best:
+        lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```", best.rows[0]["command"], "```", "",
+                  "| " + " | ".join(n for n, _, _ in POINT_COLUMNS) + " |",
+                  "|" + "---|" * len(POINT_COLUMNS)]
+        for row in best.rows:
+            lines.append("| " + " | ".join(fmt(row, k, p) for _, k, p in POINT_COLUMNS) + " |")
+        lines.append("")
+    else:
+        lines += ["**No configuration qualified.**", ""]
+    lines += ["## Every configuration", "", "| # | configuration | outcome | why |", "|---|---|---|---|"]
+    for i, v in enumerate(verdicts, 1):
+        lines.append(f"| {i} | `{v.label}` | {v.outcome} | {v.reason.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(verdicts: list[Verdict], path: Path) -> Path | None:
+    """Output tok/s and median TPOT against load level for every configuration that ran load."""
+    ran = [v for v in verdicts if any(r.get("output_tok_per_s") is not None for r in v.rows)]
+    if not ran:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for v in ran:
+        pts = [r for r in v.rows if r.get("output_tok_per_s") is not None]
+        xs = [r["point_value"] for r in pts]
+        style = dict(lw=2.5) if v.outcome == "best" else dict(lw=1, alpha=0.8)
+        ax1.plot(xs, [r["output_tok_per_s"] for r in pts], marker="o", label=v.label, **style)
+        ax2.plot(xs, [r.get("tpot_ms_p50") for r in pts], marker="o", label=v.label, **style)
+    ax1.set(xlabel="load level (concurrency or req/s)", ylabel="output tok/s", title="Throughput")
+    ax2.set(xlabel="load level (concurrency or req/s)", ylabel="median TPOT (ms)", title="Per-token latency")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,22 @@
+"""Command line: ``python -m grid.run +sweep=<name> [overrides]`` (Hydra). Composes the config, hands it on as
+plain data, and exits with grid.app's status. All logic lives below grid.app."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from grid.app import main as run_app
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    status = run_app(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+    if status:
+        sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

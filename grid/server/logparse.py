@@ -1,0 +1,67 @@
+"""Parse SGLang scheduler log lines ("Prefill batch", "Decode batch") of every 0.5.x format into dicts (pure).
+
+Formats (../shared/reference/sglang.md §3.2-3.3): ``Decode batch. #running-req: 1, ...,`` (<=0.5.2, period and a
+trailing ", "), ``Decode batch, #running-req: ...`` (0.5.5+), optional ``[N]`` iteration marker, hybrid-pool keys.
+Keys are normalised: ``#running-req`` -> ``running_req``, ``gen throughput (token/s)`` -> ``gen_throughput_tok_per_s``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)(?P<prefix>[^\]]*)\]\s+(?P<kind>Prefill|Decode) batch"
+                   r"(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
+_RENAME = {
+    "gen throughput (token/s)": "gen_throughput_tok_per_s",
+    "input throughput (token/s)": "input_throughput_tok_per_s",
+}
+
+
+def _key(raw: str) -> str:
+    raw = raw.strip()
+    if raw in _RENAME:
+        return _RENAME[raw]
+    return raw.lstrip("#").replace("-", "_").replace(" ", "_")
+
+
+def _value(raw: str):
+    raw = raw.strip()
+    if raw in ("True", "False"):
+        return raw == "True"
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+
+
+def parse_batch_line(line: str) -> dict | None:
+    """``{"kind": "decode"|"prefill", "ts": str, "running_req": 32, ...}`` or None for other lines."""
+    m = _LINE.match(line.strip())
+    if not m:
+        return None
+    out: dict = {"kind": m["kind"].lower(), "ts": m["ts"], "prefix": m["prefix"].strip()}
+    for part in m["body"].strip().rstrip(",").split(", "):
+        if ":" not in part:
+            continue
+        k, v = part.rsplit(":", 1)
+        out[_key(k)] = _value(v)
+    return out
+
+
+def decode_stats(text: str) -> list[dict]:
+    """Every parsed "Decode batch" line in ``text``, in order."""
+    rows = [parse_batch_line(line) for line in text.splitlines()]
+    return [r for r in rows if r is not None and r["kind"] == "decode"]
+
+
+def peak_gen_throughput(text: str) -> tuple[float | None, int | None]:
+    """Highest logged gen throughput (tok/s) and the running-request count on that line; (None, None) if none."""
+    best: tuple[float | None, int | None] = (None, None)
+    for row in decode_stats(text):
+        g = row.get("gen_throughput_tok_per_s")
+        if isinstance(g, (int, float)) and (best[0] is None or g > best[0]):
+            best = (float(g), row.get("running_req"))
+    return best

@@ -1,0 +1,105 @@
+"""Correctness probe: greedy answers to a few prompts whose answer is known, before any load is spent.
+
+A configuration whose output is empty, repeats one token, is not text, or whose log shows NaN in the logits is
+``invalid`` and is never chosen as best (the seed session lost hours to backends that served "!!!!" after a NaN in
+decode; ../shared/reference/sglang.md §5 row 1).
+
+The check functions are pure; ``run_probe`` does the HTTP calls (blocking; it runs inside the server actor).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+# Completion-style prompts (no chat template), as SGLang's own warm-up request: "The capital city of France is".
+PROBES: tuple[tuple[str, str], ...] = (
+    ("The capital city of France is", "paris"),
+    ("Question: What is 2+2? Answer with a number only.\nAnswer:", "4"),
+    ("The chemical symbol for gold is", "au"),
+)
+NAN_LOG = re.compile(r"NaN in the logits|probability tensor contains either `?inf`?, `?nan`?", re.IGNORECASE)
+
+
+@dataclass
+class ProbeResult:
+    ok: bool
+    error_class: str | None = None     # garbage_output | nan_output | empty_output | probe_error
+    detail: str = ""
+    answers: list[str] = field(default_factory=list)
+
+
+def judge_answer(text: str, expected: str) -> str | None:
+    """Why ``text`` is not a sane answer (an error class), or None when it is. Pure."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty_output"
+    if any(ord(c) < 32 and c not in "\n\t\r" for c in stripped) or "\ufffd" in stripped:
+        return "garbage_output"
+    pieces = re.findall(r"\w+|[^\w\s]", stripped)
+    if len(pieces) >= 4 and len(set(pieces)) <= max(1, len(pieces) // 8):
+        return "garbage_output"
+    if expected.lower() not in stripped.lower():
+        return "wrong_answer"
+    return None
+
+
+def judge(answers: list[str], log_tail: str = "") -> ProbeResult:
+    """Verdict over all probe answers plus the server log. Pure."""
+    if NAN_LOG.search(log_tail):
+        return ProbeResult(False, "nan_output", "server log reports NaN in the logits", answers)
+    verdicts = [judge_answer(a, exp) for a, (_, exp) in zip(answers, PROBES)]
+    bad = [v for v in verdicts if v is not None]
+    for cls in ("garbage_output", "empty_output"):
+        if cls in bad:
+            i = verdicts.index(cls)
+            return ProbeResult(False, cls, f"probe {i}: {answers[i][:80]!r}", answers)
+    if len(bad) == len(verdicts):
+        return ProbeResult(False, "garbage_output", f"no probe answered correctly: {[a[:40] for a in answers]}",
+                           answers)
+    return ProbeResult(True, None, "", answers)
+
+
+def _post(url: str, body: dict, api_key: str | None, timeout_s: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+def run_probe(base_url: str, api: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
+              max_tokens: int = 16) -> list[str]:
+    """Send every probe greedily (temperature 0) and return the generated texts. Raises ``OSError`` on failure."""
+    answers = []
+    for prompt, _ in PROBES:
+        if api == "generate":
+            out = _post(f"{base_url}/generate", {"text": prompt, "sampling_params": {
+                "temperature": 0, "max_new_tokens": max_tokens}}, api_key, timeout_s)
+            answers.append(str(out.get("text", "")))
+        elif api == "completions":
+            out = _post(f"{base_url}/v1/completions", {"model": model, "prompt": prompt, "temperature": 0,
+                                                        "max_tokens": max_tokens}, api_key, timeout_s)
+            answers.append(str((out.get("choices") or [{}])[0].get("text") or ""))
+        else:
+            out = _post(f"{base_url}/v1/chat/completions", {
+                "model": model, "temperature": 0, "max_tokens": max_tokens * 16,
+                "messages": [{"role": "user", "content": prompt}],
+                "chat_template_kwargs": {"enable_thinking": False}}, api_key, timeout_s)
+            msg = (out.get("choices") or [{}])[0].get("message") or {}
+            answers.append(str(msg.get("content") or msg.get("reasoning_content") or ""))
+    return answers
+
+
+def probe(base_url: str, api: str, model: str, api_key: str | None, log_tail_fn, timeout_s: float = 120.0
+          ) -> ProbeResult:
+    """Run the probe and judge it; HTTP failures become ``probe_error``."""
+    try:
+        answers = run_probe(base_url, api, model, api_key, timeout_s)
+    except (OSError, urllib.error.URLError, ValueError) as err:
+        return ProbeResult(False, "probe_error", f"probe request failed: {err}")
+    return judge(answers, log_tail_fn())

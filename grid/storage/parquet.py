@@ -1,0 +1,83 @@
+"""Atomic Parquet files per trial, and reading them back as one table.
+
+Layout under the run directory::
+
+    parquet/requests/<config_hash>.parquet      one row per request (grid.storage.schema.REQUESTS_SCHEMA)
+    parquet/load_points/<config_hash>.parquet   one row per load point (LOAD_POINTS_SCHEMA); written last: its
+                                                presence marks the trial as recorded
+
+Each file is written to a temporary name in the same folder, fsynced, then renamed over the final name, so a
+reader (or a resumed run) never sees a torn file. Every file uses the fixed schema, so a trial whose load points
+all failed still appends.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from grid.storage.schema import LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA
+
+TABLES = {"requests": REQUESTS_SCHEMA, "load_points": LOAD_POINTS_SCHEMA}
+
+
+def table_dir(run_dir: str | Path, table: str) -> Path:
+    return Path(run_dir) / "parquet" / table
+
+
+def write_atomic(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_trial(run_dir: str | Path, config_hash: str, requests: list[dict], load_points: list[dict]) -> None:
+    """Write one trial's rows; the load-points file goes last and marks the trial as recorded."""
+    write_atomic(pa.Table.from_pylist(requests, schema=REQUESTS_SCHEMA),
+                 table_dir(run_dir, "requests") / f"{config_hash}.parquet")
+    write_atomic(pa.Table.from_pylist(load_points, schema=LOAD_POINTS_SCHEMA),
+                 table_dir(run_dir, "load_points") / f"{config_hash}.parquet")
+
+
+def read_table(run_dir: str | Path, table: str) -> pa.Table:
+    """All files of ``table`` concatenated under the current schema (empty table if none)."""
+    schema = TABLES[table]
+    files = sorted(table_dir(run_dir, table).glob("*.parquet"))
+    parts = [pq.read_table(f).cast(schema) if pq.read_schema(f) == schema else _conform(pq.read_table(f), schema)
+             for f in files]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(len(t), f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def recorded_hashes(run_dir: str | Path) -> dict[str, str]:
+    """config_hash -> trial_status for every trial recorded in the run directory."""
+    out: dict[str, str] = {}
+    for f in table_dir(run_dir, "load_points").glob("*.parquet"):
+        try:
+            t = pq.read_table(f, columns=["config_hash", "trial_status"])
+        except Exception:  # a corrupt file: treat the trial as not recorded (it is re-run)
+            continue
+        if t.num_rows:
+            out[t.column("config_hash")[0].as_py()] = t.column("trial_status")[0].as_py()
+    return out

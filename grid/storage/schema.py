@@ -1,0 +1,191 @@
+"""Arrow schemas of grid's two Parquet tables, and the rows that fill the requests table.
+
+* ``requests``: one row per measured request: the raw timeline (unscaled ``perf_counter_ns`` stamps, so any
+  metric convention can be recomputed) plus the derived per-request metrics (modelled ms).
+* ``load_points``: one row per load point: orchestration columns filled by the trial, then the metric columns
+  of ``grid.metrics.loadpoint.METRIC_COLUMNS``.
+
+Every field carries ``unit`` and ``description`` metadata; both schemas carry ``schema_version`` in their
+metadata. Evolve them only by adding nullable columns and bumping ``SCHEMA_VERSION``. Build tables with
+``pa.Table.from_pylist(rows, schema=...)`` (not via pandas). Every metric column is nullable: null means "not
+measured", never 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from grid.metrics.loadpoint import METRIC_COLUMNS
+from grid.metrics.request import request_metrics
+
+if TYPE_CHECKING:
+    from grid.loadgen.runner import LoadPointResult
+
+SCHEMA_VERSION: int = 1
+
+#: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
+TEXT_MAX_CHARS: int = 2048
+
+_TYPES: dict[str, pa.DataType] = {
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "string": pa.string(),
+    "list<int64>": pa.list_(pa.int64()),
+    "list<int32>": pa.list_(pa.int32()),
+    "list<float64>": pa.list_(pa.float64()),
+}
+
+
+def _schema(columns: list[tuple[str, str, str, str]], table: str) -> pa.Schema:
+    fields = [
+        pa.field(name, _TYPES[typ], nullable=True, metadata={"unit": unit, "description": desc})
+        for name, typ, unit, desc in columns
+    ]
+    return pa.schema(fields, metadata={"schema_version": str(SCHEMA_VERSION), "table": table})
+
+
+REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("point_index", "int32", "", "index of the load point within the trial"),
+    ("request_index", "int32", "", "index of the request within the load point (send order for closed loop)"),
+    ("prompt_index", "int32", "", "index of the prompt in the dataset"),
+    ("api", "string", "", "endpoint kind: generate | completions | chat"),
+    ("stream", "bool", "flag", "the response was streamed"),
+    ("status", "string", "", "ok | failed"),
+    ("error_class", "string", "",
+     "why it failed: http_error, conn_error, read_timeout, stall_timeout, parse_error, server_error, "
+     "truncated_stream, empty_output, client_error; null when ok"),
+    ("error_message", "string", "", "error detail (truncated); null when ok"),
+    ("http_status", "int32", "", "HTTP status code (null: no response)"),
+    ("finish_reason", "string", "", "finish reason reported by the server (stop, length, abort, ...)"),
+    ("scheduled_perf_ns", "int64", "ns", "when the request was due (perf_counter_ns, real, unscaled)"),
+    ("scheduled_offset_ns", "int64", "ns", "scheduled time minus the window start (real ns, unscaled)"),
+    ("send_perf_ns", "int64", "ns", "when the request was sent (perf_counter_ns, real, unscaled)"),
+    ("send_unix_ns", "int64", "ns", "wall-clock send time, for correlation with logs only"),
+    ("end_perf_ns", "int64", "ns", "when the response ended ([DONE], EOF or the error), perf_counter_ns"),
+    ("chunk_perf_ns", "list<int64>", "ns",
+     "arrival time of every streamed data event except [DONE] (role, finish and usage events included)"),
+    ("chunk_tokens", "list<int32>", "tokens", "generated tokens carried by each event of chunk_perf_ns"),
+    ("first_token_perf_ns", "int64", "ns", "arrival of the first event carrying a generated token"),
+    ("first_content_perf_ns", "int64", "ns", "arrival of the first event carrying a content (non-reasoning) token"),
+    ("last_token_perf_ns", "int64", "ns", "arrival of the last event carrying a generated token"),
+    ("done_marker", "bool", "flag", "the [DONE] marker was received"),
+    ("usage_prompt_tokens", "int64", "tokens", "prompt tokens reported by the server (usage / meta_info)"),
+    ("usage_completion_tokens", "int64", "tokens", "final completion tokens reported by the server"),
+    ("max_tokens", "int32", "tokens", "requested maximum output tokens"),
+    ("planned_input_len", "int32", "tokens", "prompt length planned by the dataset (estimate for text)"),
+    ("input_tokens", "int64", "tokens", "prompt tokens: server usage, else planned"),
+    ("input_tokens_source", "string", "", "usage | planned"),
+    ("output_tokens", "int64", "tokens", "generated tokens: server usage, else stream count; never the requested max"),
+    ("output_tokens_source", "string", "", "usage | stream_count"),
+    ("content_null", "bool", "flag", "tokens were generated but no content text (reasoning only / content null)"),
+    ("text", "string", "", f"generated content text, first {TEXT_MAX_CHARS} characters"),
+    ("text_truncated", "bool", "flag", "text was cut to the first characters"),
+    ("ttft_ms", "float64", "ms", "send to first token event, modelled ms (null: no token / not streamed)"),
+    ("ttfo_ms", "float64", "ms", "send to first content token event, modelled ms"),
+    ("tpot_ms", "float64", "ms", "(e2e - TTFT) / (output_tokens - 1), modelled ms; ok requests, > 1 token"),
+    ("e2e_ms", "float64", "ms", "send to last token event (non-streamed: body read), modelled ms; ok requests"),
+    ("client_queue_ms", "float64", "ms", "scheduled to actual send, modelled ms"),
+    ("itl_tokens_ms", "list<float64>", "ms",
+     "per-token ITL: each chunk gap split over its tokens (first event's extra tokens 0 ms); ok requests"),
+    ("chunk_gaps_ms", "list<float64>", "ms", "gaps between consecutive token-carrying events, modelled ms"),
+    ("time_scale", "float64", "modelled s / real s", "time scale of the server; *_ms = real duration x time_scale"),
+]
+
+LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("run_name", "string", "", "name of the sweep run"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("config_json", "string", "json", "full server configuration"),
+    ("label", "string", "", "short human name of the configuration"),
+    ("command", "string", "", "server command line, secrets redacted"),
+    ("engine", "string", "", "engine kind (sim | sglang)"),
+    ("engine_version", "string", "", "engine version"),
+    ("model", "string", "", "model name"),
+    ("hardware", "string", "", "hardware description"),
+    ("trial_status", "string", "", "ok | failed | invalid | skipped"),
+    ("trial_error_class", "string", "", "why the trial failed (startup_oom, server_crash, ...)"),
+    ("trial_error_message", "string", "", "trial error detail"),
+    ("startup_s", "float64", "s", "server start to ready"),
+    ("log_tail", "string", "", "last lines of the server log"),
+    ("point_index", "int32", "", "index of the load point within the trial"),
+    ("point_kind", "string", "", "concurrency (closed loop) | rate (open loop)"),
+    ("point_value", "float64", "", "concurrency (requests) or rate (req/s, modelled)"),
+    ("num_prompts", "int32", "requests", "measured requests planned"),
+    ("input_len", "int32", "tokens", "dataset input length setting"),
+    ("output_len", "int32", "tokens", "dataset output length setting"),
+    ("status", "string", "", "load point status: ok | failed | partial | not_run"),
+    ("error_class", "string", "", "load point error class"),
+    ("time_scale", "float64", "modelled s / real s", "time scale of the server; *_ms = real duration x time_scale"),
+    ("finished_unix_ns", "int64", "ns", "wall-clock time the load point finished"),
+]
+
+REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")
+LOAD_POINTS_SCHEMA: pa.Schema = _schema(LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS, "load_points")
+
+
+def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int) -> list[dict[str, Any]]:
+    """Rows matching ``REQUESTS_SCHEMA``, one per measured request (failed ones included).
+
+    Raises ``grid.metrics.request.TimingError`` on an impossible timeline.
+    """
+    rows = []
+    for r in result.records:
+        m = request_metrics(r, result.time_scale)
+        rows.append({
+            "schema_version": SCHEMA_VERSION, "config_hash": config_hash, "trial_id": trial_id,
+            "point_index": point_index, "request_index": r.request_index, "prompt_index": r.prompt_index,
+            "api": r.api, "stream": r.stream, "status": r.status, "error_class": r.error_class,
+            "error_message": r.error_message, "http_status": r.http_status, "finish_reason": r.finish_reason,
+            "scheduled_perf_ns": r.scheduled_perf_ns, "scheduled_offset_ns": r.scheduled_offset_ns,
+            "send_perf_ns": r.send_perf_ns, "send_unix_ns": r.send_unix_ns, "end_perf_ns": r.end_perf_ns,
+            "chunk_perf_ns": list(r.chunk_perf_ns), "chunk_tokens": list(r.chunk_tokens),
+            "first_token_perf_ns": r.first_token_perf_ns, "first_content_perf_ns": r.first_content_perf_ns,
+            "last_token_perf_ns": r.last_token_perf_ns, "done_marker": r.done_marker,
+            "usage_prompt_tokens": r.usage_prompt_tokens, "usage_completion_tokens": r.usage_completion_tokens,
+            "max_tokens": r.max_tokens, "planned_input_len": r.planned_input_len,
+            "input_tokens": r.input_tokens, "input_tokens_source": r.input_tokens_source,
+            "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source,
+            "content_null": r.content_null, "text": r.text[:TEXT_MAX_CHARS],
+            "text_truncated": len(r.text) > TEXT_MAX_CHARS,
+            "ttft_ms": m.ttft_ms, "ttfo_ms": m.ttfo_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms,
+            "client_queue_ms": m.client_queue_ms, "itl_tokens_ms": m.itl_tokens_ms, "chunk_gaps_ms": m.chunk_gaps_ms,
+            "time_scale": result.time_scale,
+        })
+    return rows
+
+
+def load_point_row(metrics: dict[str, Any], **columns: Any) -> dict[str, Any]:
+    """A ``LOAD_POINTS_SCHEMA`` row: ``metrics`` (from ``summarize``) plus orchestration ``columns``; the rest null.
+
+    Unknown keys are an error, so a typo cannot silently drop a column.
+    """
+    names = set(LOAD_POINTS_SCHEMA.names)
+    unknown = (set(metrics) | set(columns)) - names
+    if unknown:
+        raise KeyError(f"not columns of LOAD_POINTS_SCHEMA: {sorted(unknown)}")
+    row: dict[str, Any] = dict.fromkeys(LOAD_POINTS_SCHEMA.names)
+    row["schema_version"] = SCHEMA_VERSION
+    row.update(metrics)
+    row.update(columns)
+    return row
+
+
+def describe_schema() -> str:
+    """Markdown tables of both schemas: column, type, unit, definition."""
+    out = [f"Schema version {SCHEMA_VERSION}. Null means not measured, never 0.", ""]
+    for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA)):
+        out += [f"### {title}", "", "| column | type | unit | definition |", "|---|---|---|---|"]
+        for f in schema:
+            meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
+            desc = meta["description"].replace("|", "\\|")
+            out.append(f"| `{f.name}` | {f.type} | {meta['unit']} | {desc} |")
+        out.append("")
+    return "\n".join(out)

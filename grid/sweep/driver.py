@@ -1,0 +1,131 @@
+"""The sweep driver: plan the trials, start (or join) the Ray cluster, put one ServerActor on every node, run one
+Tune trial per server configuration, and always stop every server before leaving.
+
+Resume: the Parquet tables in the run directory are the source of truth. A configuration whose load-points file
+exists is not run again (failed ones only with ``retry_failed=true``); ``fresh=true`` starts over.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grid.config.schema import RunSpec
+from grid.engines.base import get_engine
+from grid.storage.parquet import recorded_hashes
+from grid.sweep.space import TrialPlan, expand
+
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@dataclass
+class Plan:
+    all: list[TrialPlan]
+    todo: list[TrialPlan]
+    done: dict[str, str]
+
+
+def plan_run(spec: RunSpec) -> Plan:
+    plans = expand(spec)
+    done = {} if spec.fresh else recorded_hashes(spec.run_dir)
+    keep = {"ok", "invalid"} if spec.retry_failed else {"ok", "invalid", "failed"}
+    todo = [p for p in plans if done.get(p.config_hash) not in keep]
+    return Plan(plans, todo, done)
+
+
+def _clear_previous(spec: RunSpec) -> None:
+    import shutil
+
+    for sub in ("parquet", "logs"):
+        shutil.rmtree(Path(spec.run_dir) / sub, ignore_errors=True)
+
+
+def run_trials(spec: RunSpec, plan: Plan, console) -> None:
+    """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
+    import ray
+    from ray import tune
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ServerActor, actor_name
+    from grid.sweep.progress import ProgressCallback
+    from grid.sweep.trial import run_trial
+
+    init = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
+                include_dashboard=spec.ray.dashboard, configure_logging=True)
+    if spec.ray.address is None:
+        init.update(resources={NODE_RESOURCE: 1}, num_cpus=spec.ray.num_cpus or max(2, os.cpu_count() or 2),
+                    object_store_memory=200 * 1024**2)
+        if spec.ray.dashboard:
+            init.update(dashboard_host="127.0.0.1", dashboard_port=spec.ray.dashboard_port)
+    else:
+        init.update(address=spec.ray.address)
+    ctx = ray.init(**init)
+    if spec.ray.dashboard and getattr(ctx, "dashboard_url", None):
+        console.print(f"Ray dashboard: http://{ctx.dashboard_url}  (token: `ray get-auth-token`)")
+    actors = []
+    try:
+        for node in ray.nodes():
+            if not node["Alive"] or not node["Resources"].get(NODE_RESOURCE):
+                continue
+            gpus = int(node["Resources"].get("GPU", 0))
+            label = node.get("NodeManagerHostname", node["NodeID"][:8])
+            actors.append(ServerActor.options(
+                name=actor_name(node["NodeID"]), get_if_exists=True, num_gpus=gpus,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            ).remote(label, spec.engine.host))
+        if not actors:
+            raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
+                               f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
+        plans = {p.config_hash: p for p in plan.todo}
+        trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans),
+                                        {"cpu": 0, NODE_RESOURCE: 1})
+        storage = str((Path(spec.run_dir) / "tune").resolve())
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"config_hash": tune.grid_search([p.config_hash for p in plan.todo])},
+            tune_config=tune.TuneConfig(
+                trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
+                trial_dirname_creator=lambda t: t.config["config_hash"]),
+            run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage,
+                                      verbose=0, callbacks=[ProgressCallback(plans, len(plan.all), console)],
+                                      failure_config=tune.FailureConfig(max_failures=0)),
+        )
+        tuner.fit()
+    finally:
+        for actor in actors:
+            try:
+                ray.get(actor.stop.remote(spec.engine.stop_grace_s), timeout=spec.engine.stop_grace_s + 30)
+            except Exception:  # the actor may be gone already; its process group died with it
+                pass
+        ray.shutdown()
+
+
+def run(spec: RunSpec, console) -> Plan:
+    """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
+    engine = get_engine(spec)
+    if spec.fresh and not spec.dry_run:
+        _clear_previous(spec)
+    plan = plan_run(spec)
+    version = engine.version()
+    if spec.dry_run:
+        for p in plan.all:
+            state = plan.done.get(p.config_hash, "pending")
+            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {state})")
+            console.print("  " + engine.launch_plan(p, spec.engine.port or 30000).command, soft_wrap=True,
+                          markup=False)
+        return plan
+    engine.check_runnable()
+    engine.prepare(spec.run_dir)
+    skipped = len(plan.all) - len(plan.todo)
+    console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} (SGLang {version}), "
+                  f"{spec.model.name} on {spec.hardware.name}; {skipped} already recorded, {len(plan.todo)} to run")
+    if plan.todo:
+        run_trials(spec, plan, console)
+    return plan

@@ -1,0 +1,138 @@
+"""One trial, start to finish, without Ray: launch the configuration, probe it, run every load point on that one
+launch, classify what went wrong, and record every request and every load point to Parquet.
+
+``server`` is anything with the ServerSession interface (grid/server/session.py): the session itself in tests, a
+Ray actor adapter in a sweep. The only clock read here is the wall clock stamped on finished rows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from grid.config.schema import RunSpec
+from grid.engines.base import Engine
+from grid.loadgen.dataset import random_prompts
+from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
+from grid.metrics.loadpoint import SLO, summarize
+from grid.server.logparse import peak_gen_throughput
+from grid.storage.parquet import write_trial
+from grid.storage.schema import SCHEMA_VERSION, request_rows
+from grid.sweep.space import TrialPlan
+
+HANG_CLASSES = {"stall_timeout", "read_timeout"}
+LOG_TAIL_BYTES = 4000
+
+
+def load_points(plan: TrialPlan) -> list[LoadPoint]:
+    """The trial's load points in order: concurrency levels, then request rates (seeded per point index)."""
+    load = plan.load
+    points = [LoadPoint("concurrency", float(c), load.prompts_for(c), warmup_requests=load.warmup_requests,
+                        seed=load.seed * 1000 + i) for i, c in enumerate(load.concurrency)]
+    n = len(points)
+    points += [LoadPoint("rate", float(r), load.prompts_for(r), arrival=load.arrival, burstiness=load.burstiness,
+                         warmup_requests=load.warmup_requests, seed=load.seed * 1000 + n + i)
+               for i, r in enumerate(load.request_rate)]
+    return points
+
+
+def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
+    ok = summary.get("completed") or 0
+    failed = summary.get("failed") or 0
+    if failed == 0:
+        return "ok", None
+    errors = summary.get("error_counts") or summary.get("failed_by_class") or {}
+    if isinstance(errors, str):
+        errors = json.loads(errors or "{}")
+    top = max(errors, key=errors.get) if errors else "request_failed"
+    return ("partial" if ok else "failed"), top
+
+
+def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *, trial_id: str,
+                  on_point: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run the trial and write its Parquet files. Returns the load-point rows (also written)."""
+    load = plan.load
+    api_key = spec.engine.api_key
+    port, infra_notes = server.pick_port(spec.engine.port)
+    launch = engine.launch_plan(plan, port)
+    log_path = f"{spec.run_dir}/logs/{plan.config_hash}.log"
+    result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
+                           time_scale=launch.time_scale, startup_timeout_s=spec.engine.startup_timeout_s,
+                           api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
+    info = server.server_info(api_key) if result["status"] == "ok" else None
+    base = {
+        "schema_version": SCHEMA_VERSION,
+        "run_name": spec.name,
+        "trial_id": trial_id,
+        "config_hash": plan.config_hash,
+        "config_json": plan.config_json,
+        "label": plan.label,
+        "command": launch.command,
+        "engine": spec.engine.kind,
+        "engine_version": engine.version(),
+        "model": spec.model.name,
+        "hardware": spec.hardware.name,
+        "trial_status": result["status"],
+        "trial_error_class": result["error_class"],
+        "trial_error_message": "; ".join([result["message"], *infra_notes]).strip("; ") or None,
+        "startup_s": result["startup_s"],
+        "log_tail": (result["log_tail"] or "")[-LOG_TAIL_BYTES:] or None,
+        "input_len": load.input_len,
+        "output_len": load.output_len,
+        "time_scale": launch.time_scale,
+        "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
+    }
+    points = load_points(plan)
+    rows: list[dict] = []
+    requests: list[dict] = []
+    target = Target(result["base_url"], spec.engine.api, spec.model.name, api_key, launch.time_scale)
+    slo = SLO(spec.objective.slo.ttft_ms, spec.objective.slo.tpot_ms, spec.objective.slo.e2e_ms,
+              spec.objective.slo.percentile)
+    stopped: str | None = None if result["status"] == "ok" else "not_run"
+    for index, point in enumerate(points):
+        row = {**base, "point_index": index, "point_kind": point.kind, "point_value": point.value,
+               "num_prompts": point.num_prompts}
+        if stopped is not None:
+            rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
+                         "finished_unix_ns": time.time_ns()})
+            continue
+        prompts = random_prompts(point.num_prompts + point.warmup_requests, load.input_len, load.output_len,
+                                 load.range_ratio, spec.model.vocab_size, point.seed)
+        log_start = server.log_size()
+        outcome = run_load_point_sync(
+            target, point, prompts,
+            read_timeout_s=load.read_timeout_s / launch.time_scale,
+            stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / launch.time_scale)
+        summary = summarize(outcome, slo)
+        status, error_class = _point_status(summary)
+        gen_peak, gen_running = peak_gen_throughput(server.read_log(log_start))
+        row.update(summary)
+        row.update(status=status, error_class=error_class, server_gen_tok_per_s_peak=gen_peak,
+                   server_running_at_peak=gen_running, finished_unix_ns=time.time_ns())
+        requests += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id, point_index=index)
+        if not server.alive():
+            code = server.exit_code()
+            tail = server.log_tail(LOG_TAIL_BYTES)
+            stopped = "server_crash"
+            row.update(status="failed" if status == "failed" else status)
+            base.update(trial_status="failed", trial_error_class="server_crash",
+                        trial_error_message=f"server exited with code {code} during load point {index}",
+                        log_tail=tail)
+        elif status == "failed" and error_class in HANG_CLASSES:
+            stopped = "server_hang"
+            base.update(trial_status="failed", trial_error_class="server_hang",
+                        trial_error_message=f"no token progress during load point {index} while the server "
+                                            "process was alive", log_tail=server.log_tail(LOG_TAIL_BYTES))
+        rows.append(row)
+        if on_point is not None:
+            on_point(row)
+    server.stop(spec.engine.stop_grace_s)
+    for row in rows:  # trial-level verdict applies to every row of the trial
+        for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
+            row[key] = base[key]
+    if base["trial_status"] == "ok" and not any(r["status"] in ("ok", "partial") for r in rows):
+        for row in rows:
+            row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed")
+    write_trial(spec.run_dir, plan.config_hash, requests, rows)
+    return rows

@@ -1,0 +1,95 @@
+"""Search-space expansion: the sweep spec -> the ordered list of trials to run (pure).
+
+A trial is one server configuration (base settings + sweep base + one point of the grid, or one explicit entry)
+together with the load points it is measured at. Its ``config_hash`` identifies it across runs: resume skips
+trials whose hash already has results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from grid.config.schema import ConfigError, LoadSpec, RunSpec, _load_override
+
+RESERVED_KEYS = ("label", "load")
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One server configuration to launch and the load to run against it."""
+
+    index: int
+    settings: dict[str, Any]     # every setting passed to the server (None entries removed)
+    load: LoadSpec
+    label: str                   # short human name: the settings that vary across the sweep
+    config_hash: str             # 12 hex chars of sha256 over engine, version, model, hardware, settings, load
+
+    @property
+    def config_json(self) -> str:
+        return json.dumps(self.settings, sort_keys=True)
+
+
+def config_hash(spec: RunSpec, settings: dict[str, Any], load: LoadSpec) -> str:
+    """Stable identity of a trial: same engine/version/model/hardware/settings/load -> same hash."""
+    ident = {
+        "engine": spec.engine.kind,
+        "version": spec.version,
+        "model": spec.model.name,
+        "hardware": spec.hardware.name,
+        "settings": settings,
+        "load": load.model_dump(mode="json"),
+    }
+    blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _points(spec: RunSpec) -> list[dict[str, Any]]:
+    sweep = spec.sweep
+    if sweep is None:
+        return [{}]
+    points: list[dict[str, Any]] = []
+    if sweep.grid:
+        keys = list(sweep.grid)
+        for combo in itertools.product(*(sweep.grid[k] for k in keys)):
+            points.append(dict(zip(keys, combo)))
+    points.extend(dict(c) for c in sweep.configs)
+    if not points:
+        raise ConfigError(f"sweep.{sweep.name}: empty search space (set sweep.grid or sweep.configs)")
+    return points
+
+
+def _label(settings: dict[str, Any], varying: list[str]) -> str:
+    if not varying:
+        return "base"
+    parts = []
+    for key in varying:
+        value = settings.get(key)
+        short = key.removeprefix("dsa_").removesuffix("_backend")
+        parts.append(f"{short}={'default' if value is None else value}")
+    return " ".join(parts)
+
+
+def expand(spec: RunSpec) -> list[TrialPlan]:
+    """All trials of the run in sweep order. Duplicate configurations are kept once. Raises ``ConfigError``."""
+    base = {**spec.server, **(spec.sweep.base if spec.sweep else {})}
+    raw = []
+    for point in _points(spec):
+        overrides = {k: v for k, v in point.items() if k not in RESERVED_KEYS}
+        settings = {k: v for k, v in {**base, **overrides}.items() if v is not None}
+        load = _load_override(spec.load, point["load"]) if "load" in point else spec.load
+        raw.append((settings, load, point.get("label")))
+    keys = sorted({k for s, _, _ in raw for k in s})
+    varying = [k for k in keys if len({json.dumps(s.get(k)) for s, _, _ in raw}) > 1]
+    plans: list[TrialPlan] = []
+    seen: set[str] = set()
+    for settings, load, label in raw:
+        h = config_hash(spec, settings, load)
+        if h in seen:
+            continue
+        seen.add(h)
+        plans.append(TrialPlan(len(plans), settings, load, label or _label(settings, varying), h))
+    return plans

@@ -1,0 +1,224 @@
+"""SGLang's log lines, per version (sglang.md §3), and the twin's log writer.
+
+Every line is ``[YYYY-mm-dd HH:MM:SS{prefix}] message`` (§3.1). Scheduler lines carry the rank prefix
+(``DP0`` with DP attention, ``TP0`` when tp > 1, ``EP0`` when ep > 1); the HTTP process and uvicorn lines have none.
+Timestamps are on the *modelled* clock (process start + elapsed real time x time_scale), so that numbers printed in
+the lines (elapsed, throughput) agree with the timestamps around them.
+
+The ``parse_*`` functions read the same lines back (grid's log scrapers and the tests use them).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Callable, TextIO
+
+from grid.twin.cli import Version, parse_version
+
+V510, V511, V513, V523 = (0, 5, 10), (0, 5, 11), (0, 5, 13), (0, 5, 23)
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50}
+
+
+# --- scheduler statistics lines (§3.2, §3.3) -------------------------------------------------------------------------
+def prefill_line(version: str | Version, *, new_seq: int, new_token: int, cached_token: int, token_usage: float,
+                 running_req: int, queue_req: int, input_throughput: float, cuda_graph: bool,
+                 pending_token: int = 0) -> str:
+    """The ``Prefill batch`` message (no timestamp prefix) as ``version`` prints it."""
+    ver = parse_version(version) if isinstance(version, str) else version
+    head = (f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached_token}, "
+            f"token usage: {token_usage:.2f}, #running-req: {running_req}, #queue-req: {queue_req}, ")
+    if ver < V510:
+        return head + f"input throughput (token/s): {input_throughput:.2f}, cuda graph: {cuda_graph}"
+    if ver >= V511:
+        head += f"#pending-token: {pending_token}, "
+    return head + f"cuda graph: {cuda_graph}, input throughput (token/s): {input_throughput:.2f}"
+
+
+def decode_line(version: str | Version, *, running_req: int, num_token: int, token_usage: float, cuda_graph: bool,
+                gen_throughput: float, queue_req: int) -> str:
+    """The ``Decode batch`` message (identical from 0.5.9 to 0.5.23 for dense, non-speculative models)."""
+    return (f"Decode batch, #running-req: {running_req}, #token: {num_token}, token usage: {token_usage:.2f}, "
+            f"cuda graph: {cuda_graph}, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue_req}")
+
+
+_PREFIX_RE = r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)(?P<ranks>(?: [A-Z_]+\d+)*)\] "
+_KV = re.compile(r"(#?[a-z][a-z /()-]*?[a-z)]): (-?[\d.]+|True|False)")
+
+
+def _fields(msg: str) -> dict[str, float | int | bool]:
+    out: dict[str, float | int | bool] = {}
+    for key, val in _KV.findall(msg):
+        key = key.strip()
+        if val in ("True", "False"):
+            out[key] = val == "True"
+        elif "." in val:
+            out[key] = float(val)
+        else:
+            out[key] = int(val)
+    return out
+
+
+def parse_line(line: str) -> tuple[str | None, str, str]:
+    """``(timestamp, rank prefix, message)``; timestamp None when the line has no ``[...]`` prefix."""
+    m = re.match(_PREFIX_RE, line)
+    if not m:
+        return None, "", line
+    return m.group("ts"), m.group("ranks").strip(), line[m.end():]
+
+
+def parse_batch_line(line: str) -> dict | None:
+    """Parse a ``Prefill batch``/``Decode batch`` line (any 0.5.x form) into ``{"kind": ..., field: value}``."""
+    ts, ranks, msg = parse_line(line)
+    m = re.match(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ", msg)
+    if not m:
+        return None
+    out: dict = {"kind": m.group(1).lower(), "ts": ts, "ranks": ranks}
+    out.update(_fields(msg[m.end():]))
+    return out
+
+
+CAPACITY_RE = re.compile(
+    r"max_total_num_tokens=(?P<max_total_num_tokens>\d+), chunked_prefill_size=(?P<chunked_prefill_size>-?\d+), "
+    r"max_prefill_tokens=(?P<max_prefill_tokens>\d+), max_running_requests=(?P<max_running_requests>\d+), "
+    r"context_len=(?P<context_len>\d+), available_gpu_mem=(?P<available_gpu_mem>[\d.]+) GB")
+KV_RE = re.compile(r"KV Cache is allocated\. (?:dtype: (?P<dtype>[\w.]+), )?#tokens: (?P<tokens>\d+), "
+                   r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)")
+
+
+def parse_capacity_line(line: str) -> dict | None:
+    m = CAPACITY_RE.search(line)
+    if not m:
+        return None
+    return {k: (float(v) if k == "available_gpu_mem" else int(v)) for k, v in m.groupdict().items()}
+
+
+# --- startup lines (§3.4) --------------------------------------------------------------------------------------------
+def torch_dtype(kv_cache_dtype: str) -> str:
+    return {"fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2", "fp4_e2m1": "torch.float4_e2m1fn_x2",
+            "nvfp4": "torch.float4_e2m1fn_x2", "mxfp8": "torch.float8_e4m3fn"}.get(kv_cache_dtype, "torch.bfloat16")
+
+
+def kv_cache_line(version: str | Version, *, tokens: int, kv_gb: float, mla: bool, kv_cache_dtype: str) -> str:
+    ver = parse_version(version) if isinstance(version, str) else version
+    sizes = f"KV size: {kv_gb:.2f} GB" if mla else f"K size: {kv_gb / 2:.2f} GB, V size: {kv_gb / 2:.2f} GB"
+    if ver >= V523:
+        return f"KV Cache is allocated. dtype: {torch_dtype(kv_cache_dtype)}, #tokens: {tokens}, {sizes}"
+    return f"KV Cache is allocated. #tokens: {tokens}, {sizes}"
+
+
+def capacity_line(*, max_total_num_tokens: int, chunked_prefill_size: int, max_prefill_tokens: int,
+                  max_running_requests: int, context_len: int, available_gpu_mem: float) -> str:
+    return (f"max_total_num_tokens={max_total_num_tokens}, chunked_prefill_size={chunked_prefill_size}, "
+            f"max_prefill_tokens={max_prefill_tokens}, max_running_requests={max_running_requests}, "
+            f"context_len={context_len}, available_gpu_mem={available_gpu_mem:.2f} GB")
+
+
+def load_weight_end_line(version: str | Version, *, elapsed: float, arch: str, avail: float, usage: float) -> str:
+    ver = parse_version(version) if isinstance(version, str) else version
+    dtype = "" if ver >= V523 else ", dtype=torch.bfloat16"
+    return f"Load weight end. elapsed={elapsed:.2f} s, type={arch}{dtype}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB."
+
+
+def graph_begin_lines(version: str | Version, *, avail: float, bs: list[int]) -> list[str]:
+    ver = parse_version(version) if isinstance(version, str) else version
+    if ver >= V523:
+        return [f"Capture target decode cuda graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB"]
+    return [f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
+            f"Capture cuda graph bs {bs}"]
+
+
+def graph_end_line(version: str | Version, *, elapsed: float, usage: float, avail: float, bs: list[int]) -> str:
+    ver = parse_version(version) if isinstance(version, str) else version
+    if ver >= V523:
+        return (f"Capture target decode cuda graph end. bs={bs}, elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, "
+                f"avail mem={avail:.2f} GB.")
+    return f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB."
+
+
+READY_LINE = "The server is fired up and ready to roll!"
+NAN_LINE = "Detected errors during sampling! NaN in the logits."
+
+
+def uvicorn(msg: str) -> str:
+    """Uvicorn's ``INFO:     ...`` form (level name padded to 9 columns)."""
+    return f"INFO:     {msg}"
+
+
+def access_line(peer: str, method: str, path: str, status: int, reason: str) -> str:
+    return uvicorn(f'{peer} - "{method} {path} HTTP/1.1" {status} {reason}')
+
+
+def rank_prefix(*, tp_size: int, ep_size: int = 1, dp_attention: bool = False, pp_size: int = 1, rank: int = 0) -> str:
+    """The scheduler's rank prefix (§3.1), e.g. ``" TP0 EP0"``; empty with tp=1 and no DP/PP/EP."""
+    parts = []
+    if dp_attention:
+        parts.append(f"DP{rank}")
+    if pp_size > 1:
+        parts.append("PP0")
+    if tp_size > 1:
+        parts.append(f"TP{rank}")
+    if ep_size > 1:
+        parts.append(f"EP{rank}")
+    return "".join(" " + p for p in parts)
+
+
+class LogWriter:
+    """Writes prefixed lines. ``clock()`` returns modelled unix seconds. Access lines go to stdout, the rest to stderr
+    (as Python logging and uvicorn's access logger do)."""
+
+    def __init__(self, clock: Callable[[], float], *, level: str = "info", sched_prefix: str = "",
+                 err: TextIO | None = None, out: TextIO | None = None) -> None:
+        self.clock = clock
+        self.level = LEVELS.get(level.lower(), 20)
+        self.sched_prefix = sched_prefix
+        self.err = err or sys.stderr
+        self.out = out or sys.stdout
+        self._sec = -1
+        self._stamp = ""
+
+    def _ts(self) -> str:
+        now = self.clock()
+        sec = int(now)
+        if sec != self._sec:
+            self._sec = sec
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sec))
+        return self._stamp
+
+    def _write(self, stream: TextIO, prefix: str, msg: str, level: int) -> None:
+        if level < self.level:
+            return
+        stream.write(f"[{self._ts()}{prefix}] {msg}\n")
+        stream.flush()
+
+    def info(self, msg: str, *, level: str = "info") -> None:
+        """A line from the HTTP/tokenizer (main) process: no rank prefix."""
+        self._write(self.err, "", msg, LEVELS[level])
+
+    def sched(self, msg: str, *, level: str = "info") -> None:
+        """A line from the scheduler on rank 0."""
+        self._write(self.err, self.sched_prefix, msg, LEVELS[level])
+
+    def access(self, msg: str) -> None:
+        self._write(self.out, "", msg, 20)
+
+    def raw(self, text: str) -> None:
+        """Unprefixed text (tracebacks)."""
+        self.err.write(text if text.endswith("\n") else text + "\n")
+        self.err.flush()
+
+
+def traceback_text(exc_type: str, message: str, *, where: str = "server_args.py", func: str = "__post_init__") -> str:
+    """A Python traceback as SGLang prints it when ``prepare_server_args`` raises at launch."""
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        '  File "sglang/launch_server.py", line 24, in <module>\n'
+        "    server_args = prepare_server_args(sys.argv[1:])\n"
+        f'  File "sglang/srt/{where}", line 5016, in {func}\n'
+        "    self.check_server_args()\n"
+        f"{exc_type}: {message}\n"
+    )

@@ -1,0 +1,111 @@
+"""A scripted HTTP test server: each request gets a list of (offset_s, bytes) writes, due at absolute offsets from
+the moment the request was received, so chunk timings are under the test's control."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+SSE = "text/event-stream"
+
+
+def sse(obj) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+@dataclass
+class Reply:
+    """What the server does for one request."""
+
+    writes: list[tuple[float, bytes]] = field(default_factory=list)  # (offset s after receipt, bytes)
+    status: int = 200
+    content_type: str = SSE
+    body: bytes | None = None  # a non-streamed body (sent at once, or after `body_delay_s`)
+    body_delay_s: float = 0.0
+    hang_after_s: float | None = None  # keep the connection open (silent) this long after the last write
+
+
+Script = Callable[[int, dict], Reply]
+
+
+class ScriptedServer:
+    """``async with ScriptedServer(script) as srv: srv.url``; ``srv.requests`` holds every request body seen."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        body = await request.json()
+        index = len(self.requests)
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        reply = self.script(index, body)
+        if reply.body is not None or reply.status != 200:
+            if reply.body_delay_s:
+                await asyncio.sleep(reply.body_delay_s)
+            return web.Response(status=reply.status, body=reply.body or b"", content_type="application/json")
+        resp = web.StreamResponse(status=200, headers={"Content-Type": reply.content_type})
+        await resp.prepare(request)
+        for offset, data in reply.writes:
+            delay = t0 + offset - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await resp.write(data)
+        if reply.hang_after_s:
+            await asyncio.sleep(reply.hang_after_s)
+        return resp
+
+    async def __aenter__(self) -> "ScriptedServer":
+        app = web.Application()
+        for path in ("/generate", "/v1/completions", "/v1/chat/completions"):
+            app.router.add_post(path, self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+def gen_event(text: str, completion_tokens: int, prompt_tokens: int = 8, finish=None) -> bytes:
+    """A /generate stream event: cumulative text, running completion_tokens."""
+    return sse({"text": text, "meta_info": {"id": "x", "prompt_tokens": prompt_tokens,
+                                            "completion_tokens": completion_tokens, "finish_reason": finish}})
+
+
+def chat_event(delta: dict | None = None, finish=None, usage=None, choices=True) -> bytes:
+    obj: dict = {"id": "c", "object": "chat.completion.chunk", "model": "m"}
+    obj["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []
+    if usage is not None:
+        obj["usage"] = usage
+    return sse(obj)
+
+
+def cmpl_event(text: str | None, finish=None, usage=None, choices=True) -> bytes:
+    obj: dict = {"id": "c", "object": "text_completion", "model": "m"}
+    obj["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}] if choices else []
+    if usage is not None:
+        obj["usage"] = usage
+    return sse(obj)
+
+
+def usage(prompt: int, completion: int) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

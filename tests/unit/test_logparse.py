@@ -1,0 +1,38 @@
+from grid.server.logparse import decode_stats, parse_batch_line, peak_gen_throughput
+
+# Verbatim lines from ../shared/reference/sglang.md §3.3
+V10 = ("[2026-04-05 20:02:51] Decode batch, #running-req: 32, #token: 11179, token usage: 0.08, cuda graph: True, "
+       "gen throughput (token/s): 1635.11, #queue-req: 0")
+TP = ("[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, "
+      "gen throughput (token/s): 144.95, #queue-req: 0")
+OLD = ("[2025-09-03 18:33:19 TP0] Decode batch. #running-req: 1, #token: 137, token usage: 0.00, cuda graph: True, "
+       "gen throughput (token/s): 1.06, #queue-req: 0, ")
+PREFILL = ("[2026-08-23 09:09:50 TP0 EP0] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, "
+           "full token usage: 0.01, swa token usage: 0.01, #running-req: 0, #queue-req: 1, #pending-token: 46401, "
+           "cuda graph: False, input throughput (token/s): 8072.80")
+
+
+def test_decode_line_fields():
+    row = parse_batch_line(V10)
+    assert row["kind"] == "decode" and row["running_req"] == 32 and row["token"] == 11179
+    assert row["token_usage"] == 0.08 and row["cuda_graph"] is True
+    assert row["gen_throughput_tok_per_s"] == 1635.11 and row["queue_req"] == 0
+    assert parse_batch_line(TP)["prefix"] == "TP0"
+
+
+def test_old_period_format_with_trailing_separator():
+    row = parse_batch_line(OLD)
+    assert row["running_req"] == 1 and row["gen_throughput_tok_per_s"] == 1.06 and row["queue_req"] == 0
+
+
+def test_prefill_hybrid_line():
+    row = parse_batch_line(PREFILL)
+    assert row["kind"] == "prefill" and row["new_token"] == 8192 and row["pending_token"] == 46401
+    assert row["full_token_usage"] == 0.01 and row["input_throughput_tok_per_s"] == 8072.80
+
+
+def test_peak():
+    text = "\n".join([TP, "noise", V10, PREFILL])
+    assert len(decode_stats(text)) == 2
+    assert peak_gen_throughput(text) == (1635.11, 32)
+    assert peak_gen_throughput("nothing") == (None, None)
