@@ -39,14 +39,16 @@ def main(cfg: dict[str, Any], console: Console | None = None) -> int:
     try:
         spec = load_run_spec(cfg)
     except ConfigError as err:
-        console.print(f"[bold red]Configuration error:[/] {err}", markup=True, highlight=False)
+        console.print("[bold red]Configuration error:[/]", end=" ")
+        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
         return 2
     from grid.sweep import driver
 
     try:
         driver.run(spec, console)
     except (ConfigError, EngineUnavailable) as err:
-        console.print(f"[bold red]Cannot run:[/] {err}", highlight=False)
+        console.print("[bold red]Cannot run:[/]", end=" ")
+        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted; completed trials are saved. Run the same command to resume.[/]")

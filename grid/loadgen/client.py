@@ -8,9 +8,10 @@ Each kind is a small class registered by name (``ENDPOINTS``; ``get_endpoint(nam
 * ``chat``: ``POST /v1/chat/completions``; ``delta.content`` and ``delta.reasoning_content`` (or ``reasoning``)
   are deltas; reasoning tokens count as generated tokens (TTFT) but not as content (TTFO).
 
-Token counts per event on the OpenAI endpoints: when an event that has ``choices`` also carries ``usage``
-(``stream_options.continuous_usage_stats``) its tokens are the increase of ``usage.completion_tokens``; otherwise
-an event with a non-empty text/reasoning/tool-call delta counts as 1 token and any other event as 0. A usage-only
+Token counts per event on the OpenAI endpoints: when the first event with a non-empty delta carries ``usage``
+(``stream_options.continuous_usage_stats``), every event's tokens are the increase of ``usage.completion_tokens``;
+otherwise an event with a non-empty text/reasoning/tool-call delta counts as 1 token and any other event as 0 (a
+usage total on the finish event is then only the final report). A usage-only
 event (``choices: []``) never carries tokens. The request's ``output_tokens`` is the last server-reported count
 (``usage.completion_tokens`` / ``meta_info.completion_tokens``, source ``usage``) when it is >= 1, else the sum of
 the per-event counts (source ``stream_count``); never the requested maximum.
@@ -183,7 +184,7 @@ def _usage(obj: dict, info: EventInfo) -> None:
 
 class _OpenAIEndpoint(Endpoint):
     def new_state(self) -> dict:
-        return {"completion": 0}
+        return {"completion": 0, "continuous": None}
 
     def _choice(self, obj: dict) -> dict | None:
         choices = obj.get("choices")
@@ -214,11 +215,15 @@ class _OpenAIEndpoint(Endpoint):
                 info.error = "finish_reason abort"
         content, reasoning, other = self._delta(choice)
         info.text, info.reasoning = content, reasoning
-        if info.usage_completion is not None:  # continuous usage: exact tokens per event
+        nonempty = bool(content or reasoning or other)
+        if nonempty and state["continuous"] is None:
+            # continuous usage (usage on every event) is decided by the first event with a delta
+            state["continuous"] = info.usage_completion is not None
+        if state["continuous"] and info.usage_completion is not None:  # exact tokens per event
             info.tokens = max(0, info.usage_completion - state["completion"])
             state["completion"] = max(state["completion"], info.usage_completion)
-        else:
-            info.tokens = 1 if (content or reasoning or other) else 0
+        else:  # a usage total on a late event (e.g. the finish event) is a report, not this event's tokens
+            info.tokens = 1 if nonempty else 0
         info.content_tokens = info.tokens > 0 and bool(content or other)
         return info
 

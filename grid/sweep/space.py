@@ -82,7 +82,7 @@ def expand(spec: RunSpec) -> list[TrialPlan]:
         settings = {k: v for k, v in {**base, **overrides}.items() if v is not None}
         load = _load_override(spec.load, point["load"]) if "load" in point else spec.load
         raw.append((settings, load, point.get("label")))
-    keys = sorted({k for s, _, _ in raw for k in s})
+    keys = list(dict.fromkeys(k for s, _, _ in raw for k in s))
     varying = [k for k in keys if len({json.dumps(s.get(k)) for s, _, _ in raw}) > 1]
     plans: list[TrialPlan] = []
     seen: set[str] = set()

@@ -95,7 +95,7 @@ TBO_HIDDEN_FRACTION = 0.5
 
 # --- kernels per layer (assumption; count of launches in SGLang's decode forward) ----------------------------------
 K_LAYER_BASE = 14  # 2 norms, qkv, rope, attention, o_proj, all-reduce, residual adds, gate_up, act, down, all-reduce
-K_MLA_EXTRA = 14  # q_a/q_b/kv_a, 2 latent norms, rope split/concat, absorbed bmm in/out, cache write, MLA plan
+K_MLA_EXTRA = 10  # q_a/q_b/kv_a, 2 latent norms, rope, absorbed bmm in/out, cache write, MLA plan
 K_DSA_EXTRA = 8  # indexer q/k projections, scores, top-k, metadata (only when the indexer runs)
 K_MOE_EXTRA = 14  # router, top-k, align/permute, activation quant, 2 grouped GEMMs, act, unpermute, shared expert
 

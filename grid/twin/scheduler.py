@@ -1,0 +1,253 @@
+"""Continuous-batching scheduler of the twin, modelled on SGLang's (pure stepping, no clocks).
+
+Each ``step`` picks the next batch the way SGLang's scheduler loop does and returns its modelled duration
+(from ``PerfModel`` only), the tokens it produced and the requests it finished:
+
+* **Prefill first.** If a request is waiting (or a chunked prefill is in progress) and it can be admitted, the step is
+  a prefill batch; prefill and decode are not mixed (``--enable-mixed-chunk`` off, SGLang's default).
+* **Admission** takes requests from the waiting queue in policy order while: running + new < max_running_requests;
+  the new tokens fit the prefill budget (``chunked_prefill_size``, or ``max_prefill_tokens`` with chunking disabled;
+  the first request may exceed ``max_prefill_tokens`` when chunking is off, as in SGLang); and KV fits. KV admission
+  reserves ``input + ceil(max_new_tokens * NEW_TOKEN_RATIO)`` per running request (SGLang's ``new_token_ratio``
+  estimate, initial 0.7 at schedule_conservativeness 1.0). A request longer than the chunk budget is prefilled in
+  chunks over consecutive prefill steps; its first token comes with its last chunk.
+* **Decode** runs one iteration over every running request. If the KV pool cannot hold one more token per request,
+  the request admitted last is retracted (its KV freed, it returns to the front of the queue and is re-prefilled with
+  its generated tokens as prefix), like SGLang's ``retract_decode``.
+* **Policies** (``--schedule-policy``): ``fcfs`` arrival order; ``lof`` longest max_new_tokens first; ``random``
+  (seeded); ``priority`` larger value first, then arrival; ``lpm`` and ``dfs-weight`` fall back to fcfs because the
+  twin does not model radix-tree prefix sharing (SGLang does the same when the radix cache is disabled).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from grid.twin.perf import PerfModel
+
+NEW_TOKEN_RATIO = 0.7  # SGLang init_new_token_ratio at schedule_conservativeness 1.0
+
+
+@dataclass
+class TwinRequest:
+    rid: str
+    input_tokens: int
+    max_new_tokens: int
+    eos_after: int | None = None  # natural stop after this many tokens (ignore_eos False); None -> max_new_tokens
+    priority: int = 0
+    cached_tokens: int = 0  # prefix-cache hit (0 unless radix cache modelled)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    kind: str  # "prefill" | "decode" | "idle"
+    duration_s: float  # modelled
+    new_seqs: int
+    new_tokens: int
+    cached_tokens: int
+    running: int
+    queued: int
+    used_tokens: int
+    token_usage: float
+    cuda_graph: bool
+
+
+@dataclass
+class Step:
+    stats: StepStats
+    emitted: dict[str, int]  # rid -> tokens produced by this step (prefill completing a request emits its first token)
+    finished: dict[str, str]  # rid -> "length" | "stop" | "abort"
+
+
+@dataclass
+class _State:
+    req: TwinRequest
+    arrival_s: float
+    seq: int
+    prefix: int  # tokens that must be in KV before decoding (input, or input + generated after a retraction)
+    prefilled: int = 0  # tokens of prefix already in KV
+    generated: int = 0
+    admitted_seq: int = -1
+
+    @property
+    def target(self) -> int:
+        t = self.req.max_new_tokens
+        if self.req.eos_after is not None:
+            t = min(t, self.req.eos_after)
+        return max(1, t)
+
+    _gen_in_prefix: int = 0  # generated tokens already folded into prefix by a retraction
+
+    def reserve(self) -> int:
+        remaining = max(0, self.req.max_new_tokens - self.generated)
+        return self.prefix + math.ceil(remaining * NEW_TOKEN_RATIO)
+
+
+class Scheduler:
+    """SGLang-like continuous batching over a ``PerfModel``; see the module docstring."""
+
+    def __init__(self, perf: PerfModel, policy: str | None = None) -> None:
+        self.perf = perf
+        self.policy = (policy or perf.cfg.schedule_policy or "fcfs").lower()
+        self.capacity = max(1, perf.kv_capacity_tokens * (perf.dp if perf.dp_attention else perf.replicas))
+        self.max_running = max(1, perf.max_running_requests * (perf.replicas if perf.replicas > 1 else 1))
+        if perf.chunked_prefill_size and perf.chunked_prefill_size > 0:
+            self.prefill_budget = perf.chunked_prefill_size
+            self.chunking = True
+        else:
+            self.prefill_budget = perf.max_prefill_tokens
+            self.chunking = False
+        self._rng = random.Random(0)
+        self._seq = 0
+        self._admit_seq = 0
+        self.waiting: list[_State] = []
+        self.running: list[_State] = []  # admitted (prefilling or decoding)
+        self._aborted: list[str] = []
+
+    # ------------------------------------------------------------------------------------------------------------
+    def add(self, req: TwinRequest, now_s: float) -> None:
+        st = _State(req=req, arrival_s=now_s, seq=self._seq, prefix=max(1, req.input_tokens))
+        st.prefilled = min(req.cached_tokens, st.prefix - 1) if req.cached_tokens else 0
+        self._seq += 1
+        self.waiting.append(st)
+
+    def abort(self, rid: str) -> None:
+        for lst in (self.waiting, self.running):
+            for st in list(lst):
+                if st.req.rid == rid:
+                    lst.remove(st)
+                    self._aborted.append(rid)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self._aborted)
+
+    # ------------------------------------------------------------------------------------------------------------
+    def used_tokens(self) -> int:
+        return sum(self._kv(st) for st in self.running)
+
+    @staticmethod
+    def _kv(st: _State) -> int:
+        if st.prefilled < st.prefix:
+            return st.prefilled
+        return st.prefix + st.generated - st._gen_in_prefix
+
+    def _order(self) -> list[_State]:
+        w = self.waiting
+        if self.policy == "lof":
+            return sorted(w, key=lambda s: (-s.req.max_new_tokens, s.seq))
+        if self.policy == "priority":
+            return sorted(w, key=lambda s: (-s.req.priority, s.seq))
+        if self.policy == "random":
+            out = list(w)
+            self._rng.shuffle(out)
+            return out
+        return sorted(w, key=lambda s: s.seq)  # fcfs, lpm / dfs-weight without radix cache
+
+    def _stats(self, kind: str, dur: float, new_seqs=0, new_tokens=0, cached=0, graph=False) -> StepStats:
+        used = self.used_tokens()
+        return StepStats(
+            kind=kind,
+            duration_s=dur,
+            new_seqs=new_seqs,
+            new_tokens=new_tokens,
+            cached_tokens=cached,
+            running=len(self.running),
+            queued=len(self.waiting),
+            used_tokens=used,
+            token_usage=used / self.capacity,
+            cuda_graph=graph,
+        )
+
+    def step(self, now_s: float) -> Step:
+        finished: dict[str, str] = {rid: "abort" for rid in self._aborted}
+        self._aborted.clear()
+        step = self._prefill_step(finished)
+        if step is None:
+            step = self._decode_step(finished)
+        return step
+
+    # ------------------------------------------------------------------------------------------------------------
+    def _prefill_step(self, finished: dict[str, str]) -> Step | None:
+        budget = self.prefill_budget
+        batch: list[tuple[_State, int]] = []
+        # a chunked request in progress goes first (SGLang keeps it as chunked_req)
+        for st in self.running:
+            if st.prefilled < st.prefix:
+                take = min(st.prefix - st.prefilled, budget) if self.chunking else st.prefix - st.prefilled
+                batch.append((st, take))
+                budget -= take
+        reserved = sum(st.reserve() for st in self.running)
+        admitted: list[_State] = []
+        n_running = len(self.running)
+        for st in self._order():
+            if budget <= 0 or n_running + len(admitted) >= self.max_running:
+                break
+            need = st.reserve()
+            if reserved + need > self.capacity and (self.running or admitted):
+                break
+            rest = st.prefix - st.prefilled
+            if self.chunking:
+                take = min(rest, budget)
+            else:
+                if batch and rest > budget:
+                    break
+                take = rest
+            admitted.append(st)
+            batch.append((st, take))
+            budget -= take
+            reserved += need
+        if not batch:
+            return None
+        for st in admitted:
+            self.waiting.remove(st)
+            st.admitted_seq = self._admit_seq
+            self._admit_seq += 1
+            self.running.append(st)
+        new_tokens = sum(t for _, t in batch)
+        cached = sum(st.prefilled for st, _ in batch)
+        dur = self.perf.prefill_step_s(new_tokens, cached, len(batch))
+        emitted: dict[str, int] = {}
+        for st, take in batch:
+            st.prefilled += take
+            if st.prefilled >= st.prefix and st.generated == st._gen_in_prefix:
+                st.generated += 1  # the prefill's sampled token
+                emitted[st.req.rid] = 1
+                self._maybe_finish(st, finished)
+        return Step(
+            stats=self._stats("prefill", dur, len(admitted), new_tokens, cached, False),
+            emitted=emitted,
+            finished=finished,
+        )
+
+    def _maybe_finish(self, st: _State, finished: dict[str, str]) -> None:
+        if st.generated >= st.target:
+            eos = st.req.eos_after is not None and st.req.eos_after <= st.req.max_new_tokens
+            finished[st.req.rid] = "stop" if eos and st.generated >= st.req.eos_after else "length"
+            self.running.remove(st)
+
+    def _decode_step(self, finished: dict[str, str]) -> Step:
+        decoding = [st for st in self.running if st.prefilled >= st.prefix]
+        # retract until one more token per request fits (SGLang retract_decode)
+        while decoding and self.used_tokens() + len(decoding) > self.capacity and len(decoding) > 1:
+            victim = max(decoding, key=lambda s: s.admitted_seq)
+            decoding.remove(victim)
+            self.running.remove(victim)
+            victim.prefix = victim.prefix + victim.generated - victim._gen_in_prefix
+            victim._gen_in_prefix = victim.generated
+            victim.prefilled = 0
+            self.waiting.append(victim)
+            victim.seq = -1 - victim.seq  # front of the fcfs queue
+        if not decoding:
+            return Step(stats=self._stats("idle", 0.0), emitted={}, finished=finished)
+        bs = len(decoding)
+        ctx = sum(self._kv(st) for st in decoding)
+        dur = self.perf.decode_step_s(bs, ctx)
+        graph = self.perf.uses_cuda_graph(bs)
+        emitted: dict[str, int] = {}
+        for st in decoding:
+            st.generated += 1
+            emitted[st.req.rid] = 1
+            self._maybe_finish(st, finished)
+        return Step(stats=self._stats("decode", dur, 0, 0, 0, graph), emitted=emitted, finished=finished)

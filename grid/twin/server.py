@@ -1,0 +1,1306 @@
+"""The twin's server process: SGLang's HTTP API, readiness phases and logs, driven by the performance model.
+
+One asyncio loop, one aiohttp application. Lifecycle (sglang.md §3.4, §7.2):
+
+1. *loading*: the port is not bound (connection refused) while the modelled startup phases
+   (``PerfModel.startup_phases_s()``, divided by time_scale) elapse; their log lines are printed as each phase begins
+   and ends. Startup failures (``startup_crash``/``startup_oom``/``startup_hang``) fire here at their ``at_s``.
+2. *bound, warming up*: uvicorn's lines; ``/health`` and ``/health_generate`` answer 503 while the warm-up request
+   (``"The capital city of France is"``, 8 tokens) runs through the scheduler.
+3. *ready*: ``The server is fired up and ready to roll!``; health answers 200.
+
+The scheduler is driven in scaled real time by one task (:meth:`Twin._sched_loop`): ``step = scheduler.step(t)``,
+then wait for the absolute deadline ``t0 + (t + step.duration_s) / time_scale`` on ``perf_counter`` and deliver the
+step's tokens. The modelled clock never runs behind real time (after idling, or when the CPU falls behind, it resyncs
+to ``elapsed_real x time_scale``). Delivery is coalescing: each request has a token counter and an ``asyncio.Event``;
+its HTTP handler wakes, sends one chunk with everything produced since its last chunk, and sleeps again. All reported
+times (``e2e_latency``, metrics, log timestamps, throughputs) are modelled seconds.
+
+Health: ``/health`` answers 200 as soon as the server is up (SGLang with
+``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false``); ``/health_generate`` sends a 1-token request through the scheduler
+and answers 503 when nothing comes back within 20 modelled seconds (``SGLANG_HEALTH_CHECK_TIMEOUT``).
+
+Faults: every failure mode from ``find_failures`` and every injected fault of ``GRID_TWIN_FAULTS`` (a JSON list of
+``{"kind": ..., params}``) becomes a :class:`Fault` from the registry :data:`FAULT_KINDS`; see each class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any, ClassVar
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from grid.twin import cli, logs, textgen
+from grid.twin.metrics import CONTENT_TYPE, TwinMetrics
+
+ENV_HARDWARE = "GRID_TWIN_HARDWARE"
+ENV_VERSION = "GRID_TWIN_VERSION"
+ENV_TIME_SCALE = "GRID_TWIN_TIME_SCALE"
+ENV_FAULTS = "GRID_TWIN_FAULTS"
+HEALTH_CHECK_TIMEOUT_S = 20.0
+WARMUP_TEXT = "The capital city of France is"
+FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, "
+            "the operation will not be performed.)\n")
+OOM_LINES = (
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "{total:.2f} GiB of which 1.06 GiB is free.",
+    "Received sigquit from a child process. It usually means the child failed.",
+)
+
+
+# --- faults ------------------------------------------------------------------------------------------------------------
+class Fault:
+    """A fault effect. Subclasses set hooks; params come from a FailureMode row or a GRID_TWIN_FAULTS entry."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, params: dict, source: str = "injected") -> None:
+        self.params = params
+        self.source = source
+        self.at_s = float(params.get("at_s", params.get("after_s", 0.0)) or 0.0)
+        self.exit_code = int(params.get("exit_code", 1) if params.get("exit_code") is not None else 1)
+        self.log_lines = tuple(params.get("log_lines") or ())
+
+    # startup (modelled seconds since process start)
+    def startup_event(self) -> tuple[float, str] | None:
+        """``(at_s, "crash"|"hang")`` to fire during startup, or None."""
+        return None
+
+    bind_at_s: float | None = None  # override of when the port opens
+    ready_at_s: float | None = None  # health answers 503 until this modelled time
+
+    def garbage(self, serving_s: float) -> str | None:
+        """The piece every completion repeats, when this fault garbles output at ``serving_s`` (modelled since ready)."""
+        return None
+
+    def runtime_due(self, twin: "Twin") -> bool:
+        return False
+
+    def fire_runtime(self, twin: "Twin") -> None:
+        pass
+
+
+FAULT_KINDS: dict[str, type[Fault]] = {}
+
+
+def register(cls: type[Fault]) -> type[Fault]:
+    FAULT_KINDS[cls.kind] = cls
+    return cls
+
+
+@register
+class StartupCrash(Fault):
+    """Print the row's log lines at ``at_s`` (modelled since start) and exit ``exit_code``; before the port opens when
+    ``at_s`` falls inside the loading phases, otherwise while warming up/serving."""
+
+    kind = "startup_crash"
+
+    def startup_event(self):
+        return (self.at_s, "crash")
+
+
+@register
+class StartupOom(StartupCrash):
+    kind = "startup_oom"
+
+
+@register
+class StartupOomAt(StartupCrash):
+    """Injected ``{"kind": "startup_oom_at_s", "at_s": S, "exit_code": 1}``: a CUDA OOM at S modelled seconds."""
+
+    kind = "startup_oom_at_s"
+
+
+@register
+class StartupHang(Fault):
+    """Progress stops at ``at_s``: never binds (inside loading) or never becomes ready (later)."""
+
+    kind = "startup_hang"
+
+    def startup_event(self):
+        return (self.at_s, "hang")
+
+
+@register
+class NanOutput(Fault):
+    """Garbage output (``"!"`` repeated) from ``at_s`` modelled seconds of serving on; the NaN line is logged every
+    decode-log interval (on 0.5.9 only with --enable-nan-detection, as SGLang)."""
+
+    kind = "nan_output"
+    piece = "!"
+
+    def garbage(self, serving_s):
+        return str(self.params.get("token", self.piece)) if serving_s >= self.at_s else None
+
+
+@register
+class RepeatToken(NanOutput):
+    """Injected ``{"kind": "repeat_token", "token": " the"}``: every completion repeats one token."""
+
+    kind = "repeat_token"
+    piece = " the"
+
+
+@register
+class RuntimeCrash(Fault):
+    """Exit ``exit_code`` after ``at_s`` modelled seconds of decoding (summed decode step time)."""
+
+    kind = "runtime_crash"
+
+    def runtime_due(self, twin):
+        return twin.decode_s >= self.at_s
+
+    def fire_runtime(self, twin):
+        twin.crash(self.log_lines or ("Received sigquit from a child process. It usually means the child failed.",),
+                   self.exit_code)
+
+
+@register
+class ExitAfterLoad(RuntimeCrash):
+    """Injected ``{"kind": "exit_after_load_s", "after_s": S, "exit_code": N}``: exit N after S modelled seconds of
+    serving load (time with work in the scheduler, warm-up excluded)."""
+
+    kind = "exit_after_load_s"
+
+    def runtime_due(self, twin):
+        return twin.ready and twin.busy_s >= self.at_s
+
+
+@register
+class SchedulerDies(Fault):
+    """Injected ``{"kind": "scheduler_dies_after_s", "after_s": S}``: S modelled seconds after ready the scheduler stops
+    producing tokens (requests hang); the port stays open and ``/health`` keeps answering 200."""
+
+    kind = "scheduler_dies_after_s"
+
+    def runtime_due(self, twin):
+        return twin.ready and twin.mnow() - twin.ready_at >= self.at_s
+
+    def fire_runtime(self, twin):
+        twin.sched_dead = True
+
+
+@register
+class Health503Until(Fault):
+    """Injected ``{"kind": "health_503_until_s", "open_at_s": X, "until_s": Y}``: the port opens at X modelled seconds
+    (default: when loading ends) and the health endpoints answer 503 until Y; the ready line is printed at Y."""
+
+    kind = "health_503_until_s"
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        open_at = params.get("open_at_s", params.get("bind_at_s"))
+        self.bind_at_s = float(open_at) if open_at is not None else None
+        self.ready_at_s = float(params.get("until_s", params.get("at_s", 0.0)))
+
+
+def parse_faults(text: str | None) -> list[Fault]:
+    if not text:
+        return []
+    items = json.loads(text)
+    if isinstance(items, dict):
+        items = [items]
+    out = []
+    for item in items:
+        params = dict(item.get("params") or {})
+        params.update({k: v for k, v in item.items() if k not in ("kind", "params")})
+        kind = item["kind"]
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(FAULT_KINDS)}")
+        out.append(FAULT_KINDS[kind](params))
+    return out
+
+
+def faults_from_failures(failures: list) -> list[Fault]:
+    out = []
+    for fm in failures:
+        cls = FAULT_KINDS.get(fm.effect)
+        if cls is None:
+            continue
+        out.append(cls({"at_s": fm.at_s, "exit_code": fm.exit_code, "log_lines": fm.log_lines}, source=fm.id))
+    return out
+
+
+# --- prefix cache ------------------------------------------------------------------------------------------------------
+class PrefixCache:
+    """A radix-cache stand-in: chained hashes of 16-token blocks, LRU-bounded by the KV capacity."""
+
+    BLOCK = 16
+
+    def __init__(self, capacity_tokens: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.max_blocks = max(1, capacity_tokens // self.BLOCK)
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+
+    def match_and_insert(self, pieces: list) -> int:
+        if not self.enabled:
+            return 0
+        h = 0
+        hit = 0
+        missing = False
+        for i in range(0, len(pieces) - self.BLOCK + 1, self.BLOCK):
+            h = hash((h, tuple(pieces[i:i + self.BLOCK])))
+            if not missing and h in self.blocks:
+                hit += self.BLOCK
+                self.blocks.move_to_end(h)
+            else:
+                missing = True
+                self.blocks[h] = None
+        while len(self.blocks) > self.max_blocks:
+            self.blocks.popitem(last=False)
+        return min(hit, max(0, len(pieces) - 1))
+
+    def flush(self) -> None:
+        self.blocks.clear()
+
+
+# --- requests ----------------------------------------------------------------------------------------------------------
+class Req:
+    __slots__ = ("rid", "comp", "prompt_tokens", "max_new", "cached", "n_out", "finished", "reason", "event",
+                 "t_arrive", "t_first", "t_last", "internal")
+
+    def __init__(self, rid: str, comp: textgen.Completion, prompt_tokens: int, max_new: int, cached: int,
+                 t_arrive: float, internal: bool = False) -> None:
+        self.rid = rid
+        self.comp = comp
+        self.prompt_tokens = prompt_tokens
+        self.max_new = max_new
+        self.cached = cached
+        self.n_out = 0
+        self.finished = False
+        self.reason: str | None = None
+        self.event = asyncio.Event()
+        self.t_arrive = t_arrive
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.internal = internal
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(obj), status=status, content_type="application/json")
+
+
+def _sse_headers() -> dict:
+    return {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class _AccessLogger(AbstractAccessLogger):
+    twin: ClassVar["Twin | None"] = None
+
+    def log(self, request, response, time_):  # noqa: D102
+        tw = self.twin
+        if tw is None:
+            return
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        peer_s = f"{peer[0]}:{peer[1]}" if peer else "127.0.0.1:0"
+        tw.log.access(logs.access_line(peer_s, request.method, request.path_qs, response.status, response.reason))
+
+
+# --- the twin ----------------------------------------------------------------------------------------------------------
+class Twin:
+    def __init__(self, args, *, model, hardware, perf, faults: list[Fault], time_scale: float, notes: list[str]):
+        from grid.twin.scheduler import Scheduler
+
+        self.args = args
+        self.version = args._version
+        self.ver = cli.parse_version(self.version)
+        self.model = model
+        self.hw = hardware
+        self.perf = perf
+        self.faults = faults
+        self.scale = float(time_scale)
+        self.notes = notes
+        self.t0 = time.perf_counter()
+        self.unix0 = time.time()
+        ep = args.ep_size
+        self.log = logs.LogWriter(self.model_unix, level=args.log_level, sched_prefix=logs.rank_prefix(
+            tp_size=args.tp_size, ep_size=ep, dp_attention=cli._dp_attention_on(args), pp_size=args.pp_size))
+        self.sched = Scheduler(perf)
+        self.capacity = int(getattr(perf, "kv_capacity_tokens", 0) or 0)
+        self.context_len = int(getattr(perf, "context_length", 0) or model.context_length)
+        self.cache = PrefixCache(self.capacity or 1 << 20, not args.disable_radix_cache)
+        self.metrics = TwinMetrics(args.served_model_name) if args.enable_metrics else None
+        if self.metrics:
+            self.metrics.max_total_num_tokens.set(self.capacity)
+        self.reqs: dict[str, Req] = {}
+        self.wake = asyncio.Event()
+        self.stop = asyncio.Event()
+        self.bound = False
+        self.ready = False
+        self.ready_at = 0.0
+        self.never_ready = False
+        self.sched_dead = False
+        self.decode_s = 0.0
+        self.busy_s = 0.0
+        self.last_gen_throughput = 0.0
+        self.last_output_real = 0.0
+        self.mclock = 0.0
+        self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+        self.loop_task: asyncio.Task | None = None
+        self.exit_code = 0
+        self._seq = 0
+        self._prefill_last_t = 0.0
+        self._prefill_prev_tokens = 0
+        self._decode_steps = 0
+        self._decode_tokens = 0
+        self._decode_last_t = 0.0
+        self._runtime_faults = [f for f in faults if type(f).runtime_due is not Fault.runtime_due]
+        self._garble_faults = [f for f in faults if type(f).garbage is not Fault.garbage]
+        self._nan_fault = any(isinstance(f, NanOutput) and not isinstance(f, RepeatToken) for f in faults)
+        self.reasoning_model = bool(args.reasoning_parser)
+        self.eos_id = max(2, model.vocab_size - 1)
+
+    # clocks
+    def mnow(self) -> float:
+        return (time.perf_counter() - self.t0) * self.scale
+
+    def model_unix(self) -> float:
+        return self.unix0 + self.mnow()
+
+    async def sleep_until(self, m: float) -> bool:
+        """Sleep until modelled time ``m``; False if a stop was requested meanwhile."""
+        delay = self.t0 + m / self.scale - time.perf_counter()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(self.stop.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+        return not self.stop.is_set()
+
+    def crash(self, lines, code: int) -> None:
+        for line in lines:
+            line = line.format(total=self.hw.memory_gb * 1e9 / 2**30) if "{total" in line else line
+            if line.startswith(("[", " ", "\t", "Traceback")) or re.match(r"^[\w.]+(Error|Exception)\b", line):
+                self.log.raw(line)
+            else:
+                self.log.sched(line, level="error")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    # --- startup ------------------------------------------------------------------------------------------------------
+    def _mem(self) -> dict[str, float]:
+        p = self.perf
+        total = self.hw.memory_gb * 1e9 / 2**30
+        avail0 = total - 0.6
+        w = float(getattr(p, "weight_gb_per_gpu", 0.0) or 0.0)
+        kv = float(getattr(p, "kv_gb_per_gpu", 0.0) or 0.0)
+        g = float(getattr(p, "graph_gb_per_gpu", 0.0) or 0.0)
+        final = getattr(p, "avail_gb_after_init", None)
+        return {"total": total, "avail0": avail0, "w": w, "after_w": avail0 - w, "kv": kv, "after_kv": avail0 - w - kv,
+                "g": g, "after_g": float(final) if final is not None else avail0 - w - kv - g}
+
+    def server_args_repr(self) -> str:
+        items = ", ".join(f"{k}={v!r}" for k, v in self.resolved_args().items())
+        return f"server_args=ServerArgs({items})"
+
+    def resolved_args(self) -> dict[str, Any]:
+        d = cli.public_args(self.args)
+        p = self.perf
+        for k in ("mem_fraction_static", "chunked_prefill_size", "max_running_requests", "kv_cache_dtype",
+                  "dsa_prefill_backend", "dsa_decode_backend", "page_size"):
+            v = getattr(p, k, None)
+            if v is not None:
+                d[k] = v
+        d["cuda_graph_max_bs"] = getattr(p, "cuda_graph_max_bs", d["cuda_graph_max_bs"])
+        d["context_length"] = self.context_len
+        d["enable_dp_attention"] = cli._dp_attention_on(self.args)
+        if d.get("api_key"):
+            d["api_key"] = "***"
+        return d
+
+    def _phase_lines(self, kind: str, begin: bool, dur: float) -> list[str]:
+        m = self._mem()
+        v = self.version
+        p = self.perf
+        if kind == "dist":
+            return ["Init torch distributed begin."] if begin else [
+                f"Init torch distributed ends. elapsed={dur:.2f} s, mem usage=0.57 GB"]
+        if kind == "weights":
+            return [f"Load weight begin. avail mem={m['avail0']:.2f} GB"] if begin else [
+                logs.load_weight_end_line(v, elapsed=dur, arch=self.model.architecture, avail=m["after_w"],
+                                          usage=m["w"])]
+        if kind == "kv":
+            if begin:
+                return []
+            return [logs.kv_cache_line(v, tokens=self.capacity, kv_gb=m["kv"], mla=self.model.attention == "mla",
+                                       kv_cache_dtype=str(getattr(p, "kv_cache_dtype", "auto"))),
+                    f"Memory pool end. avail mem={m['after_kv']:.2f} GB"]
+        if kind == "graph":
+            bs = list(getattr(p, "cuda_graph_batch_sizes", []) or [])
+            if not getattr(p, "cuda_graph_max_bs", 0):
+                return []
+            if begin:
+                return logs.graph_begin_lines(v, avail=m["after_kv"], bs=bs)
+            return [logs.graph_end_line(v, elapsed=dur, usage=m["g"], avail=m["after_g"], bs=bs)]
+        return []
+
+    @staticmethod
+    def _phase_kind(name: str) -> str | None:
+        n = name.lower()
+        if "warm" in n:
+            return "warmup"
+        if "weight" in n or "load" in n:
+            return "weights"
+        if "kv" in n or "memory" in n or "pool" in n or "profile" in n:
+            return "kv"
+        if "graph" in n or "capture" in n or "compile" in n:
+            return "graph"
+        if "dist" in n or "init" in n or "nccl" in n:
+            return "dist"
+        return None
+
+    def capacity_line(self) -> str:
+        p = self.perf
+        return logs.capacity_line(
+            max_total_num_tokens=self.capacity, chunked_prefill_size=int(getattr(p, "chunked_prefill_size", -1) or -1),
+            max_prefill_tokens=self.args.max_prefill_tokens,
+            max_running_requests=int(getattr(p, "max_running_requests", 0) or 0), context_len=self.context_len,
+            available_gpu_mem=self._mem()["after_g"])
+
+    def startup_plan(self) -> tuple[list[tuple[float, int, Any]], float, float]:
+        """Events ``(t, order, action)`` before binding, the bind time and the post-bind (warm-up) phase time."""
+        phases = list(self.perf.startup_phases_s().items())
+        events: list[tuple[float, int, Any]] = []
+        t = 0.0
+        post = 0.0
+        seen: set[str] = set()
+        order = 0
+        for name, dur in phases:
+            dur = float(dur)
+            kind = self._phase_kind(name)
+            if kind == "warmup":
+                post += dur
+                continue
+            if kind and kind in seen:
+                kind = None
+            if kind:
+                seen.add(kind)
+                events.append((t, order, ("lines", self._phase_lines(kind, True, dur))))
+                order += 1
+            t += dur
+            if kind:
+                events.append((t, order, ("lines", self._phase_lines(kind, False, dur))))
+                order += 1
+        missing = [k for k in ("weights", "kv", "graph") if k not in seen]
+        tail = [line for k in missing for line in self._phase_lines(k, True, 0.0) + self._phase_lines(k, False, 0.0)]
+        events.append((t, order, ("lines", tail + [self.capacity_line()])))
+        bind_at = t
+        for f in self.faults:
+            if f.bind_at_s is not None:
+                bind_at = f.bind_at_s
+        for f in self.faults:
+            ev = f.startup_event()
+            if ev is not None:
+                events.append((ev[0], 10_000, (ev[1], f)))
+        events.sort(key=lambda e: (e[0], e[1]))
+        return events, bind_at, post
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        for note in self.args._deprecations:
+            self.log.info(note, level="warning")
+        for note in self.notes:
+            self.log.info(note)
+        self.log.info(self.server_args_repr())
+        if self.model.dsa is not None:
+            word = "DSA" if self.ver >= (0, 5, 13) else "NSA"
+            kv = getattr(self.perf, "kv_cache_dtype", "auto")
+            self.log.info(f"Set {word} backends for {kv} KV Cache: prefill={getattr(self.perf, 'dsa_prefill_backend', None)}, "
+                          f"decode={getattr(self.perf, 'dsa_decode_backend', None)}.")
+        events, bind_at, post = self.startup_plan()
+        bound_task = None
+        hang = False
+        for t, _, action in events:
+            if t > bind_at and bound_task is None and not hang:
+                if not await self.sleep_until(bind_at):
+                    return await self.shutdown()
+                await self.bind()
+                bound_task = asyncio.create_task(self._warmup(post))
+            if action[0] in ("crash", "hang") and bound_task is not None:
+                asyncio.create_task(self._late_event(t, action))
+                continue
+            if hang:
+                continue
+            if not await self.sleep_until(t):
+                return await self.shutdown()
+            if action[0] == "lines":
+                for line in action[1]:
+                    self.log.sched(line)
+            elif action[0] == "crash":
+                f = action[1]
+                self.crash(f.log_lines or OOM_LINES, f.exit_code)
+            elif action[0] == "hang":
+                hang = True
+        if bound_task is None and not hang:
+            if not await self.sleep_until(bind_at):
+                return await self.shutdown()
+            await self.bind()
+            bound_task = asyncio.create_task(self._warmup(post))
+        await self.stop.wait()
+        return await self.shutdown()
+
+    async def _late_event(self, t: float, action) -> None:
+        if not await self.sleep_until(t):
+            return
+        if action[0] == "crash":
+            self.crash(action[1].log_lines or OOM_LINES, action[1].exit_code)
+        elif not self.ready:
+            self.never_ready = True
+
+    async def bind(self) -> None:
+        app = self.make_app()
+        _AccessLogger.twin = self
+        self.runner = web.AppRunner(app, access_log_class=_AccessLogger, handler_cancellation=True,
+                                    shutdown_timeout=0.5)
+        await self.runner.setup()
+        host, port = self.args.host, self.args.port
+        self.site = web.TCPSite(self.runner, host, port, shutdown_timeout=0.5)
+        try:
+            await self.site.start()
+        except OSError as e:
+            self.log.info(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
+                          f"{(e.strerror or str(e)).lower()}", level="error")
+            self.crash((), 1)
+        self.bound = True
+        pid = os.getpid()
+        for msg in (f"Started server process [{pid}]", "Waiting for application startup.",
+                    "Application startup complete.", f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"):
+            self.log.info(logs.uvicorn(msg))
+        self.mclock = max(self.mclock, self.mnow())
+        self.loop_task = asyncio.create_task(self._sched_loop())
+
+    async def _warmup(self, post_s: float) -> None:
+        start = self.mnow()
+        if post_s > 0 and not await self.sleep_until(start + post_s):
+            return
+        if not self.args.skip_server_warmup:
+            self.log.access(logs.access_line("127.0.0.1:0", "GET", "/model_info", 200, "OK"))
+            comp = textgen.make_completion(WARMUP_TEXT, max_new_tokens=8, ignore_eos=False, temperature=0.0,
+                                           rid="warmup")
+            req = self.submit(comp, prompt=WARMUP_TEXT, max_new=8, internal=True)
+            while not req.finished:
+                await req.event.wait()
+                req.event.clear()
+            self.log.access(logs.access_line("127.0.0.1:0", "POST", "/generate", 200, "OK"))
+        ready_at = max([f.ready_at_s for f in self.faults if f.ready_at_s is not None], default=0.0)
+        if ready_at and not await self.sleep_until(ready_at):
+            return
+        if self.never_ready:
+            return
+        self.ready = True
+        self.ready_at = self.mnow()
+        self.busy_s = 0.0
+        self.log.info(logs.READY_LINE)
+
+    # --- shutdown -------------------------------------------------------------------------------------------------------
+    def _on_signal(self, sig: int) -> None:
+        if self.stop.is_set():
+            return
+        self.log.info(f"SIGTERM received. signum={int(sig)} frame=None. Draining requests and shutting down...",
+                      level="warning")
+        self.stop.set()
+
+    async def shutdown(self) -> int:
+        self.stop.set()
+        if self.loop_task:
+            self.loop_task.cancel()
+        if self.runner is not None:
+            self.log.info(logs.uvicorn("Shutting down"))
+            self.log.info(logs.uvicorn("Waiting for application shutdown."))
+            try:
+                await asyncio.wait_for(self.runner.cleanup(), 2.0)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+            self.log.info(logs.uvicorn("Application shutdown complete."))
+            self.log.info(logs.uvicorn(f"Finished server process [{os.getpid()}]"))
+        return self.exit_code
+
+    # --- requests -------------------------------------------------------------------------------------------------------
+    def garbage(self) -> str | None:
+        serving = self.mnow() - self.ready_at if self.ready else 0.0
+        for f in self._garble_faults:
+            g = f.garbage(serving)
+            if g is not None:
+                return g
+        return None
+
+    def new_rid(self) -> str:
+        return uuid.uuid4().hex
+
+    def validate(self, prompt_tokens: int, max_new: int) -> None:
+        L = self.context_len
+        if prompt_tokens >= L:
+            raise BadRequest(f"The input ({prompt_tokens} tokens) is longer than the model's context length ({L} tokens).")
+        if prompt_tokens + max_new >= L:
+            raise BadRequest(
+                f"Requested token count exceeds the model's maximum context length of {L} tokens. You requested a "
+                f"total of {prompt_tokens + max_new} tokens: {prompt_tokens} tokens from the input messages and "
+                f"{max_new} tokens for the completion. Please reduce the number of tokens in the input messages or the "
+                "completion to fit within the limit.")
+
+    def submit(self, comp: textgen.Completion, *, prompt: str | list, max_new: int, prompt_tokens: int | None = None,
+               priority: int = 0, rid: str | None = None, internal: bool = False) -> Req:
+        from grid.twin.scheduler import TwinRequest
+
+        pieces = prompt if isinstance(prompt, list) else textgen._PIECE_RE.findall(prompt)
+        n_in = prompt_tokens if prompt_tokens is not None else len(pieces)
+        n_in = max(1, n_in)
+        cached = self.cache.match_and_insert(pieces)
+        rid = rid or self.new_rid()
+        now = self.mnow()
+        req = Req(rid, comp, n_in, max_new, cached, now, internal)
+        self.reqs[rid] = req
+        eos = comp.eos_after if comp.eos_after is not None and comp.eos_after < max_new else None
+        self.sched.add(TwinRequest(rid=rid, input_tokens=n_in, max_new_tokens=max_new, eos_after=eos,
+                                   priority=priority, cached_tokens=cached), now)
+        self.wake.set()
+        return req
+
+    def abort(self, req: Req) -> None:
+        if req.finished:
+            return
+        try:
+            self.sched.abort(req.rid)
+        except Exception:  # noqa: BLE001 - the scheduler may already have dropped it
+            pass
+        self._finish(req, "abort")
+
+    def _finish(self, req: Req, reason: str) -> None:
+        if req.finished:
+            return
+        req.finished = True
+        req.reason = reason
+        req.t_last = req.t_last or self.mnow()
+        req.event.set()
+        self.reqs.pop(req.rid, None)
+        if self.metrics and not req.internal:
+            now = self.mnow()
+            self.metrics.on_finish(prompt_tokens=req.prompt_tokens, completion_tokens=req.n_out,
+                                   cached_tokens=req.cached,
+                                   ttft_s=(req.t_first - req.t_arrive) if req.t_first is not None else None,
+                                   e2e_s=now - req.t_arrive, queue_s=0.0, aborted=reason == "abort")
+
+    # --- the scheduler loop ---------------------------------------------------------------------------------------------
+    async def _sched_loop(self) -> None:
+        sched = self.sched
+        perf_counter = time.perf_counter
+        t0, scale = self.t0, self.scale
+        while not self.stop.is_set():
+            if self.sched_dead:
+                await self.stop.wait()
+                return
+            if not sched.has_work():
+                self.wake.clear()
+                if not sched.has_work():
+                    await self.wake.wait()
+                continue
+            now = max(self.mclock, (perf_counter() - t0) * scale)
+            step = sched.step(now)
+            st = step.stats
+            dur = float(st.duration_s)
+            end = now + dur
+            self.mclock = end
+            delay = t0 + end / scale - perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif st.kind == "idle" and dur <= 0:
+                await asyncio.sleep(0.001)
+            else:
+                await asyncio.sleep(0)
+            if self.stop.is_set():
+                return
+            self._apply(step, end, dur)
+
+    def _apply(self, step, end: float, dur: float) -> None:
+        st = step.stats
+        kind = st.kind
+        if kind != "idle" and self.ready:
+            self.busy_s += dur
+        if kind == "prefill":
+            self._log_prefill(st, end)
+        elif kind == "decode":
+            self.decode_s += dur
+            self._decode_steps += 1
+            self._decode_tokens += sum(step.emitted.values())
+            interval = max(1, self.args.decode_log_interval)
+            if self._decode_steps % interval == 0:
+                self._log_decode(st, end)
+        if self.metrics is not None and kind != "idle":
+            self.metrics.on_step(running=st.running, queued=st.queued, used_tokens=st.used_tokens,
+                                 token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph))
+        if step.emitted:
+            self.last_output_real = time.perf_counter()
+            reqs = self.reqs
+            itl = self.metrics.itl if self.metrics is not None else None
+            for rid, n in step.emitted.items():
+                r = reqs.get(rid)
+                if r is None or r.finished:
+                    continue
+                if r.t_first is None:
+                    r.t_first = end
+                elif itl is not None and n:
+                    gap = (end - r.t_last) / n
+                    for _ in range(n):
+                        itl.observe(gap)
+                r.t_last = end
+                r.n_out += n
+                r.event.set()
+        for rid, reason in step.finished.items():
+            r = self.reqs.get(rid)
+            if r is not None:
+                self._finish(r, reason)
+        for f in self._runtime_faults:
+            if f.runtime_due(self):
+                f.fire_runtime(self)
+
+    def _log_prefill(self, st, end: float) -> None:
+        elapsed = max(1e-9, end - self._prefill_last_t)
+        tokens = st.new_tokens if self.ver >= (0, 5, 10) else self._prefill_prev_tokens
+        self._prefill_prev_tokens = st.new_tokens
+        self._prefill_last_t = end
+        total = st.new_tokens + st.cached_tokens
+        if self.metrics is not None:
+            self.metrics.cache_hit_rate.set(st.cached_tokens / total if total else 0.0)
+        self.log.sched(logs.prefill_line(
+            self.ver, new_seq=st.new_seqs, new_token=st.new_tokens, cached_token=st.cached_tokens,
+            token_usage=st.token_usage, running_req=st.running, queue_req=st.queued,
+            input_throughput=tokens / elapsed, cuda_graph=bool(st.cuda_graph),
+            pending_token=0))
+
+    def _log_decode(self, st, end: float) -> None:
+        elapsed = max(1e-9, end - self._decode_last_t) if self._decode_last_t else None
+        gen = self._decode_tokens / elapsed if elapsed else 0.0
+        self._decode_last_t = end
+        self._decode_tokens = 0
+        self.last_gen_throughput = gen
+        if self.metrics is not None:
+            self.metrics.gen_throughput.set(gen)
+        self.log.sched(logs.decode_line(self.ver, running_req=st.running, num_token=st.used_tokens,
+                                        token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph),
+                                        gen_throughput=gen, queue_req=st.queued))
+        if self._nan_fault and self.garbage() is not None and (
+                self.ver >= (0, 5, 13) or self.args.enable_nan_detection):
+            self.log.sched(logs.NAN_LINE, level="warning")
+
+    # --- HTTP -----------------------------------------------------------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth_mw], client_max_size=1 << 30)
+        r = app.router
+        for path in ("/health", "/health_generate"):
+            r.add_get(path, self.h_health)
+        if self.ver >= (0, 5, 23):
+            r.add_get("/ready", self.h_ready)
+        r.add_route("POST", "/generate", self.h_generate)
+        r.add_route("PUT", "/generate", self.h_generate)
+        r.add_post("/v1/completions", self.h_completions)
+        r.add_post("/v1/chat/completions", self.h_chat)
+        r.add_get("/v1/models", self.h_models)
+        r.add_get("/v1/models/{name:.+}", self.h_model_one)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, self.h_server_info)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, self.h_model_info)
+        r.add_route("GET", "/flush_cache", self.h_flush)
+        r.add_route("POST", "/flush_cache", self.h_flush)
+        if self.args.enable_metrics:
+            r.add_get("/metrics", self.h_metrics)
+        return app
+
+    @web.middleware
+    async def _auth_mw(self, request: web.Request, handler):
+        key = self.args.api_key
+        if key:
+            p = request.path
+            exempt = p.startswith(("/health", "/metrics")) or (self.ver >= (0, 5, 23) and p.startswith("/ready"))
+            if not exempt and request.headers.get("Authorization", "") != f"Bearer {key}":
+                return _json({"error": "Unauthorized"}, 401)
+        return await handler(request)
+
+    async def h_health(self, request: web.Request) -> web.StreamResponse:
+        if not self.ready or self.stop.is_set():
+            return web.Response(status=503)
+        if request.path == "/health":
+            return web.Response(status=200)
+        tic = time.perf_counter()
+        comp = textgen.Completion(head=(), seed=0, eos_after=None)
+        req = self.submit(comp, prompt=[0], max_new=1, rid=f"HEALTH_CHECK_{time.time()}", internal=True)
+        deadline = tic + HEALTH_CHECK_TIMEOUT_S / self.scale
+        try:
+            while True:
+                if req.n_out > 0 or req.finished or self.last_output_real > tic:
+                    return web.Response(status=200)
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                req.event.clear()
+                try:
+                    await asyncio.wait_for(req.event.wait(), min(remaining, 0.05))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.abort(req)
+        hms = time.strftime("%H:%M:%S", time.localtime(self.unix0 + (tic - self.t0) * self.scale))
+        self.log.info(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                      f"{HEALTH_CHECK_TIMEOUT_S:.0f} seconds. tic start time: {hms}. last_heartbeat time: {hms}",
+                      level="error")
+        return web.Response(status=503)
+
+    async def h_ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.ready else 503)
+
+    # request parsing helpers
+    def _int(self, v: Any, default: int) -> int:
+        return default if v is None else int(v)
+
+    def _finish_reason_native(self, req: Req) -> dict | None:
+        if not req.finished:
+            return None
+        if req.reason == "length":
+            return {"type": "length", "length": req.n_out}
+        if req.reason == "stop":
+            return {"type": "stop", "matched": self.eos_id}
+        return {"type": "abort", "message": "Abort request", "status_code": 499, "err_type": None}
+
+    def _oai_finish(self, req: Req) -> str | None:
+        if not req.finished:
+            return None
+        return {"length": "length", "stop": "stop"}.get(req.reason or "", "abort")
+
+    def _matched(self, req: Req):
+        return self.eos_id if req.finished and req.reason == "stop" else None
+
+    async def _read_json(self, request: web.Request, openai: bool) -> dict:
+        if openai and "application/json" not in request.headers.get("Content-Type", ""):
+            raise BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
+        try:
+            body = await request.json()
+        except Exception as e:  # noqa: BLE001
+            raise BadRequest(f"Invalid JSON body: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("The request body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _error(msg: str, openai: bool) -> web.Response:
+        if openai:
+            return _json({"object": "error", "message": msg, "type": "BadRequestError", "param": None, "code": 400},
+                         400)
+        return _json({"error": {"message": msg}}, 400)
+
+    async def _wait_done(self, req: Req) -> None:
+        try:
+            while not req.finished:
+                await req.event.wait()
+                req.event.clear()
+        except asyncio.CancelledError:
+            self.abort(req)
+            raise
+
+    def _completion_for(self, prompt_text: str, sp: dict, rid: str, max_new: int, *, raw: bool,
+                        reasoning: bool = False) -> textgen.Completion:
+        return textgen.make_completion(
+            prompt_text, max_new_tokens=max_new, ignore_eos=bool(sp.get("ignore_eos", False)),
+            temperature=float(sp.get("temperature", 1.0) if sp.get("temperature") is not None else 1.0), rid=rid,
+            sampling_seed=sp.get("sampling_seed", sp.get("seed")), raw=raw, reasoning=reasoning,
+            garbage=self.garbage())
+
+    # /generate
+    async def h_generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._read_json(request, openai=False)
+            if isinstance(body.get("text"), list) and not body.get("stream"):
+                outs = await asyncio.gather(*(self._generate_one({**body, "text": t}) for t in body["text"]))
+                return _json(outs)
+            sp = body.get("sampling_params") or {}
+            if isinstance(sp, list):
+                sp = sp[0] if sp else {}
+            max_new = self._int(sp.get("max_new_tokens"), 128)
+            rid = str(body.get("rid") or self.new_rid())
+            if body.get("input_ids") is not None:
+                ids = list(body["input_ids"])
+                prompt_text, pieces = " ".join(map(str, ids)), ids
+            else:
+                prompt_text = str(body.get("text") or "")
+                pieces = textgen._PIECE_RE.findall(prompt_text)
+            self.validate(len(pieces), max_new)
+        except BadRequest as e:
+            return self._error(str(e), openai=False)
+        comp = self._completion_for(prompt_text, sp, rid, max_new, raw=True)
+        prio = int(body.get("priority") or 0) if self.args.enable_priority_scheduling else 0
+        req = self.submit(comp, prompt=pieces, max_new=max_new, priority=prio, rid=rid)
+        if not body.get("stream"):
+            await self._wait_done(req)
+            return _json(self._native_obj(req, comp.text(0, req.n_out), final=True))
+        return await self._stream_native(request, req, sp)
+
+    async def _generate_one(self, body: dict) -> dict:
+        sp = body.get("sampling_params") or {}
+        max_new = self._int(sp.get("max_new_tokens"), 128)
+        rid = self.new_rid()
+        text = str(body.get("text") or "")
+        comp = self._completion_for(text, sp, rid, max_new, raw=True)
+        req = self.submit(comp, prompt=text, max_new=max_new, rid=rid)
+        await self._wait_done(req)
+        return self._native_obj(req, comp.text(0, req.n_out), final=True)
+
+    def _meta(self, req: Req, final: bool) -> dict:
+        meta = {"id": req.rid, "finish_reason": self._finish_reason_native(req), "prompt_tokens": req.prompt_tokens,
+                "weight_version": "default"}
+        meta["num_retractions" if self.ver >= (0, 5, 23) else "total_retractions"] = 0
+        meta["completion_tokens"] = req.n_out
+        meta["cached_tokens"] = req.cached
+        if self.ver >= (0, 5, 23):
+            meta["reasoning_tokens"] = 0
+        if final:
+            meta["e2e_latency"] = round(self.mnow() - req.t_arrive, 6)
+        return meta
+
+    def _native_obj(self, req: Req, text: str, final: bool) -> dict:
+        comp = req.comp
+        return {"text": text, "output_ids": [comp.token_id(i) for i in range(req.n_out)],
+                "meta_info": self._meta(req, final)}
+
+    async def _stream_native(self, request: web.Request, req: Req, sp: dict) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=_sse_headers())
+        comp = req.comp
+        incremental = bool(self.args.stream_output)
+        interval = max(1, int(sp.get("stream_interval") or self.args.stream_interval))
+        text = ""
+        ids = ""
+        sent = 0
+        try:
+            await resp.prepare(request)
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                n = req.n_out
+                done = req.finished
+                if n - sent < interval and not done:
+                    continue
+                delta = comp.text(sent, n)
+                new_ids = ",".join(str(comp.token_id(i)) for i in range(sent, n))
+                if incremental:
+                    text, ids = delta, new_ids
+                else:
+                    text += delta
+                    ids = (ids + "," + new_ids if ids and new_ids else ids or new_ids)
+                sent = n
+                chunk = (f'data: {{"text":{json.dumps(text)},"output_ids":[{ids}],'
+                         f'"meta_info":{json.dumps(self._meta(req, done))}}}\n\n')
+                await resp.write(chunk.encode())
+                if done:
+                    break
+            await resp.write(b"data: [DONE]\n\n")
+        except (asyncio.CancelledError, ConnectionError):
+            self.abort(req)
+            raise
+        finally:
+            if not req.finished:
+                self.abort(req)
+        return resp
+
+    # /v1/completions
+    async def h_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._read_json(request, openai=True)
+            prompt = body.get("prompt", "")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+                if len(prompt) != 1:
+                    raise BadRequest("The twin serves one prompt per /v1/completions request")
+                prompt = prompt[0]
+            if isinstance(prompt, list):
+                pieces, prompt_text = list(prompt), " ".join(map(str, prompt))
+            else:
+                prompt_text = str(prompt)
+                pieces = textgen._PIECE_RE.findall(prompt_text)
+            max_new = self._int(body.get("max_tokens"), 16)
+            self.validate(len(pieces), max_new)
+        except BadRequest as e:
+            return self._error(str(e), openai=True)
+        rid = self.new_rid()
+        comp = self._completion_for(prompt_text, body, rid, max_new, raw=True)
+        req = self.submit(comp, prompt=pieces, max_new=max_new, rid=rid)
+        cid = f"cmpl-{rid}"
+        created = int(time.time())
+        model = body.get("model") or self.args.served_model_name
+        so = body.get("stream_options") or {}
+        if not body.get("stream"):
+            await self._wait_done(req)
+            return _json({"id": cid, "object": "text_completion", "created": created, "model": model,
+                          "choices": [{"index": 0, "text": comp.text(0, req.n_out), "logprobs": None,
+                                       "finish_reason": self._oai_finish(req), "matched_stop": self._matched(req)}],
+                          "usage": self._usage(req), "metadata": {"weight_version": "default"}})
+        resp = web.StreamResponse(headers=_sse_headers())
+        pre = (f'data: {{"id":"{cid}","object":"text_completion","created":{created},"model":{json.dumps(model)},'
+               f'"choices":[{{"index":0,"text":')
+        sent = 0
+        try:
+            await resp.prepare(request)
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                n, done = req.n_out, req.finished
+                if n == sent and not done:
+                    continue
+                delta = comp.text(sent, n)
+                sent = n
+                fin = json.dumps(self._oai_finish(req)) if done else "null"
+                matched = json.dumps(self._matched(req)) if done else "null"
+                usage = json.dumps(self._usage(req)) if so.get("continuous_usage_stats") else "null"
+                await resp.write((f'{pre}{json.dumps(delta)},"logprobs":null,"finish_reason":{fin},'
+                                  f'"matched_stop":{matched}}}],"usage":{usage}}}\n\n').encode())
+                if done:
+                    break
+            if so.get("include_usage"):
+                await resp.write(self._usage_chunk(cid, "text_completion", created, model, req))
+            await resp.write(b"data: [DONE]\n\n")
+        except (asyncio.CancelledError, ConnectionError):
+            self.abort(req)
+            raise
+        finally:
+            if not req.finished:
+                self.abort(req)
+        return resp
+
+    def _usage(self, req: Req, reasoning_tokens: int = 0) -> dict:
+        details = ({"cached_tokens": req.cached} if self.args.enable_cache_report and req.cached > 0 else None)
+        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.n_out,
+                "completion_tokens": req.n_out, "prompt_tokens_details": details, "reasoning_tokens": reasoning_tokens}
+
+    def _usage_chunk(self, cid: str, obj: str, created: int, model: str, req: Req, reasoning_tokens: int = 0) -> bytes:
+        usage = {k: v for k, v in self._usage(req, reasoning_tokens).items() if v is not None}
+        return ("data: " + json.dumps({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
+                                       "usage": usage}) + "\n\n").encode()
+
+    # /v1/chat/completions
+    async def h_chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._read_json(request, openai=True)
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("messages must be a non-empty list")
+            n_in = textgen.chat_prompt_tokens(messages)
+            max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+            max_new = self._int(max_new, max(1, self.context_len - n_in - 1))
+            self.validate(n_in, max_new)
+        except BadRequest as e:
+            return self._error(str(e), openai=True)
+        ctk = body.get("chat_template_kwargs") or {}
+        thinking = self.reasoning_model and ctk.get("enable_thinking", True) is not False
+        separate = bool(body.get("separate_reasoning", True)) and self.reasoning_model
+        rid = self.new_rid()
+        question = textgen.last_user_text(messages)
+        comp = self._completion_for(question, body, rid, max_new, raw=False, reasoning=thinking)
+        if thinking and not separate and comp.repeat is None:
+            comp.head = tuple("</think>" if p == "" and i == comp.reasoning - 1 else p
+                              for i, p in enumerate(comp.head))
+        pieces: list = []
+        for m in messages:
+            pieces.append(f"<|{m.get('role', 'user')}|>")
+            c = m.get("content")
+            pieces += textgen._PIECE_RE.findall(c if isinstance(c, str) else json.dumps(c))
+        req = self.submit(comp, prompt=pieces, prompt_tokens=n_in, max_new=max_new, rid=rid)
+        cid = f"chatcmpl-{rid}"
+        created = int(time.time())
+        model = body.get("model") or self.args.served_model_name
+        R = comp.reasoning if (separate and comp.repeat is None) else 0
+        if not body.get("stream"):
+            await self._wait_done(req)
+            n = req.n_out
+            reasoning = comp.text(0, min(n, R)) if R else ""
+            content = comp.text(min(n, R), n)
+            msg = {"role": "assistant", "content": content or None,
+                   "reasoning_content": (reasoning or None) if self.reasoning_model else None, "tool_calls": None}
+            return _json({"id": cid, "object": "chat.completion", "created": created, "model": model,
+                          "choices": [{"index": 0, "message": msg, "logprobs": None,
+                                       "finish_reason": self._oai_finish(req), "matched_stop": self._matched(req)}],
+                          "usage": self._usage(req, min(n, R)), "metadata": {"weight_version": "default"}})
+        so = body.get("stream_options") or {}
+        include_usage = bool(so.get("include_usage")) or bool(self.args.stream_response_default_include_usage)
+        resp = web.StreamResponse(headers=_sse_headers())
+        pre = (f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},'
+               f'"model":{json.dumps(model)},"choices":[{{"index":0,"delta":')
+        mid = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n'
+        sent = 0
+        try:
+            await resp.prepare(request)
+            await resp.write((pre + '{"role":"assistant","content":""}' + mid).encode())
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                n, done = req.n_out, req.finished
+                if n > sent:
+                    out = []
+                    if sent < R:
+                        rtext = comp.text(sent, min(n, R))
+                        if rtext:
+                            out.append(pre + '{"reasoning_content":' + json.dumps(rtext) + "}" + mid)
+                    ctext = comp.text(max(sent, R), n) if n > R else ""
+                    if ctext:
+                        out.append(pre + '{"content":' + json.dumps(ctext) + "}" + mid)
+                    sent = n
+                    if out:
+                        await resp.write("".join(out).encode())
+                if done:
+                    break
+            fin = json.dumps(self._oai_finish(req))
+            await resp.write((pre + "{}" + f',"logprobs":null,"finish_reason":{fin},"matched_stop":'
+                              f'{json.dumps(self._matched(req))}}}],"usage":null}}\n\n').encode())
+            if include_usage:
+                await resp.write(self._usage_chunk(cid, "chat.completion.chunk", created, model, req,
+                                                   min(req.n_out, R)))
+            await resp.write(b"data: [DONE]\n\n")
+        except (asyncio.CancelledError, ConnectionError):
+            self.abort(req)
+            raise
+        finally:
+            if not req.finished:
+                self.abort(req)
+        return resp
+
+    # info endpoints
+    async def h_models(self, request: web.Request) -> web.Response:
+        name = self.args.served_model_name
+        return _json({"object": "list", "data": [
+            {"id": name, "object": "model", "created": int(self.unix0), "owned_by": "sglang", "root": name,
+             "parent": None, "max_model_len": self.context_len}]})
+
+    async def h_model_one(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name != self.args.served_model_name:
+            return _json({"error": {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
+                                    "param": "model", "code": "model_not_found"}}, 404)
+        return _json({"id": name, "object": "model", "created": int(self.unix0), "owned_by": "sglang", "root": name,
+                      "parent": None, "max_model_len": self.context_len})
+
+    def server_info(self) -> dict:
+        d = self.resolved_args()
+        m = self._mem()
+        max_req_input_len = max(1, min(self.context_len - 1, self.capacity - 1))
+        mrr = int(getattr(self.perf, "max_running_requests", 0) or 0)
+        state = {**d, "last_gen_throughput": self.last_gen_throughput,
+                 "memory_usage": {"weight": round(m["w"], 2), "kvcache": round(m["kv"], 2),
+                                  "token_capacity": self.capacity, "graph": round(m["g"], 2)},
+                 "effective_max_running_requests_per_dp": mrr}
+        info = {**d, "status": "ready" if self.ready else "starting", "max_total_num_tokens": self.capacity,
+                "max_req_input_len": max_req_input_len, "internal_states": [state], "version": self.version,
+                "time_scale": self.scale}
+        if self.ver >= (0, 5, 23):
+            info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
+                        startup_time=round(self.ready_at, 3), frontend="python")
+            state.update(world_size=self.args.tp_size * self.args.pp_size,
+                         decode_cuda_graph_bs=list(getattr(self.perf, "cuda_graph_batch_sizes", []) or []))
+        return info
+
+    def argv_redacted(self) -> list[str]:
+        out, skip = [], False
+        for a in sys.argv[1:]:
+            if skip:
+                out.append("***")
+                skip = False
+                continue
+            out.append(a)
+            skip = a == "--api-key"
+        return out
+
+    async def h_server_info(self, request: web.Request) -> web.Response:
+        if request.path == "/get_server_info":
+            self.log.info("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                          "Please use '/server_info' instead.", level="warning")
+        return _json(self.server_info())
+
+    async def h_model_info(self, request: web.Request) -> web.Response:
+        if request.path == "/get_model_info":
+            self.log.info("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                          "Please use '/model_info' instead.", level="warning")
+        info = {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path,
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": self.model.model_type, "architectures": [self.model.architecture]}
+        if self.ver >= (0, 5, 23):
+            info.update(served_model_name=self.args.served_model_name, load_format=self.args.load_format,
+                        reasoning_parser=self.args.reasoning_parser, tool_call_parser=self.args.tool_call_parser,
+                        disaggregation_mode="null")
+        return _json(info)
+
+    async def h_flush(self, request: web.Request) -> web.Response:
+        if self.sched.has_work():
+            return web.Response(text="Flush cache failed.\n" if self.ver >= (0, 5, 23) else "", status=400)
+        self.cache.flush()
+        self.log.sched("Cache flushed successfully!")
+        return web.Response(text=FLUSH_OK)
+
+    async def h_metrics(self, request: web.Request) -> web.Response:
+        assert self.metrics is not None
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+# --- entry point -------------------------------------------------------------------------------------------------------
+def _fail(log_raw, exc_type: str, msg: str, **kw) -> int:
+    log_raw(logs.traceback_text(exc_type, msg, **kw))
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    version = os.environ.get(ENV_VERSION) or cli.DEFAULT_VERSION
+    args = cli.parse_args(argv, version)  # argparse exits 2 on bad flags
+    raw = logs.LogWriter(time.time).raw
+    from grid.config.specs import HardwareSpec, ModelSpec
+
+    cfg_path = os.path.join(args.model_path, "config.json")
+    try:
+        with open(cfg_path) as fh:
+            model = ModelSpec.from_hf_config(json.load(fh))
+    except FileNotFoundError:
+        return _fail(raw, "OSError", f"{args.model_path} does not appear to have a file named config.json.",
+                     where="configs/model_config.py", func="__init__")
+    except ValueError as e:
+        return _fail(raw, "ValueError", str(e), where="configs/model_config.py", func="__init__")
+    hw_text = os.environ.get(ENV_HARDWARE)
+    if not hw_text:
+        return _fail(raw, "RuntimeError", f"{ENV_HARDWARE} is not set: the twin needs the HardwareSpec JSON of the GPUs "
+                                          "it plays")
+    hardware = HardwareSpec.model_validate_json(hw_text)
+    try:
+        notes = cli.resolve_args(args, model)
+        cli.check_server_args(args, model)
+    except (ValueError, AssertionError) as e:
+        return _fail(raw, type(e).__name__, str(e))
+    scale = float(os.environ.get(ENV_TIME_SCALE) or 1.0)
+    if scale <= 0:
+        return _fail(raw, "ValueError", f"{ENV_TIME_SCALE} must be > 0")
+    from grid.twin.failures import find_failures
+    from grid.twin.perf import PerfModel
+
+    cfg = cli.to_serving_config(args)
+    try:
+        perf = PerfModel(model, hardware, cfg)
+    except (ValueError, AssertionError) as e:
+        return _fail(raw, type(e).__name__, str(e), where="model_executor/model_runner.py", func="init_memory_pool")
+    faults = faults_from_failures(find_failures(model, hardware, cfg, perf)) + parse_faults(os.environ.get(ENV_FAULTS))
+
+    async def _amain() -> int:
+        twin = Twin(args, model=model, hardware=hardware, perf=perf, faults=faults, time_scale=scale, notes=notes)
+        return await twin.run()
+
+    return asyncio.run(_amain())

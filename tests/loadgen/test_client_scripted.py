@@ -1,0 +1,401 @@
+"""The client against a scripted server: chunk timings and payloads under the test's control."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import pytest
+
+from grid.loadgen.records import Prompt
+from grid.loadgen.runner import LoadPoint, Target, run_load_point
+from grid.metrics.loadpoint import summarize
+from grid.metrics.request import request_metrics
+from grid.storage.schema import request_rows
+
+from .scripted import DONE, Reply, ScriptedServer, chat_event, cmpl_event, gen_event, sse, usage
+
+TOL = 8.0  # ms; scheduling jitter of a shared CI machine. Exact arithmetic is tested with integer stamps.
+
+
+def prompts(n: int, output_len: int = 16, text: bool = False) -> list[Prompt]:
+    """Prompt i carries i in its ids/text so the server script can tell requests apart."""
+    if text:
+        return [Prompt(i, 4, output_len, text=f"p{i} hello") for i in range(n)]
+    return [Prompt(i, 4, output_len, input_ids=(i, 1, 2, 3)) for i in range(n)]
+
+
+def pid(body: dict) -> int:
+    if "input_ids" in body:
+        return body["input_ids"][0]
+    if "prompt" in body:
+        return body["prompt"][0] if isinstance(body["prompt"], list) else int(body["prompt"].split()[0][1:])
+    return int(body["messages"][0]["content"].split()[0][1:])
+
+
+def run(script, api="generate", point=None, n=1, *, text=False, target_kw=None, output_len=16, **kw):
+    point = point or LoadPoint("concurrency", 1, n)
+
+    async def main():
+        async with ScriptedServer(script) as srv:
+            target = Target(srv.url, api=api, **(target_kw or {}))
+            res = await run_load_point(target, point, prompts(max(n, point.num_prompts), output_len, text), **kw)
+            return res, srv
+
+    return asyncio.run(main())
+
+
+# 1 ------------------------------------------------------------------------------------------------------------
+def test_ttft_itl_tpot_from_generate_stream():
+    def script(i, body):
+        return Reply([(0.100, gen_event("a", 1)), (0.150, gen_event("abc", 3)), (0.200, gen_event("abcd", 4, finish={"type": "length"})),
+                      (0.200, DONE)])
+
+    res, _ = run(script)
+    (rec,) = res.records
+    m = request_metrics(rec, res.time_scale)
+    assert rec.status == "ok" and rec.output_tokens == 4 and rec.output_tokens_source == "usage"
+    assert rec.chunk_tokens == [1, 2, 1] and rec.text == "abcd"
+    assert m.ttft_ms == pytest.approx(100, abs=TOL) and m.ttft_ms >= 100
+    assert m.itl_tokens_ms == pytest.approx([25, 25, 50], abs=TOL / 2)
+    assert m.chunk_gaps_ms == pytest.approx([50, 50], abs=TOL)
+    assert m.tpot_ms == pytest.approx(100 / 3, abs=TOL / 2)
+    assert sum(m.itl_tokens_ms) == pytest.approx(m.e2e_ms - m.ttft_ms)
+
+
+def test_time_scale_multiplies_durations():
+    def script(i, body):
+        return Reply([(0.050, gen_event("a", 1)), (0.100, gen_event("ab", 2)), (0.100, DONE)])
+
+    res, _ = run(script, target_kw={"time_scale": 10.0})
+    m = request_metrics(res.records[0], res.time_scale)
+    assert m.ttft_ms == pytest.approx(500, abs=10 * TOL)
+    assert m.e2e_ms == pytest.approx(1000, abs=10 * TOL)
+
+
+# 2 ------------------------------------------------------------------------------------------------------------
+def test_streams_with_only_the_end_marker_fail_empty_output():
+    empty = {2, 5, 8}
+
+    def script(i, body):
+        if pid(body) in empty:
+            return Reply([(0.010, DONE)])
+        return Reply([(0.020, gen_event("a", 1)), (0.030, gen_event("ab", 2)), (0.030, DONE)])
+
+    res, _ = run(script, point=LoadPoint("concurrency", 10, 10))
+    bad = [r for r in res.records if r.status != "ok"]
+    assert sorted(r.prompt_index for r in bad) == sorted(empty)
+    for r in bad:
+        assert r.error_class == "empty_output"
+        assert request_metrics(r).ttft_ms is None
+    rows = request_rows(res, config_hash="h", trial_id="t", point_index=0)
+    assert [row["ttft_ms"] for row in rows if row["status"] == "failed"] == [None, None, None]
+    s = summarize(res)
+    assert s["completed"] == 7 and s["failed"] == 3 and s["failed_empty_output"] == 3
+    assert s["ttft_mean_ms"] >= 20 and s["ttft_max_ms"] < 20 + 5 * TOL  # only the 7 real streams
+    assert s["total_output_tokens"] == 14
+
+
+# 3 ------------------------------------------------------------------------------------------------------------
+def test_chat_role_chunk_and_usage_chunk_do_not_count():
+    def script(i, body):
+        assert body["stream_options"] == {"include_usage": True}
+        return Reply([
+            (0.005, chat_event({"role": "assistant", "content": ""})),
+            (0.300, chat_event({"content": "Hi"})),
+            (0.320, chat_event({"content": " there"})),
+            (0.330, chat_event({}, finish="stop")),
+            (0.400, chat_event(choices=False, usage=usage(5, 2))),
+            (0.400, DONE),
+        ])
+
+    res, _ = run(script, api="chat", text=True)
+    rec = res.records[0]
+    m = request_metrics(rec)
+    assert rec.status == "ok" and rec.chunk_tokens == [0, 1, 1, 0, 0]
+    assert m.ttft_ms == pytest.approx(300, abs=TOL) and m.ttft_ms >= 300
+    assert m.ttfo_ms == m.ttft_ms
+    assert m.e2e_ms == pytest.approx(320, abs=TOL)  # the usage chunk at 400 ms does not move the end
+    assert rec.output_tokens == 2 and rec.output_tokens_source == "usage" and rec.input_tokens == 5
+    assert m.itl_tokens_ms == pytest.approx([20], abs=TOL) and rec.finish_reason == "stop"
+
+
+def test_chat_reasoning_counts_for_ttft_not_ttfo():
+    def script(i, body):
+        return Reply([
+            (0.005, chat_event({"role": "assistant", "content": ""})),
+            (0.100, chat_event({"reasoning_content": "hmm"})),
+            (0.300, chat_event({"content": "ok"})),
+            (0.310, chat_event({}, finish="stop")), (0.310, DONE),
+        ])
+
+    res, _ = run(script, api="chat", text=True)
+    rec = res.records[0]
+    m = request_metrics(rec)
+    assert rec.status == "ok" and not rec.content_null
+    assert m.ttft_ms == pytest.approx(100, abs=TOL)
+    assert m.ttfo_ms == pytest.approx(300, abs=TOL)
+    assert rec.output_tokens == 2 and rec.output_tokens_source == "stream_count"
+    assert rec.reasoning_text == "hmm" and rec.text == "ok"
+
+
+# 4 ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_early_stop_usage_in_empty_text_chunk(api):
+    def script(i, body):
+        assert body.get("max_tokens", body.get("max_completion_tokens")) == 256
+        ev = (lambda t: cmpl_event(t)) if api == "completions" else (lambda t: chat_event({"content": t}))
+        writes = [(0.010 + 0.002 * k, ev(f"t{k}")) for k in range(40)]
+        last = cmpl_event("", finish="stop", usage=usage(4, 40)) if api == "completions" else \
+            chat_event({"content": ""}, finish="stop", usage=usage(4, 40))
+        return Reply(writes + [(0.100, last), (0.100, DONE)])
+
+    res, _ = run(script, api=api, text=True, output_len=256)
+    rec = res.records[0]
+    m = request_metrics(rec)
+    assert rec.status == "ok" and rec.output_tokens == 40 and rec.output_tokens_source == "usage"
+    assert rec.chunk_tokens[-1] == 0 and sum(rec.chunk_tokens) == 40
+    tok = [t for t, k in zip(rec.chunk_perf_ns, rec.chunk_tokens) if k]
+    assert m.tpot_ms == pytest.approx((tok[-1] - tok[0]) / 39 / 1e6)
+    assert len(m.itl_tokens_ms) == 39
+
+
+# 5 ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize("with_usage", [True, False])
+def test_usage_chunk_with_empty_choices_or_no_usage(api, with_usage):
+    def script(i, body):
+        ev = (lambda t: cmpl_event(t)) if api == "completions" else (lambda t: chat_event({"content": t}))
+        writes = [(0.005 + 0.002 * k, ev("x")) for k in range(12)]
+        writes.append((0.040, cmpl_event("", finish="length") if api == "completions" else chat_event({}, finish="length")))
+        if with_usage:
+            writes.append((0.041, sse({"id": "c", "choices": [], "usage": usage(4, 12)})))
+        return Reply(writes + [(0.042, DONE)])
+
+    res, _ = run(script, api=api, text=True, output_len=999)
+    rec = res.records[0]
+    assert rec.status == "ok" and rec.output_tokens == 12
+    assert rec.output_tokens_source == ("usage" if with_usage else "stream_count")
+    assert rec.input_tokens_source == ("usage" if with_usage else "planned")
+    s = summarize(res)
+    assert s["total_output_tokens"] == 12 and s["output_throughput"] > 0
+
+
+# 6 ------------------------------------------------------------------------------------------------------------
+def test_non_streaming_chat_content_null_with_reasoning():
+    body = json.dumps({
+        "id": "c", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "reasoning_content": "think",
+                                             "tool_calls": None}, "finish_reason": "length"}],
+        "usage": usage(7, 32),
+    }).encode()
+
+    res, srv = run(lambda i, b: Reply(body=body, body_delay_s=0.05), api="chat", text=True,
+                   target_kw={"stream": False})
+    rec = res.records[0]
+    m = request_metrics(rec)
+    assert srv.requests[0]["stream"] is False and "stream_options" not in srv.requests[0]
+    assert rec.status == "ok" and rec.output_tokens == 32 and rec.output_tokens_source == "usage"
+    assert rec.content_null and rec.text == "" and rec.reasoning_text == "think"
+    assert m.ttft_ms is None and m.tpot_ms is None  # not measured without a stream
+    assert m.e2e_ms == pytest.approx(50, abs=TOL)
+
+
+# 7 ------------------------------------------------------------------------------------------------------------
+def _three_tokens():
+    return [(0.010, gen_event("a", 1)), (0.020, gen_event("ab", 2)), (0.030, gen_event("abc", 3))]
+
+
+def test_one_silent_stream_of_64_fails_with_read_timeout():
+    def script(i, body):
+        if pid(body) == 17:
+            return Reply(_three_tokens(), hang_after_s=3.0)
+        return Reply(_three_tokens() + [(0.030, DONE)])
+
+    t = time.monotonic()
+    res, _ = run(script, point=LoadPoint("concurrency", 64, 64), read_timeout_s=0.5)
+    assert time.monotonic() - t < 2.5
+    bad = [r for r in res.records if r.status != "ok"]
+    assert [(r.prompt_index, r.error_class) for r in bad] == [(17, "read_timeout")]
+    lasted = (bad[0].end_perf_ns - bad[0].last_token_perf_ns) / 1e9
+    assert 0.5 <= lasted < 0.5 + 0.5
+    s = summarize(res)
+    assert s["completed"] == 63 and s["failed_read_timeout"] == 1 and s["stalled"] is False
+    assert request_metrics(bad[0]).ttft_ms is not None  # measured before the failure, kept
+
+
+def test_stall_watchdog_catches_keepalive_without_tokens():
+    def script(i, body):
+        if pid(body) == 3:  # bytes keep flowing (SSE comments, repeated events), tokens do not
+            pings = [(0.030 + 0.05 * k, b": ping\n\n" if k % 2 else gen_event("abc", 3)) for k in range(40)]
+            return Reply(_three_tokens() + pings)
+        return Reply(_three_tokens() + [(0.030, DONE)])
+
+    res, _ = run(script, point=LoadPoint("concurrency", 8, 8), read_timeout_s=5.0, stall_timeout_s=0.4)
+    bad = [r for r in res.records if r.status != "ok"]
+    assert [(r.prompt_index, r.error_class) for r in bad] == [(3, "stall_timeout")]
+    assert 0.4 <= (bad[0].end_perf_ns - bad[0].last_token_perf_ns) / 1e9 < 0.4 + 0.4
+    assert res.stalled
+    s = summarize(res)
+    assert s["stalled"] is True and s["completed"] == 7
+
+
+# 8 ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad_line", [b'data: {"text": "ab\n\n', b'data: {"text": 5, "meta_info": {}}\n\n',
+                                      b"data: [1, 2]\n\n"])
+def test_truncated_json_line_is_parse_error(bad_line):
+    def script(i, body):
+        if pid(body) == 1:
+            return Reply([(0.010, gen_event("a", 1)), (0.020, bad_line), (0.030, gen_event("abc", 3)), (0.030, DONE)])
+        return Reply(_three_tokens() + [(0.030, DONE)])
+
+    res, _ = run(script, point=LoadPoint("concurrency", 3, 3))
+    assert [(r.prompt_index, r.status, r.error_class) for r in res.records] == [
+        (0, "ok", None), (1, "failed", "parse_error"), (2, "ok", None)]
+    rows = request_rows(res, config_hash="h", trial_id="t", point_index=0)
+    assert len(rows) == 3 and rows[1]["error_class"] == "parse_error" and rows[1]["error_message"]
+    assert summarize(res)["failed_parse_error"] == 1
+
+
+# other faults ----------------------------------------------------------------------------------------------------
+def test_http_error_truncated_stream_and_server_error():
+    def script(i, body):
+        k = pid(body)
+        if k == 0:
+            return Reply(status=500, body=b'{"error": {"message": "boom"}}')
+        if k == 1:
+            return Reply(_three_tokens())  # no [DONE]
+        if k == 2:
+            return Reply(_three_tokens() + [(0.04, sse({"error": {"message": "oom"}})), (0.04, DONE)])
+        if k == 3:
+            return Reply(_three_tokens() + [(0.04, gen_event("abc", 3, finish={"type": "abort", "message": "x"})),
+                                            (0.04, DONE)])
+        return Reply(_three_tokens() + [(0.030, DONE)])
+
+    res, _ = run(script, point=LoadPoint("concurrency", 5, 5))
+    got = [(r.status, r.error_class) for r in res.records]
+    assert got == [("failed", "http_error"), ("failed", "truncated_stream"), ("failed", "server_error"),
+                   ("failed", "server_error"), ("ok", None)]
+    assert res.records[0].http_status == 500 and "boom" in res.records[0].error_message
+    s = summarize(res)
+    assert s["failed"] == 4 and json.loads(s["error_counts_json"]) == {
+        "http_error": 1, "server_error": 2, "truncated_stream": 1}
+
+
+def test_connection_refused_is_conn_error_and_counted():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = asyncio.run(run_load_point(Target(f"http://127.0.0.1:{port}"), LoadPoint("concurrency", 2, 4), prompts(4)))
+    assert [r.error_class for r in res.records] == ["conn_error"] * 4
+    s = summarize(res)
+    assert s["failed_conn_error"] == 4 and s["request_throughput"] is None and s["ttft_p99_ms"] is None
+    assert len(request_rows(res, config_hash="h", trial_id="t", point_index=0)) == 4
+
+
+def test_api_key_sent_as_bearer_and_not_in_repr():
+    def script(i, body):
+        return Reply(_three_tokens() + [(0.03, DONE)])
+
+    res, srv = run(script, target_kw={"api_key": "sekrit"})
+    assert srv.headers[0]["Authorization"] == "Bearer sekrit"
+    assert "sekrit" not in repr(Target("http://x", api_key="sekrit"))
+
+
+def test_generate_payload_and_text_prompts():
+    def script(i, body):
+        return Reply(_three_tokens() + [(0.03, DONE)])
+
+    _, srv = run(script, n=1)
+    body = srv.requests[0]
+    assert body["input_ids"] == [0, 1, 2, 3] and body["stream"] is True
+    assert body["sampling_params"] == {"max_new_tokens": 16, "temperature": 0.0, "ignore_eos": True}
+    _, srv = run(script, n=1, text=True)
+    assert srv.requests[0]["text"] == "p0 hello" and "input_ids" not in srv.requests[0]
+
+
+def test_continuous_usage_counts_tokens_per_event():
+    def script(i, body):
+        return Reply([
+            (0.010, cmpl_event("ab", usage=usage(4, 2))),  # two tokens in one event (e.g. speculative decoding)
+            (0.030, cmpl_event("c", usage=usage(4, 3))),
+            (0.050, cmpl_event("de", finish="stop", usage=usage(4, 5))),
+            (0.051, sse({"choices": [], "usage": usage(4, 5)})), (0.051, DONE)])
+
+    res, _ = run(script, api="completions")
+    rec = res.records[0]
+    m = request_metrics(rec)
+    assert rec.chunk_tokens == [2, 1, 2, 0] and rec.output_tokens == 5
+    assert m.itl_tokens_ms[0] == 0.0 and len(m.itl_tokens_ms) == 4
+    assert m.itl_tokens_ms[1] == pytest.approx(20, abs=TOL)
+    assert m.itl_tokens_ms[2] == m.itl_tokens_ms[3] == pytest.approx(10, abs=TOL)
+
+
+# load shapes -----------------------------------------------------------------------------------------------------
+def test_closed_loop_holds_exactly_the_concurrency_with_warmup_excluded():
+    live = {"now": 0, "peak": 0}
+
+    def script(i, body):
+        return Reply([(0.0, b""), (0.050, gen_event("a", 1)), (0.100, gen_event("ab", 2)), (0.100, DONE)])
+
+    async def main():
+        async with ScriptedServer(script) as srv:
+            point = LoadPoint("concurrency", 4, 12, warmup_requests=3)
+            return await run_load_point(Target(srv.url), point, prompts(15)), srv
+
+    # ScriptedServer binds _handle when it starts, so wrap the class method to count requests in flight
+    orig_handle = ScriptedServer._handle
+
+    async def counting(self, request):
+        live["now"] += 1
+        live["peak"] = max(live["peak"], live["now"])
+        try:
+            return await orig_handle(self, request)
+        finally:
+            live["now"] -= 1
+
+    ScriptedServer._handle = counting
+    try:
+        res, srv = asyncio.run(main())
+    finally:
+        ScriptedServer._handle = orig_handle
+    assert len(srv.requests) == 15 and len(res.records) == 12 and len(res.warmup_records) == 3
+    assert live["peak"] == 4
+    assert [r.prompt_index for r in res.warmup_records] == [12, 13, 14]
+    assert sorted(r.prompt_index for r in res.records) == list(range(12))
+    assert all(r.send_perf_ns >= res.window_start_perf_ns for r in res.records)
+    assert all(w.end_perf_ns <= res.window_start_perf_ns for w in res.warmup_records)
+    s = summarize(res)
+    assert s["concurrency_peak"] == 4 and s["completed"] == 12
+    assert s["concurrency_mean"] == pytest.approx(4, rel=0.15)
+    assert s["duration_s"] == pytest.approx(0.3, abs=0.05)
+    assert s["request_throughput"] == pytest.approx(12 / s["duration_s"])
+
+
+def test_open_loop_sends_on_absolute_deadlines():
+    def script(i, body):
+        return Reply([(0.005, gen_event("a", 1)), (0.005, DONE)])
+
+    point = LoadPoint("rate", 40.0, 10, arrival="constant")
+    res, _ = run(script, point=point, target_kw={"time_scale": 2.0})
+    offsets = [r.scheduled_offset_ns for r in res.records]
+    assert offsets == [i * 12_500_000 for i in range(10)]  # 40 req/s modelled = 80 req/s real at time_scale 2
+    for r in res.records:
+        lag = r.send_perf_ns - r.scheduled_perf_ns
+        assert 0 <= lag < 10_000_000
+    assert res.records[0].scheduled_perf_ns == res.window_start_perf_ns
+    s = summarize(res)
+    assert s["completed"] == 10 and s["client_queue_max_ms"] < 20
+
+
+def test_open_loop_behind_schedule_records_client_queue():
+    """rate=inf: everything is due at t0; sends go out as fast as the loop allows and the lateness is recorded."""
+    def script(i, body):
+        return Reply([(0.005, gen_event("a", 1)), (0.005, DONE)])
+
+    res, _ = run(script, point=LoadPoint("rate", float("inf"), 50))
+    assert all(r.scheduled_offset_ns == 0 for r in res.records)
+    queue = [request_metrics(r).client_queue_ms for r in res.records]
+    assert all(q >= 0 for q in queue) and max(queue) > 0

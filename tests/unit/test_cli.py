@@ -1,0 +1,45 @@
+"""The command line as a user meets it: dry runs print exact command lines, bad input exits 2 before launching."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def grid_run(*args, tmp_path):
+    return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_prints_every_twin_command(tmp_path):
+    out = grid_run("+sweep=nsa_backends", "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    commands = [ln for ln in out.stdout.splitlines() if "-m grid.twin" in ln]
+    assert len(commands) == 49
+    assert "--nsa-prefill-backend trtllm --nsa-decode-backend trtllm" in out.stdout
+    assert not (tmp_path / "parquet").exists()
+
+
+def test_dry_run_plans_for_a_chosen_sglang_version_without_sglang(tmp_path):
+    out = grid_run("engine=sglang", "engine.version=0.5.23", "model.path=/models/GLM-5-NVFP4", "+sweep=cuda_graph",
+                   "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.replace("\n", " ")
+    assert "-m sglang.launch_server --model-path /models/GLM-5-NVFP4 --tp-size 8" in text
+    assert "--cuda-graph-max-bs-decode 16" in text and "--dsa-decode-backend trtllm" in text
+    assert "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled" in text
+
+
+def test_sglang_without_sglang_fails_at_once(tmp_path):
+    out = grid_run("engine=sglang", "+sweep=nsa_backends", tmp_path=tmp_path)
+    assert out.returncode == 2
+    assert "SGLang is not installed" in out.stdout and "pip install -e '.[sglang]'" in out.stdout.replace("\n", " ")
+    assert not (tmp_path / "parquet").exists()
+
+
+def test_bad_value_exits_2_naming_key_and_choices(tmp_path):
+    out = grid_run("+sweep=nsa_backends", "sweep.grid.dsa_decode_backend=[flashmla]", tmp_path=tmp_path)
+    assert out.returncode == 2
+    msg = out.stdout.replace("\n", " ")
+    assert "server.dsa_decode_backend='flashmla'" in msg and "allowed values: flashmla_sparse, flashmla_kv" in msg

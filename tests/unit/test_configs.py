@@ -1,0 +1,103 @@
+"""Every config file composes and validates; every sweep expands and renders command lines for both engines."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from grid.config.schema import ConfigError, load_run_spec
+from grid.engines.base import get_engine
+from grid.sweep.space import expand
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
+MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+HARDWARE = sorted(p.stem for p in (CONF / "hardware").glob("*.yaml"))
+
+
+def spec_for(overrides, tmp_path):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[*overrides, f"hydra.runtime.output_dir={tmp_path}"],
+                      return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    return load_run_spec(plain)
+
+
+def test_every_sweep_file_is_expected():
+    assert set(SWEEPS) >= {"nsa_backends", "mem_fraction", "cuda_graph", "torch_compile", "two_batch_overlap",
+                           "schedule_policy", "moe_runner", "seed_tuning"}
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_sweep_composes_and_dry_runs(sweep, tmp_path):
+    spec = spec_for([f"+sweep={sweep}"], tmp_path)
+    assert spec.name == sweep and spec.run_dir == str(tmp_path)
+    plans = expand(spec)
+    assert plans and len({p.config_hash for p in plans}) == len(plans)
+    for p in plans:
+        argv = get_engine(spec).launch_plan(p, 30000).argv
+        assert argv[1:3] == ["-m", "grid.twin"] and all(isinstance(a, str) for a in argv)
+    sg = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "sglang", "version": "0.5.23"})})
+    for p in plans:
+        argv = get_engine(sg).launch_plan(p, 30000).argv
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        assert "--nsa-prefill-backend" not in argv and "--cuda-graph-max-bs" not in argv
+
+
+def test_nsa_sweep_is_every_pair(tmp_path):
+    plans = expand(spec_for(["+sweep=nsa_backends"], tmp_path))
+    assert len(plans) == 49
+    assert plans[0].label == "prefill=flashmla_sparse decode=flashmla_sparse"
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_every_model_and_hardware_validates(model, hardware, tmp_path):
+    spec = spec_for([f"model={model}", f"hardware={hardware}"], tmp_path)
+    assert spec.model.num_layers > 0 and spec.hardware.gpu_count >= 1
+    assert spec.server["tp_size"] == spec.hardware.gpu_count
+
+
+def test_seed_session_experiment_composes(tmp_path):
+    spec = spec_for(["+experiment=seed_session"], tmp_path)
+    plans = expand(spec)
+    assert [p.label for p in plans][:2] == ["single_stream_2048", "burst32_no_graph"]
+    assert plans[0].load.output_len == 2048 and plans[1].load.range_ratio == 0.0
+    assert spec.experiment["kind"] == "seed_replay"
+
+
+def test_ordinary_overrides(tmp_path):
+    spec = spec_for(["+sweep=mem_fraction", "load.concurrency=[1,8]", "sweep.grid.mem_fraction_static=[0.8,0.9]"],
+                    tmp_path)
+    plans = expand(spec)
+    assert [p.settings["mem_fraction_static"] for p in plans] == [0.8, 0.9]
+    assert plans[0].load.concurrency == [1, 8]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+server.bogus=1"], "server.bogus: unknown setting"),
+    (["server.tp_size=abc"], "server.tp_size: expected an integer"),
+    (["+sweep=nsa_backends", "sweep.grid.dsa_decode_backend=[nope]"],
+     "server.dsa_decode_backend='nope' is not accepted by SGLang 0.5.9; allowed values: flashmla_sparse"),
+    (["engine=sglang", "model.path=null"], "model.path: required with engine=sglang"),
+    (["engine.kind=tpu"], "engine.kind"),
+    (["+load.bogus=3"], "load.bogus: unknown key"),
+    (["load.concurrency=[0]"], "concurrency level must be >= 1"),
+    (["objective.slo.ttft_ms=-1"], "objective.slo.ttft_ms"),
+    (["+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[]"], "sweep.grid.mem_fraction_static"),
+])
+def test_bad_input_is_refused_with_key(overrides, message, tmp_path):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        spec_for(overrides, tmp_path)
+
+
+def test_unwritable_run_dir(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match="run_dir: .*a-file/run cannot be written"):
+        spec_for([], blocker / "run")

@@ -1,0 +1,77 @@
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grid.server.process import ManagedServer, StartupError, free_port, port_is_free
+
+SCRIPT = str(Path(__file__).parent.parent / "fixtures" / "phased_server.py")
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_readiness_phases_and_group_cleanup(tmp_path):
+    port = free_port()
+    s = ManagedServer([sys.executable, SCRIPT, str(port), "0.4", "0.4"], {}, tmp_path / "s.log", "127.0.0.1", port)
+    s.start()
+    info = s.wait_ready(timeout_s=30)
+    assert info.phases[0] == "refused" and "503" in info.phases and info.phases[-1] == "200"
+    assert 0.7 < info.startup_s < 10 and info.port_open_s is not None and info.port_open_s < info.startup_s
+    pgid = s.pgid
+    s.stop(grace_s=2)
+    assert group_gone(pgid)                 # the sleep grandchild is gone too
+    assert port_is_free("127.0.0.1", port)
+
+
+def test_time_scale_scales_modelled_startup(tmp_path):
+    port = free_port()
+    s = ManagedServer([sys.executable, SCRIPT, str(port), "0.2", "0.0"], {}, tmp_path / "s.log", "127.0.0.1", port,
+                      time_scale=10.0)
+    s.start()
+    info = s.wait_ready(timeout_s=100)
+    s.stop(1)
+    assert info.startup_s >= 2.0            # >= 0.2 real seconds x 10
+
+
+def test_exit_before_ready_is_classified_oom(tmp_path):
+    port = free_port()
+    s = ManagedServer([sys.executable, SCRIPT, str(port), "0", "0", "0.2"], {}, tmp_path / "s.log", "127.0.0.1", port)
+    s.start()
+    with pytest.raises(StartupError) as e:
+        s.wait_ready(timeout_s=30)
+    assert e.value.error_class == "startup_oom" and e.value.exit_code == 1
+    assert "CUDA out of memory" in e.value.log_tail
+    s.stop(1)
+
+
+def test_timeout_kills_group(tmp_path):
+    port = free_port()
+    s = ManagedServer([sys.executable, SCRIPT, str(port), "100", "0"], {}, tmp_path / "s.log", "127.0.0.1", port)
+    s.start()
+    pgid = s.pgid
+    t0 = time.monotonic()
+    with pytest.raises(StartupError) as e:
+        s.wait_ready(timeout_s=0.5)
+    assert e.value.error_class == "startup_timeout" and time.monotonic() - t0 < 15
+    assert group_gone(pgid)
+
+
+def test_port_in_use_detected_before_launch(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        s = ManagedServer([sys.executable, "-c", "pass"], {}, tmp_path / "s.log", "127.0.0.1", port)
+        with pytest.raises(StartupError) as e:
+            s.start()
+        assert e.value.error_class == "port_in_use" and s.proc is None
