@@ -25,7 +25,9 @@ import numpy as np
 ARRIVAL_KINDS = ("constant", "poisson", "gamma")
 
 
-def send_offsets(num: int, rate: float, kind: str = "poisson", *, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+def send_offsets(
+    num: int, rate: float, kind: str = "poisson", *, burstiness: float = 1.0, seed: int = 0
+) -> list[float]:
     """Absolute send offsets (modelled seconds, non-decreasing, first = 0.0) for ``num`` requests at ``rate`` req/s."""
     if num < 0:
         raise ValueError(f"num must be >= 0, got {num}")

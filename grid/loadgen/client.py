@@ -444,7 +444,8 @@ class StreamParser:
         elif not rec.stream and (self._text or self._reasoning):
             rec.output_tokens, rec.output_tokens_source = None, None  # a body without usage: count unknown
         else:
-            rec.output_tokens, rec.output_tokens_source = 0, ("usage" if rec.usage_completion_tokens == 0 else "stream_count")
+            source = "usage" if rec.usage_completion_tokens == 0 else "stream_count"
+            rec.output_tokens, rec.output_tokens_source = 0, source
         if rec.usage_prompt_tokens is not None:
             rec.input_tokens, rec.input_tokens_source = rec.usage_prompt_tokens, "usage"
         else:

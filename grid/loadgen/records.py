@@ -70,7 +70,7 @@ class RequestRecord:
     planned_input_len: int
     warmup: bool = False
     # --- timeline (perf_counter_ns; unix only for correlation) ---
-    scheduled_perf_ns: int | None = None  # when this request was due (open loop: t0 + offset; closed loop: worker ready)
+    scheduled_perf_ns: int | None = None  # when it was due (open loop: t0 + offset; closed loop: worker ready)
     scheduled_offset_ns: int | None = None  # scheduled_perf_ns - window start (real ns)
     send_perf_ns: int | None = None
     send_unix_ns: int | None = None

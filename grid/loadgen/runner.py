@@ -3,7 +3,8 @@
 * One ``aiohttp.ClientSession`` per load point, its connector limit >= the concurrency (unlimited for open loop), so
   no request waits inside aiohttp for a connection.
 * One clock: ``time.perf_counter_ns``. Every read of a streamed response is stamped on arrival and its raw bytes
-  kept; parsing happens after the request ends (or from the stall watchdog), never between read and stamp.
+  kept; parsing happens after the request ends, one request per event-loop iteration in a background task (or,
+  for a request that looks stalled, from the watchdog), never between a read and its stamp.
 * Closed loop (``kind="concurrency"``): exactly ``value`` workers; each sends the next prompt when its previous
   request finishes. ``scheduled`` = the moment the worker was ready, so client queue time is ~0.
 * Open loop (``kind="rate"``): request i is due at ``t0 + offset_i / time_scale`` (offsets from
@@ -24,6 +25,7 @@ nanoseconds are never scaled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from grid.loadgen.arrivals import offsets_to_ns, send_offsets
 from grid.loadgen.client import Endpoint, StreamParser, get_endpoint
@@ -108,6 +111,31 @@ class _Session:
         # request in flight -> (parser, io task); read by the watchdog
         self.inflight: dict[int, tuple[StreamParser, asyncio.Task]] = {}
         self._abort: dict[int, str] = {}
+        # finished requests wait here to be parsed, one per loop iteration, so parsing never delays a stamp by more
+        # than one request's parse (and a closed-loop worker sends its next request without waiting for it)
+        self._parse_queue: asyncio.Queue[StreamParser] = asyncio.Queue()
+        self._parse_task: asyncio.Task | None = None
+
+    async def _parse_loop(self) -> None:
+        while True:
+            parser = await self._parse_queue.get()
+            try:
+                self._finish(parser)
+            finally:
+                self._parse_queue.task_done()
+            await asyncio.sleep(0)
+
+    def start(self) -> None:
+        self._parse_task = asyncio.ensure_future(self._parse_loop())
+
+    async def drain(self) -> None:
+        """Wait until every finished request is parsed."""
+        await self._parse_queue.join()
+
+    async def stop(self) -> None:
+        if self._parse_task is not None:
+            self._parse_task.cancel()
+            await asyncio.gather(self._parse_task, return_exceptions=True)
 
     def new_record(self, index: int, prompt: Prompt, warmup: bool) -> RequestRecord:
         return RequestRecord(
@@ -116,7 +144,7 @@ class _Session:
         )
 
     async def _io(self, rec: RequestRecord, body: bytes) -> None:
-        """Send and read. The only work per read is a clock stamp and a list append."""
+        """Send and read. Bytes are stamped when the socket delivered them (``_StampingHandler``), else on read."""
         reads = rec.raw_reads
         clock = time.perf_counter_ns
         rec.send_unix_ns = time.time_ns()
@@ -128,12 +156,35 @@ class _Session:
                 rec.end_perf_ns = clock()
                 rec.fail("http_error", f"HTTP {resp.status}: {text[:500]}")
                 return
-            if rec.stream:
-                async for data in resp.content.iter_any():
+            proto = resp.connection.protocol if resp.connection is not None else None
+            marks: list[tuple[int, int]] | None = None
+            if isinstance(proto, _StampingHandler):
+                marks = []
+                if resp.content.total_bytes:  # body bytes that came with the headers
+                    marks.append((proto.last_rx_ns, resp.content.total_bytes))
+                proto.sink = (marks, resp.content)
+            try:
+                if rec.stream:
+                    pos = mi = 0
+                    async for data in resp.content.iter_any():
+                        if marks is None:
+                            reads.append((clock(), data))
+                            continue
+                        # split the read at the socket deliveries it spans: each piece keeps its arrival stamp
+                        start, end = pos, pos + len(data)
+                        while start < end:
+                            while mi < len(marks) and marks[mi][1] <= start:
+                                mi += 1
+                            ts, cut = (marks[mi][0], min(marks[mi][1], end)) if mi < len(marks) else (clock(), end)
+                            reads.append((ts, data[start - pos: cut - pos]))
+                            start = cut
+                        pos = end
+                else:
+                    data = await resp.read()
                     reads.append((clock(), data))
-            else:
-                data = await resp.read()
-                reads.append((clock(), data))
+            finally:
+                if proto is not None and getattr(proto, "sink", None) is not None and proto.sink[0] is marks:
+                    proto.sink = None
         rec.end_perf_ns = clock()
 
     async def request(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
@@ -144,7 +195,8 @@ class _Session:
             rec.send_unix_ns, rec.send_perf_ns = time.time_ns(), time.perf_counter_ns()
             rec.end_perf_ns = rec.send_perf_ns
             rec.fail("client_error", f"{type(exc).__name__}: {exc}")
-            return self._done(parser)
+            self._parse_queue.put_nowait(parser)
+            return rec
         task = asyncio.ensure_future(self._io(rec, body))
         self.inflight[rec.request_index] = (parser, task)
         try:
@@ -160,16 +212,22 @@ class _Session:
             rec.fail(abort or "client_error", "cancelled by the watchdog" if abort else "cancelled")
         elif (exc := task.exception()) is not None:
             rec.fail(*_classify(exc))
-        return self._done(parser)
+        self._parse_queue.put_nowait(parser)
+        return rec
 
-    def _done(self, parser: StreamParser) -> RequestRecord:
-        rec = parser.finish()
+    def _finish(self, parser: StreamParser) -> None:
+        try:
+            rec = parser.finish()
+        except Exception as exc:  # a parser bug must fail this request, not hang or kill the load point
+            log.exception("parsing request %d failed", parser.rec.request_index)
+            rec = parser.rec
+            rec.raw_reads = []
+            rec.fail("client_error", f"parser: {type(exc).__name__}: {exc}")
         if self.on_request_done is not None:
             try:
                 self.on_request_done(rec)
             except Exception:  # a progress callback must not take the load point down
                 log.exception("on_request_done callback failed")
-        return rec
 
     async def watchdog(self) -> None:
         """Fail requests that made no token progress for stall_timeout_s (parses pending reads lazily)."""
@@ -177,16 +235,51 @@ class _Session:
         period = min(max(self.stall_ns / 4e9, 0.005), 0.5)
         while True:
             await asyncio.sleep(period)
-            now = time.perf_counter_ns()
-            for index, (parser, task) in list(self.inflight.items()):
+            for n, (index, (parser, task)) in enumerate(list(self.inflight.items())):
                 rec = parser.rec
                 if rec.send_perf_ns is None or task.done():
                     continue
-                parser.consume()
-                last = rec.last_token_perf_ns or rec.send_perf_ns
-                if now - last > self.stall_ns:
+                now = time.perf_counter_ns()
+                if now - (rec.last_token_perf_ns or rec.send_perf_ns) <= self.stall_ns:
+                    continue  # recent progress already known: no need to parse
+                parser.consume()  # parse what arrived since, then decide
+                if now - (rec.last_token_perf_ns or rec.send_perf_ns) > self.stall_ns:
                     self._abort[index] = "stall_timeout"
                     task.cancel()
+                if n % 16 == 15:
+                    await asyncio.sleep(0)  # let arrivals be stamped between parses
+
+
+class _StampingHandler(ResponseHandler):
+    """aiohttp's connection protocol, plus an arrival stamp for every socket delivery.
+
+    While a request owns the connection it sets ``sink = (marks, content)``; each ``data_received`` then appends
+    ``(perf_counter_ns before parsing, content.total_bytes after)`` so the reader can give every payload byte the
+    time the socket delivered it, however late its own task wakes up.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sink: tuple[list[tuple[int, int]], Any] | None = None
+        self.last_rx_ns = 0
+
+    def data_received(self, data: bytes) -> None:
+        t = self.last_rx_ns = time.perf_counter_ns()
+        super().data_received(data)
+        sink = self.sink
+        if sink is not None:
+            marks, content = sink
+            total = content.total_bytes
+            if not marks or marks[-1][1] != total:
+                marks.append((t, total))
+
+
+def _connector(limit: int) -> aiohttp.TCPConnector:
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+    factory = getattr(connector, "_factory", None)
+    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
+        connector._factory = functools.partial(_StampingHandler, *factory.args, **factory.keywords)
+    return connector  # otherwise (a different aiohttp) reads are stamped when read: still correct, a bit later
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -220,28 +313,31 @@ async def run_load_point(
             send_offsets(point.num_prompts, point.value, point.arrival, burstiness=point.burstiness, seed=point.seed),
             target.time_scale,
         )
-    connector = aiohttp.TCPConnector(limit=max(workers, 1) + 8 if closed else 0, limit_per_host=0,
-                                     ttl_dns_cache=300, enable_cleanup_closed=True)
+    connector = _connector(max(workers, 1) + 8 if closed else 0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(read_timeout_s, 60.0), sock_read=read_timeout_s)
     n = len(prompts)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         sess = _Session(target, http, endpoint, stall_timeout_s, on_request_done)
+        sess.start()
         dog = asyncio.ensure_future(sess.watchdog()) if stall_timeout_s is not None else None
         try:
             warm = await _closed_loop(
                 sess, [(j, prompts[(point.num_prompts + j) % n]) for j in range(point.warmup_requests)],
                 workers if closed else 1, warmup=True, t0=None,
             )
+            await sess.drain()
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
             if closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
                 records = await _open_loop(sess, items, offsets_ns, t0)
+            await sess.drain()
         finally:
             if dog is not None:
                 dog.cancel()
                 await asyncio.gather(dog, return_exceptions=True)
+            await sess.stop()
     records.sort(key=lambda r: r.request_index)
     end = max((r.end_perf_ns for r in records if r.end_perf_ns is not None), default=t0)
     return LoadPointResult(
@@ -267,7 +363,9 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
     return out
 
 
-async def _open_loop(sess: _Session, items: list[tuple[int, Prompt]], offsets_ns: list[int], t0: int) -> list[RequestRecord]:
+async def _open_loop(
+    sess: _Session, items: list[tuple[int, Prompt]], offsets_ns: list[int], t0: int
+) -> list[RequestRecord]:
     tasks = []
     clock = time.perf_counter_ns
     for (index, prompt), offset in zip(items, offsets_ns):

@@ -43,7 +43,8 @@ class SLO:
     percentile: float = 99.0
 
     def given(self) -> dict[str, float]:
-        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2e", self.e2e_ms)) if v is not None}
+        pairs = (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2e", self.e2e_ms))
+        return {k: v for k, v in pairs if v is not None}
 
 
 _STATS = (("mean", None), ("median", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("max", None))
@@ -222,7 +223,9 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     if given and records:
         assert slo is not None
         n = len(records)
-        meets = {k: [r.status == "ok" and _meets(m, k, lim) for r, m in zip(records, metrics)] for k, lim in given.items()}
+        meets = {
+            k: [r.status == "ok" and _meets(m, k, lim) for r, m in zip(records, metrics)] for k, lim in given.items()
+        }
         good = sum(1 for i in range(n) if all(meets[k][i] for k in given))
         out["goodput"] = good / duration_s if duration_s else None
         out["slo_attainment"] = good / n

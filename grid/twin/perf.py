@@ -21,32 +21,25 @@ time) and on a single H100 (A5: 7.06 ms with graphs vs 9.28 ms without).
 MoE bytes grow with the batch through expert coverage ``1-(1-k/E)^B`` (§5 rule 2). KV bytes grow with context; GLM-5
 on SM120 runs dense MLA (DSA bypassed), elsewhere DSA caps the keys read per query at ``index_topk`` (§2, §5 rule 4).
 
-Calibration (measured → this model; ``tests/twin/test_calibration.py`` prints the same table):
-
-=====================================================================  ==========  =========
-anchor (§0 seed session: VM, no P2P; §3 E1: bare metal, tuned NCCL)     measured    model
-=====================================================================  ==========  =========
-seed single stream, 2048 out, graphs on                                 11.1 tok/s  see test
-seed 32 prompts burst, U[1,256], no graphs, mem 0.85: out / total        144 / 304   see test
-seed 64 prompts 16 req/s, no graphs: out / total                        196 / 451   see test
-seed 64 burst: out / total                                              225 / 516   see test
-seed KV tokens mem 0.85 / 0.92 (fp8 KV, the 0.5.9 DSA auto dtype)       370K / 498K see test
-seed graphs (max bs 64) 64 burst 128/512: out                           236         see test
-E1 c1 / c8 / c32 / c64 b12x and CUTLASS, ctx 0                          see §3      see test
-=====================================================================  ==========  =========
+Calibration (measured → this model; ``pytest tests/twin/test_calibration.py -s`` prints the full table):
+seed single stream 11.1 → 11.1 tok/s; seed 32 burst no graphs 144/304 → 141/294 tok/s, concurrency 18.4 → 18.9,
+log gen throughput at ~21 running 208 → 196; 64 at 16 req/s 196/451 → 230/407; 64 burst 225/516 → 216/478;
+KV 370K/498K → 406K/536K (fp8), glm5.md 314,304 → 295,488 (bf16); graphs 128/512 236 → 259, log ~200 → 228 at ~22
+running; E1 CUTLASS c1..c64 within 2%; b12x within 7% except c16 (+20%); context sweep within 8%; A5 within 1%.
 
 Fitted constants and their derivation (all other numbers are spec-sheet or architecture facts):
 
-* ``T_KERNEL_GPU`` 3 µs and ``ETA_BW_DENSE`` 0.85: E1 c1 CUTLASS 19.8 ms = 5.6 GB/GPU of weights + 157 NCCL
-  all-reduces x 25 µs (§1c, dual-socket with the LL graph XML fix, as E1 ran) + 78 layers x 42 kernels x 3 µs
-  + 0.3 ms CPU; the same 3 µs per kernel and 0.85 reproduce A5 (Llama-3-8B, one H100: 7.06 ms, 16.06 GB).
-* ``T_OP_CPU_EAGER`` 20 µs: A5 eager 9.28 ms = 32 layers x 14 ops x 20 µs + 0.3 ms.
-* ``ETA_MOE['cutlass']`` 0.62: slope of E1 CUTLASS step time from c1 (19.8 ms) to c64 (63.3 ms), with expert bytes
-  from coverage (1.6 GB → 44 GB per GPU).
+* ``T_KERNEL_GPU`` 3.75 µs and ``ETA_MOE['cutlass']`` 0.80: least squares over E1 CUTLASS c1..c64 (19.8 ms at c1 =
+  weights 6.2 GB/GPU + 157 NCCL all-reduces x 25 µs (§1c, dual-socket with the LL graph XML fix, as E1 ran)
+  + 78 layers x 38 kernels x 3.75 µs + 0.3 ms CPU; the slope to 63.3 ms at c64 is expert coverage 3% → 87% of
+  the 56.6 GB of experts per GPU read at 0.80 x 1,597 GB/s).
+* ``ETA_BW_DENSE`` 0.90 and ``T_OP_CPU_EAGER`` 20 µs: A5 (Llama-3-8B, one H100): 7.06 ms with graphs (16.06 GB at
+  0.90 x 3.35 TB/s + 454 kernels x 3.75 µs + 0.3 ms) and 9.28 ms eager (454 ops x 20 µs + 0.3 ms).
 * b12x: E1 shows b12x ahead at c≤8 and far behind from c16 (c64 108 ms vs 63 ms): modelled as a higher bandwidth
-  efficiency up to 8 tokens and a compute ceiling ``B12X_EFF_TFLOPS`` fitted to c64 above.
+  efficiency (0.95) up to 8 tokens and a compute ceiling ``B12X_EFF_TFLOPS`` 4.0 fitted to c64 above.
 * ``ETA_KV`` 0.60: E1 c1 vs context, 19.4 ms at 0K → 32.2 ms at 128K = 131072 x 89,856 B per GPU read per step.
-* ``ETA_FLOPS`` 0.35: E1 single-batch prefill ≈ 4,000 tok/s (8,192-token chunk, bare metal).
+* ``ETA_FLOPS`` 0.35: E1 "single-batch prefill ≈ 4,000 tok/s", read as a 64K-token context prefilled in 8K chunks
+  (the middle of E1's 0-128K sweep; dense-MLA attention dominates there).
 * VM all-reduce (``conf/hardware/rtx_pro_6000_x8_vm.yaml``): latency fitted to the seed single stream
   (183.8 s / 2048 = 89.7 ms per step vs 19.8 ms bare metal; (89.7-19.8) ms / 157 + 25 µs ≈ 470 µs), bus bandwidth to
   the seed's 64-concurrent run. Nothing else differs between the two RTX PRO 6000 hardware files.
@@ -57,7 +50,7 @@ Fitted constants and their derivation (all other numbers are spec-sheet or archi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from grid.config.specs import HardwareSpec, ModelSpec
 
@@ -74,18 +67,18 @@ RUNTIME_OVERHEAD_GIB_BASE = 1.0
 RUNTIME_OVERHEAD_GIB_PER_PEER = 0.33
 
 # --- efficiencies (fitted, see module docstring) -------------------------------------------------------------------
-ETA_BW_DENSE = 0.85  # dense / attention weight reads (GEMV-like), A5 + E1 c1
+ETA_BW_DENSE = 0.90  # dense / attention weight reads (GEMV-like), A5 + E1 c1
 ETA_KV = 0.60  # KV-cache reads in decode attention, E1 c1 context sweep
 ETA_FLOPS = 0.35  # achieved fraction of dense tensor peak in prefill GEMMs/attention, E1 prefill ~4,000 tok/s
-T_KERNEL_GPU = 3.0e-6  # s per kernel: launch gap + tail, paid inside CUDA graphs too (E1 c1, A5)
+T_KERNEL_GPU = 3.75e-6  # s per kernel: launch gap + tail, paid inside CUDA graphs too (E1 c1, A5)
 T_OP_CPU_EAGER = 20e-6  # s per op when launched eagerly from Python (A5 9.28 ms eager)
 T_STEP_CPU = 0.3e-3  # s per scheduler iteration (batch build, sampling); assumption, SGLang's overlap scheduler
 T_REQ_CPU = 2e-6  # s per running request per iteration (assumption)
 # MoE expert-GEMM bandwidth efficiency by runner class. Only SM120 CUTLASS and b12x are calibrated (E1); the other
 # classes have no anchor in the calibration set and reuse the CUTLASS value (triton a little lower: assumption).
-ETA_MOE = {"cutlass": 0.62, "b12x": 0.75, "triton": 0.50, "deep_gemm": 0.62, "trtllm": 0.62, "cutedsl": 0.62}
+ETA_MOE = {"cutlass": 0.80, "b12x": 0.95, "triton": 0.65, "deep_gemm": 0.80, "trtllm": 0.80, "cutedsl": 0.80}
 B12X_SMALL_M = 8  # E1: b12x ahead of CUTLASS at c1-c8, behind from c16
-B12X_EFF_TFLOPS = 4.2  # effective expert-GEMM rate of b12x above SMALL_M, fitted to E1 c64 (590.7 tok/s)
+B12X_EFF_TFLOPS = 4.0  # effective expert-GEMM rate of b12x above SMALL_M, fitted to E1 c64 (590.7 tok/s)
 # torch.compile fuses elementwise ops: fewer kernels for captured batch sizes <= torch_compile_max_bs.
 # Assumption (sglang.md §5 row 5: maintainers call the gain small now, #6830).
 TORCH_COMPILE_KERNEL_FACTOR = 0.85

@@ -81,8 +81,10 @@ class _State:
     _gen_in_prefix: int = 0  # generated tokens already folded into prefix by a retraction
 
     def reserve(self) -> int:
-        remaining = max(0, self.req.max_new_tokens - self.generated)
-        return self.prefix + math.ceil(remaining * NEW_TOKEN_RATIO)
+        """KV tokens held now (or after prefill) plus the estimated share of the tokens still to generate."""
+        remaining = max(0, self.req.max_new_tokens - self.generated)  # SGLang does not know the EOS point
+        held = self.prefix + (self.generated - self._gen_in_prefix if self.prefilled >= self.prefix else 0)
+        return held + math.ceil(remaining * NEW_TOKEN_RATIO)
 
 
 class Scheduler:

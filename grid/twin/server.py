@@ -80,8 +80,9 @@ class Fault:
     bind_at_s: float | None = None  # override of when the port opens
     ready_at_s: float | None = None  # health answers 503 until this modelled time
 
-    def garbage(self, serving_s: float) -> str | None:
-        """The piece every completion repeats, when this fault garbles output at ``serving_s`` (modelled since ready)."""
+    def garbage(self, since_decode_s: float) -> str | None:
+        """The piece every completion repeats when this fault garbles output ``since_decode_s`` modelled seconds after
+        the first decode step (0 before it)."""
         return None
 
     def runtime_due(self, twin: "Twin") -> bool:
@@ -134,14 +135,15 @@ class StartupHang(Fault):
 
 @register
 class NanOutput(Fault):
-    """Garbage output (``"!"`` repeated) from ``at_s`` modelled seconds of serving on; the NaN line is logged every
-    decode-log interval (on 0.5.9 only with --enable-nan-detection, as SGLang)."""
+    """Garbage output (``"!"`` repeated) from ``at_s`` modelled seconds after the first decode step on; the row's log
+    lines (SGLang's NaN line) are printed with every ``Decode batch`` line meanwhile (on 0.5.9 only with
+    --enable-nan-detection, the only build that has the check)."""
 
     kind = "nan_output"
     piece = "!"
 
-    def garbage(self, serving_s):
-        return str(self.params.get("token", self.piece)) if serving_s >= self.at_s else None
+    def garbage(self, since_decode_s):
+        return str(self.params.get("token", self.piece)) if since_decode_s >= self.at_s else None
 
 
 @register
@@ -154,12 +156,12 @@ class RepeatToken(NanOutput):
 
 @register
 class RuntimeCrash(Fault):
-    """Exit ``exit_code`` after ``at_s`` modelled seconds of decoding (summed decode step time)."""
+    """Print the row's log lines and exit ``exit_code`` ``at_s`` modelled seconds after the first decode step."""
 
     kind = "runtime_crash"
 
     def runtime_due(self, twin):
-        return twin.decode_s >= self.at_s
+        return twin.first_decode_at is not None and twin.mclock - twin.first_decode_at >= self.at_s
 
     def fire_runtime(self, twin):
         twin.crash(self.log_lines or ("Received sigquit from a child process. It usually means the child failed.",),
@@ -346,6 +348,7 @@ class Twin:
         self.never_ready = False
         self.sched_dead = False
         self.decode_s = 0.0
+        self.first_decode_at: float | None = None
         self.busy_s = 0.0
         self.last_gen_throughput = 0.0
         self.last_output_real = 0.0
@@ -362,7 +365,8 @@ class Twin:
         self._decode_last_t = 0.0
         self._runtime_faults = [f for f in faults if type(f).runtime_due is not Fault.runtime_due]
         self._garble_faults = [f for f in faults if type(f).garbage is not Fault.garbage]
-        self._nan_fault = any(isinstance(f, NanOutput) and not isinstance(f, RepeatToken) for f in faults)
+        self._nan_lines = next((f.log_lines or (logs.NAN_LINE,) for f in faults
+                                if isinstance(f, NanOutput) and not isinstance(f, RepeatToken)), ())
         self.reasoning_model = bool(args.reasoning_parser)
         self.eos_id = max(2, model.vocab_size - 1)
 
@@ -396,15 +400,16 @@ class Twin:
 
     # --- startup ------------------------------------------------------------------------------------------------------
     def _mem(self) -> dict[str, float]:
+        """GPU memory numbers for the log lines, consistent with the perf model (GB as SGLang prints them)."""
         p = self.perf
-        total = self.hw.memory_gb * 1e9 / 2**30
-        avail0 = total - 0.6
+        total = float(getattr(p, "gpu_mem_gib", 0.0) or self.hw.memory_gb * 1e9 / 2**30)
         w = float(getattr(p, "weight_gb_per_gpu", 0.0) or 0.0)
         kv = float(getattr(p, "kv_gb_per_gpu", 0.0) or 0.0)
         g = float(getattr(p, "graph_gb_per_gpu", 0.0) or 0.0)
         final = getattr(p, "avail_gb_after_init", None)
-        return {"total": total, "avail0": avail0, "w": w, "after_w": avail0 - w, "kv": kv, "after_kv": avail0 - w - kv,
-                "g": g, "after_g": float(final) if final is not None else avail0 - w - kv - g}
+        after_g = float(final) if final is not None else total - 0.6 - w - kv - g
+        return {"total": total, "avail0": after_g + g + kv + w, "w": w, "after_w": after_g + g + kv, "kv": kv,
+                "after_kv": after_g + g, "g": g, "after_g": after_g}
 
     def server_args_repr(self) -> str:
         items = ", ".join(f"{k}={v!r}" for k, v in self.resolved_args().items())
@@ -636,9 +641,9 @@ class Twin:
 
     # --- requests -------------------------------------------------------------------------------------------------------
     def garbage(self) -> str | None:
-        serving = self.mnow() - self.ready_at if self.ready else 0.0
+        since = self.mnow() - self.first_decode_at if self.first_decode_at is not None else 0.0
         for f in self._garble_faults:
-            g = f.garbage(serving)
+            g = f.garbage(since)
             if g is not None:
                 return g
         return None
@@ -739,6 +744,8 @@ class Twin:
             self._log_prefill(st, end)
         elif kind == "decode":
             self.decode_s += dur
+            if self.first_decode_at is None:
+                self.first_decode_at = end - dur
             self._decode_steps += 1
             self._decode_tokens += sum(step.emitted.values())
             interval = max(1, self.args.decode_log_interval)
@@ -797,9 +804,10 @@ class Twin:
         self.log.sched(logs.decode_line(self.ver, running_req=st.running, num_token=st.used_tokens,
                                         token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph),
                                         gen_throughput=gen, queue_req=st.queued))
-        if self._nan_fault and self.garbage() is not None and (
+        if self._nan_lines and self.garbage() is not None and (
                 self.ver >= (0, 5, 13) or self.args.enable_nan_detection):
-            self.log.sched(logs.NAN_LINE, level="warning")
+            for line in self._nan_lines:
+                self.log.sched(line, level="warning")
 
     # --- HTTP -----------------------------------------------------------------------------------------------------------
     def make_app(self) -> web.Application:

@@ -162,6 +162,8 @@ def make_completion(prompt: str, *, max_new_tokens: int, ignore_eos: bool, tempe
         head += pieces
         natural = len(head)
     else:
+        if not raw:  # a chat answer starts a sentence: no leading space
+            head += (WORDS[seed % NUM_WORDS].capitalize(),)
         natural = n_reason + 32 + seed % 480
     eos_after = None if ignore_eos else natural
     return Completion(head=head, seed=seed, eos_after=eos_after, reasoning=n_reason)

@@ -50,8 +50,8 @@ def run(script, api="generate", point=None, n=1, *, text=False, target_kw=None, 
 # 1 ------------------------------------------------------------------------------------------------------------
 def test_ttft_itl_tpot_from_generate_stream():
     def script(i, body):
-        return Reply([(0.100, gen_event("a", 1)), (0.150, gen_event("abc", 3)), (0.200, gen_event("abcd", 4, finish={"type": "length"})),
-                      (0.200, DONE)])
+        return Reply([(0.100, gen_event("a", 1)), (0.150, gen_event("abc", 3)),
+                      (0.200, gen_event("abcd", 4, finish={"type": "length"})), (0.200, DONE)])
 
     res, _ = run(script)
     (rec,) = res.records
@@ -169,7 +169,8 @@ def test_usage_chunk_with_empty_choices_or_no_usage(api, with_usage):
     def script(i, body):
         ev = (lambda t: cmpl_event(t)) if api == "completions" else (lambda t: chat_event({"content": t}))
         writes = [(0.005 + 0.002 * k, ev("x")) for k in range(12)]
-        writes.append((0.040, cmpl_event("", finish="length") if api == "completions" else chat_event({}, finish="length")))
+        fin = cmpl_event("", finish="length") if api == "completions" else chat_event({}, finish="length")
+        writes.append((0.040, fin))
         if with_usage:
             writes.append((0.041, sse({"id": "c", "choices": [], "usage": usage(4, 12)})))
         return Reply(writes + [(0.042, DONE)])
@@ -399,3 +400,29 @@ def test_open_loop_behind_schedule_records_client_queue():
     assert all(r.scheduled_offset_ns == 0 for r in res.records)
     queue = [request_metrics(r).client_queue_ms for r in res.records]
     assert all(q >= 0 for q in queue) and max(queue) > 0
+
+
+def test_events_in_one_write_share_a_stamp_and_callback_sees_every_request():
+    def script(i, body):
+        both = gen_event("a", 1) + gen_event("ab", 2)
+        return Reply([(0.020, both), (0.040, gen_event("abc", 3)), (0.040, DONE)])
+
+    seen = []
+    res, _ = run(script, point=LoadPoint("concurrency", 2, 4, warmup_requests=1), n=5, on_request_done=seen.append)
+    assert len(seen) == 5 and sum(r.warmup for r in seen) == 1 and all(r.status == "ok" for r in seen)
+    m = request_metrics(res.records[0])
+    assert m.chunk_gaps_ms[0] == 0.0 and m.itl_tokens_ms[0] == 0.0  # same arrival: a true 0 gap at the client
+    assert m.chunk_gaps_ms[1] == pytest.approx(20, abs=TOL)
+
+
+def test_open_loop_with_poisson_schedule_and_warmup():
+    def script(i, body):
+        return Reply([(0.002, gen_event("a", 1)), (0.004, gen_event("ab", 2)), (0.004, DONE)])
+
+    from grid.loadgen.arrivals import offsets_to_ns, send_offsets
+
+    point = LoadPoint("rate", 100.0, 20, arrival="poisson", seed=11, warmup_requests=2)
+    res, srv = run(script, point=point)
+    assert len(srv.requests) == 22 and len(res.records) == 20
+    assert [r.scheduled_offset_ns for r in res.records] == offsets_to_ns(send_offsets(20, 100.0, "poisson", seed=11))
+    assert summarize(res)["completed"] == 20

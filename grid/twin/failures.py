@@ -1,0 +1,294 @@
+"""Known SGLang failure modes the twin reproduces, as a data table.
+
+Each row is a predicate over (model, hardware, flags, resolved settings, version) plus what the failure looks like: its
+effect, the startup phase (or runtime offset) at which it strikes, the exit code, verbatim-style log lines and the
+source (seed write-up, reference section, SGLang issue/PR). ``find_failures`` evaluates every row; the twin's server
+acts on the first startup effect and on runtime effects after the first decode.
+
+Effects: ``startup_crash`` (exception during startup, process exits), ``startup_oom`` (CUDA OOM during startup),
+``startup_hang`` (startup never finishes; the process stays alive), ``nan_output`` (server runs, decode produces NaN
+logits / garbage text; the process keeps running, ``exit_code`` 0), ``runtime_crash`` (scheduler dies during serving).
+
+Sources: ../shared/reference/sglang.md §5 (failure table), ../shared/reference/hardware_models_calibration.md §0, §1a,
+§2, and ../shared/seeds/*.txt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from grid.config.specs import HardwareSpec, ModelSpec
+from grid.twin.perf import PerfModel, ServingConfig, version_tuple
+
+
+@dataclass(frozen=True)
+class FailureMode:
+    id: str
+    effect: str  # "startup_crash" | "startup_oom" | "startup_hang" | "nan_output" | "runtime_crash"
+    at_s: float  # modelled seconds after launch (startup effects) or after first decode (runtime)
+    exit_code: int
+    log_lines: tuple[str, ...]  # verbatim-style SGLang log lines to print (e.g. the RuntimeError / NaN lines)
+    description: str
+    source: str  # seed file / sglang issue or PR number
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    model: ModelSpec
+    hw: HardwareSpec
+    cfg: ServingConfig
+    perf: PerfModel
+
+    @property
+    def v(self) -> tuple[int, ...]:
+        return version_tuple(self.cfg.version)
+
+    @property
+    def glm_dsa_sm120(self) -> bool:
+        return self.model.model_type == "glm_moe_dsa" and self.hw.sm_version >= 120
+
+    @property
+    def dsa_sm120(self) -> bool:
+        return self.model.dsa is not None and self.hw.sm_version >= 120
+
+    def dsa_backends(self) -> set[str]:
+        return {b for b in (self.perf.dsa_prefill_backend, self.perf.dsa_decode_backend) if b}
+
+    @property
+    def dsa_flag(self) -> str:
+        return "--dsa" if self.v >= (0, 5, 13) else "--nsa"
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: str
+    effect: str
+    phase: str  # startup phase it strikes in (key of PerfModel.startup_phases_s) or "decode"
+    exit_code: int
+    log_lines: tuple[str, ...]  # may use {graph_gb}, {avail_gb}, {backend}, {flag}, {kv_dtype}, {weight_gb}, {mem_gb}
+    description: str
+    source: str
+    when: Callable[[_Ctx], bool]
+    phase_fraction: float = 0.1  # where inside the phase it strikes
+    runtime_after_s: float = 0.0  # for decode-phase rows: seconds after the first decode
+
+
+_CAPTURE_HINT = (
+    "Possible solutions: 1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7) "
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16) "
+    "3. disable torch compile by not using --enable-torch-compile "
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss) "
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
+)
+
+_NAN_LINE = "Detected errors during sampling! NaN in the logits."
+
+FAILURE_TABLE: tuple[_Row, ...] = (
+    _Row(
+        id="weights_oom",
+        effect="startup_oom",
+        phase="load_weights",
+        exit_code=1,
+        log_lines=(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of "
+            "{mem_gb:.2f} GiB of which 0 bytes is free.",
+        ),
+        description="Weights per GPU exceed GPU memory: more GPUs (tp) or a smaller checkpoint is needed.",
+        source="calibration §2 ('4 GPUs is too small' for GLM-5 NVFP4); sglang.md §5 row 3a",
+        when=lambda c: c.perf.weight_gb_per_gpu / 1.073741824 + c.perf.runtime_overhead_gib >= c.perf.gpu_mem_gib,
+        phase_fraction=0.9,
+    ),
+    _Row(
+        id="kv_pool_not_enough_memory",
+        effect="startup_crash",
+        phase="kv_cache_alloc",
+        exit_code=1,
+        log_lines=("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",),
+        description="After weights, the static fraction leaves no room for a KV pool.",
+        source="SGLang model_runner profile_max_num_token (sglang.md §1.2 KV capacity formula gives <= 0)",
+        when=lambda c: c.perf.weight_gb_per_gpu / 1.073741824 + c.perf.runtime_overhead_gib < c.perf.gpu_mem_gib
+        and c.perf.kv_capacity_tokens <= 0,
+    ),
+    _Row(
+        id="dsa_flashmla_nan_sm120",
+        effect="nan_output",
+        phase="decode",
+        exit_code=0,
+        log_lines=(_NAN_LINE, _NAN_LINE),
+        description="GLM-5 on SM120 with the flashmla_kv / flashmla_sparse DSA backends (also flashmla_auto, the "
+        "0.5.9 fp8 default, which resolves to them): NaN during decode, garbage output. Fix: trtllm backends (seed "
+        "build) or tilelang with bf16 KV.",
+        source="seeds 000-004 (msg 218: flashmla_kv, flashmla_sparse -> NaN; trtllm coherent); calibration §0; "
+        "sglang.md §1.2 DSA defaults (flashmla_auto/flashmla_kv)",
+        when=lambda c: c.glm_dsa_sm120
+        and c.v < (0, 5, 12)
+        and bool(c.dsa_backends() & {"flashmla_kv", "flashmla_sparse", "flashmla_auto"}),
+    ),
+    _Row(
+        id="dsa_fa3_sm120",
+        effect="startup_crash",
+        phase="cuda_graph_capture",
+        exit_code=1,
+        log_lines=(
+            "RuntimeError: FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA); "
+            "this device is sm_120.",
+        ),
+        description="fa3 needs Hopper's WGMMA/TMA; SM120 has none, so the fa3 DSA/attention backend dies at the "
+        "first forward (graph capture or warm-up).",
+        source="calibration §1a 'Other RTX PRO 6000 (SM120) facts' (FlashAttention-3/4 do not run on SM120); "
+        "sgl-project/sglang#26087 backend list",
+        when=lambda c: c.hw.sm_version >= 100
+        and ("fa3" in c.dsa_backends() or c.cfg.attention_backend == "fa3"),
+    ),
+    _Row(
+        id="dsa_aiter_cuda",
+        effect="startup_crash",
+        phase="load_weights",
+        exit_code=1,
+        log_lines=("ModuleNotFoundError: No module named 'aiter'",),
+        description="aiter is AMD ROCm only; on an NVIDIA GPU the backend import fails during model init.",
+        source="sglang.md §5 row 7 (aiter in the DSA backend list), §1.2 (ROCm-only kernels)",
+        when=lambda c: "aiter" in c.dsa_backends() or c.cfg.attention_backend == "aiter",
+        phase_fraction=0.0,
+    ),
+    _Row(
+        id="dsa_tilelang_fp8_cuda_rejected",
+        effect="startup_crash",
+        phase="init_distributed",
+        exit_code=1,
+        log_lines=(
+            "ValueError: The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on ROCm/HIP; "
+            "on CUDA they require a bfloat16 KV cache.",
+        ),
+        description="0.5.20 rejects tilelang with an fp8 KV cache on CUDA at argument checking (0.5.23 allows it "
+        "with both backends tilelang on SM>=89).",
+        source="sglang.md §1.2 DSA 0.5.23 constraints; sgl-project/sglang#40286",
+        when=lambda c: c.model.dsa is not None
+        and "tilelang" in c.dsa_backends()
+        and c.perf.kv_cache_dtype.startswith("fp8")
+        and (0, 5, 20) <= c.v < (0, 5, 23),
+        phase_fraction=0.0,
+    ),
+    _Row(
+        id="dsa_fp8_kv_garbled_sm120",
+        effect="nan_output",
+        phase="decode",
+        exit_code=0,
+        log_lines=(),
+        description="FP8 KV cache on SM120 gives garbled output for GLM-5 on the dense-MLA path (tilelang etc.); "
+        "BF16 KV is required. The seed's trtllm backends are the exception (coherent output with the 0.5.9 auto "
+        "fp8 KV).",
+        source="calibration §2 GLM-5 facts (voipmonitor/rtx6kpro glm5.md, 2026-03); seeds (trtllm coherent)",
+        when=lambda c: c.glm_dsa_sm120
+        and c.perf.kv_cache_dtype.startswith("fp8")
+        and c.v < (0, 5, 23)
+        and not (c.dsa_backends() & {"flashmla_kv", "flashmla_sparse", "flashmla_auto"})
+        and c.dsa_backends() != {"trtllm"}
+        and not ("tilelang" in c.dsa_backends() and (0, 5, 20) <= c.v),
+    ),
+    _Row(
+        id="dsa_trtllm_unsupported_arch_sm120",
+        effect="startup_crash",
+        phase="cuda_graph_capture",
+        exit_code=1,
+        log_lines=(
+            "tvm.error.InternalError: Error in function 'TllmGenFmhaRunner' at "
+            "/workspace/flashinfer/csrc/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture",
+        ),
+        description="From 0.5.12 the trtllm DSA backend goes through FlashInfer's TRT-LLM-gen FMHA runner, which "
+        "allows only SM100/103/107; on SM120 it crashes at the first forward. (The seed's 0.5.9-era nightly ran "
+        "trtllm coherently.)",
+        source="sgl-project/sglang#37105, #40558, flashinfer#5445 (sglang.md §5 row 7b); seeds for <0.5.12",
+        when=lambda c: c.dsa_sm120 and "trtllm" in c.dsa_backends() and c.v >= (0, 5, 12),
+    ),
+    _Row(
+        id="dsa_deep_gemm_unsupported_arch_sm120",
+        effect="startup_crash",
+        phase="cuda_graph_capture",
+        exit_code=1,
+        log_lines=(
+            "RuntimeError: Assertion error (/deepgemm/csrc/apis/attention.hpp:219): Unsupported architecture",
+        ),
+        description="0.5.12: DSA metadata init calls deep_gemm.get_paged_mqa_logits_metadata, which has no SM120 "
+        "kernel, with every --nsa-* backend. Keyed to 0.5.12 (the report); later builds have the tilelang+bf16 recipe.",
+        source="sgl-project/sglang#26087 (GLM-5.1-NVFP4, v0.5.12; sglang.md §5 row 7a)",
+        when=lambda c: c.dsa_sm120 and (0, 5, 12) <= c.v < (0, 5, 13) and "trtllm" not in c.dsa_backends(),
+    ),
+    _Row(
+        id="dsa_flashinfer_sparse_mla_graph_hang_sm120",
+        effect="startup_hang",
+        phase="cuda_graph_capture",
+        exit_code=0,
+        log_lines=("Capturing batches (bs=1 avail_mem={avail_gb:.2f} GB):   0%|          | 0/{n_graphs} [00:00<?, ?it/s]",),
+        description="Full decode CUDA-graph capture never returns with the flashinfer_sparse_mla DSA backend on "
+        "SM120 (observed 36 min). Fix: breakable graph, cap max bs, or disable graphs.",
+        source="PR sgl-project/sglang#29580 (sglang.md §5 row 3b, row 7)",
+        when=lambda c: c.dsa_sm120 and "flashinfer_sparse_mla" in c.dsa_backends() and c.perf.cuda_graph_max_bs > 0,
+        phase_fraction=0.0,
+    ),
+    _Row(
+        id="cuda_graph_capture_oom",
+        effect="startup_oom",
+        phase="cuda_graph_capture",
+        exit_code=1,
+        log_lines=(
+            "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate {graph_gb:.2f} GiB. "
+            "GPU 0 has a total capacity of {mem_gb:.2f} GiB of which {avail_gb:.2f} GiB is free.",
+            _CAPTURE_HINT,
+        ),
+        description="CUDA-graph memory for cuda_graph_max_bs does not fit in what the static fraction leaves; on "
+        "96 GB RTX PRO 6000 the default decode max_bs 512 OOMed.",
+        source="sglang.md §5 row 2 (cuda_graph_runner CUDA_GRAPH_CAPTURE_FAILED_MSG); #4489, #5285, PR #29580",
+        when=lambda c: c.perf.cuda_graph_max_bs > 0
+        and c.perf.kv_capacity_tokens > 0
+        and c.perf.graph_gb_per_gpu > c.perf.avail_gb_after_kv,
+        phase_fraction=0.8,
+    ),
+)
+
+
+def _phase_start(phases: dict[str, float], phase: str, fraction: float) -> float:
+    t = 0.0
+    for name, dur in phases.items():
+        if name == phase:
+            return t + fraction * dur
+        t += dur
+    return t  # phase not present (e.g. no graph capture): strikes at the end of startup
+
+
+def find_failures(model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig, perf: PerfModel) -> list[FailureMode]:
+    """Every table row that applies, with ``at_s`` resolved from the modelled startup timeline, earliest first."""
+    ctx = _Ctx(model, hardware, cfg, perf)
+    phases = perf.startup_phases_s()
+    fmt = {
+        "graph_gb": perf.graph_gb_per_gpu / 1.073741824,
+        "avail_gb": perf.avail_gb_after_kv / 1.073741824,
+        "mem_gb": perf.gpu_mem_gib,
+        "weight_gb": perf.weight_gb_per_gpu,
+        "kv_dtype": perf.kv_cache_dtype,
+        "flag": ctx.dsa_flag,
+        "n_graphs": len(perf.cuda_graph_batch_sizes),
+    }
+    out: list[FailureMode] = []
+    for row in FAILURE_TABLE:
+        if not row.when(ctx):
+            continue
+        if row.phase == "decode":
+            at = row.runtime_after_s
+        else:
+            at = _phase_start(phases, row.phase, row.phase_fraction)
+        out.append(
+            FailureMode(
+                id=row.id,
+                effect=row.effect,
+                at_s=at,
+                exit_code=row.exit_code,
+                log_lines=tuple(line.format(**fmt) for line in row.log_lines),
+                description=row.description,
+                source=row.source,
+            )
+        )
+    startup = [f for f in out if f.effect.startswith("startup")]
+    runtime = [f for f in out if not f.effect.startswith("startup")]
+    return sorted(startup, key=lambda f: f.at_s) + runtime

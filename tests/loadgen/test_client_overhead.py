@@ -1,0 +1,73 @@
+"""The client must not be the bottleneck: 256 concurrent streams, arrival stamps within a few ms of the server's
+write stamps (server in its own process; both on the same monotonic clock)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grid.loadgen.records import Prompt
+from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
+from grid.metrics.loadpoint import summarize
+
+CONCURRENCY, EVENTS, GAP_S = 256, 20, 0.05
+
+
+@pytest.fixture
+def server(tmp_path):
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stream_server.py")), str(port_file),
+                             str(EVENTS), str(GAP_S)])
+    try:
+        deadline = time.monotonic() + 20
+        while not (port_file.exists() and port_file.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "stream server did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port_file.read_text()}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs a system-wide CLOCK_MONOTONIC perf_counter")
+def test_256_streams_small_client_error(server):
+    prompts = [Prompt(i, 4, EVENTS, input_ids=(i, 1, 2, 3)) for i in range(CONCURRENCY)]
+    res = run_load_point_sync(Target(server, api="completions"), LoadPoint("concurrency", CONCURRENCY, CONCURRENCY),
+                              prompts, read_timeout_s=30)
+    assert [r.status for r in res.records].count("ok") == CONCURRENCY
+    delays = []
+    for r in res.records:
+        stamps = [int(x) for x in r.text.split("|") if x]
+        arrivals = [t for t, k in zip(r.chunk_perf_ns, r.chunk_tokens) if k]
+        assert len(stamps) == len(arrivals) == EVENTS and r.output_tokens == EVENTS
+        delays += [(a - s) / 1e6 for a, s in zip(arrivals, stamps)]
+    d = np.array(delays)
+    assert (d > 0).all()
+    p50, p99 = np.percentile(d, 50), np.percentile(d, 99)
+    print(f"client delay over {d.size} events (ms): p50 {p50:.2f} p99 {p99:.2f} max {d.max():.2f} "
+          f"on {os.cpu_count()} cpus")
+    assert p50 < 3.0 and p99 < 20.0
+    s = summarize(res)
+    assert s["concurrency_peak"] == CONCURRENCY and s["completed"] == CONCURRENCY
+
+
+def test_connections_stamp_socket_deliveries():
+    """The runner's connector must install the stamping protocol (a newer aiohttp could silently change that)."""
+    import asyncio
+
+    from grid.loadgen.runner import _connector, _StampingHandler
+
+    async def main():
+        connector = _connector(4)
+        try:
+            return connector._factory.func
+        finally:
+            await connector.close()
+
+    assert asyncio.run(main()) is _StampingHandler
