@@ -67,10 +67,10 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("stream_count_requests", "int64", "requests",
      "ok requests whose output_tokens is a stream count (the server reported no usage)"),
     ("duration_s", "float64", "s", "measured window (first scheduled send to last request end), modelled seconds"),
-    ("request_throughput", "float64", "req/s", "ok requests / duration_s"),
-    ("input_throughput", "float64", "tok/s", "sum of input tokens of ok requests / duration_s"),
-    ("output_throughput", "float64", "tok/s", "sum of output tokens of ok requests / duration_s"),
-    ("total_token_throughput", "float64", "tok/s", "(input + output tokens of ok requests) / duration_s"),
+    ("requests_per_s", "float64", "req/s", "ok requests / duration_s"),
+    ("input_tok_per_s", "float64", "tok/s", "sum of input tokens of ok requests / duration_s"),
+    ("output_tok_per_s", "float64", "tok/s", "sum of output tokens of ok requests / duration_s"),
+    ("total_tok_per_s", "float64", "tok/s", "(input + output tokens of ok requests) / duration_s"),
     ("total_input_tokens", "int64", "tokens", "sum of input tokens of ok requests (server usage, else planned)"),
     ("total_output_tokens", "int64", "tokens", "sum of output tokens of ok requests (never the requested maximum)"),
     ("mean_input_tokens", "float64", "tokens", "mean input tokens of ok requests"),
@@ -96,7 +96,7 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("slo_tpot_ms", "float64", "ms", "TPOT SLO threshold used (null: none)"),
     ("slo_e2e_ms", "float64", "ms", "E2E SLO threshold used (null: none)"),
     ("slo_percentile", "float64", "percent", "percentile the SLOs apply to (null: no SLO)"),
-    ("goodput", "float64", "req/s", "ok requests meeting every given SLO / duration_s"),
+    ("goodput_req_per_s", "float64", "req/s", "ok requests meeting every given SLO / duration_s"),
     ("slo_attainment", "float64", "fraction", "requests meeting every given SLO / requests_total"),
     ("slo_attainment_ttft", "float64", "fraction", "requests meeting the TTFT SLO / requests_total"),
     ("slo_attainment_tpot", "float64", "fraction", "requests meeting the TPOT SLO / requests_total"),
@@ -185,10 +185,10 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     in_toks = [m.input_tokens for _, m in ok if m.input_tokens is not None]
     out_toks = [m.output_tokens for _, m in ok if m.output_tokens is not None]
     have_ok = bool(ok) and duration_s is not None
-    out["request_throughput"] = len(ok) / duration_s if have_ok else None
-    out["input_throughput"] = sum(in_toks) / duration_s if have_ok and in_toks else None
-    out["output_throughput"] = sum(out_toks) / duration_s if have_ok and out_toks else None
-    out["total_token_throughput"] = (
+    out["requests_per_s"] = len(ok) / duration_s if have_ok else None
+    out["input_tok_per_s"] = sum(in_toks) / duration_s if have_ok and in_toks else None
+    out["output_tok_per_s"] = sum(out_toks) / duration_s if have_ok and out_toks else None
+    out["total_tok_per_s"] = (
         (sum(in_toks) + sum(out_toks)) / duration_s if have_ok and in_toks and out_toks else None
     )
     out["total_input_tokens"] = sum(in_toks) if in_toks else None
@@ -217,7 +217,7 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     out["slo_tpot_ms"] = given.get("tpot")
     out["slo_e2e_ms"] = given.get("e2e")
     out["slo_percentile"] = slo.percentile if given else None
-    out["goodput"] = out["slo_attainment"] = out["slo_met"] = None
+    out["goodput_req_per_s"] = out["slo_attainment"] = out["slo_met"] = None
     for k in ("ttft", "tpot", "e2e"):
         out[f"slo_attainment_{k}"] = None
     if given and records:
@@ -227,7 +227,7 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
             k: [r.status == "ok" and _meets(m, k, lim) for r, m in zip(records, metrics)] for k, lim in given.items()
         }
         good = sum(1 for i in range(n) if all(meets[k][i] for k in given))
-        out["goodput"] = good / duration_s if duration_s else None
+        out["goodput_req_per_s"] = good / duration_s if duration_s else None
         out["slo_attainment"] = good / n
         for k, flags in meets.items():
             out[f"slo_attainment_{k}"] = sum(flags) / n

@@ -16,12 +16,12 @@ POINT_COLUMNS = (
     ("status", "status", "{}"),
     ("out tok/s", "output_tok_per_s", "{:.1f}"),
     ("total tok/s", "total_tok_per_s", "{:.1f}"),
-    ("req/s", "request_per_s", "{:.3f}"),
-    ("TTFT p50 ms", "ttft_ms_p50", "{:.0f}"),
-    ("TTFT p99 ms", "ttft_ms_p99", "{:.0f}"),
-    ("TPOT p50 ms", "tpot_ms_p50", "{:.1f}"),
-    ("TPOT p99 ms", "tpot_ms_p99", "{:.1f}"),
-    ("E2E p50 s", "e2e_ms_p50", "{:.1f}"),
+    ("req/s", "requests_per_s", "{:.3f}"),
+    ("TTFT p50 ms", "ttft_median_ms", "{:.0f}"),
+    ("TTFT p99 ms", "ttft_p99_ms", "{:.0f}"),
+    ("TPOT p50 ms", "tpot_median_ms", "{:.1f}"),
+    ("TPOT p99 ms", "tpot_p99_ms", "{:.1f}"),
+    ("E2E p50 s", "e2e_median_ms", "{:.1f}"),
     ("mean conc", "concurrency_mean", "{:.1f}"),
 )
 
@@ -30,7 +30,7 @@ def fmt(row: dict, key: str, pattern: str) -> str:
     value = row.get(key)
     if value is None:
         return "-"
-    if key == "e2e_ms_p50":
+    if key == "e2e_median_ms":
         value = value / 1000.0
     return pattern.format(value)
 
@@ -100,7 +100,7 @@ def plot(verdicts: list[Verdict], path: Path) -> Path | None:
         xs = [r["point_value"] for r in pts]
         style = dict(lw=2.5) if v.outcome == "best" else dict(lw=1, alpha=0.8)
         ax1.plot(xs, [r["output_tok_per_s"] for r in pts], marker="o", label=v.label, **style)
-        ax2.plot(xs, [r.get("tpot_ms_p50") for r in pts], marker="o", label=v.label, **style)
+        ax2.plot(xs, [r.get("tpot_median_ms") for r in pts], marker="o", label=v.label, **style)
     ax1.set(xlabel="load level (concurrency or req/s)", ylabel="output tok/s", title="Throughput")
     ax2.set(xlabel="load level (concurrency or req/s)", ylabel="median TPOT (ms)", title="Per-token latency")
     for ax in (ax1, ax2):

@@ -37,7 +37,7 @@ register(Objective("max_output_throughput", "output_tok_per_s", True, "tok/s",
                    "highest output throughput at any load point meeting the SLOs"))
 register(Objective("max_goodput", "goodput_req_per_s", True, "req/s",
                    "highest goodput (requests/s meeting every SLO) at any load point"))
-register(Objective("min_tpot", "tpot_ms_p50", False, "ms", "lowest median TPOT at the lowest load level",
+register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPOT at the lowest load level",
                    points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)]))
 
 
@@ -58,7 +58,7 @@ def _slo_misses(row: dict, slo) -> list[str]:
     for name, target in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2e", slo.e2e_ms)):
         if target is None:
             continue
-        value = row.get(f"{name}_ms_p{pct}")
+        value = row.get(f"{name}_p{pct}_ms")
         if value is None or value > target:
             misses.append(f"p{pct} {name.upper()} {'-' if value is None else f'{value:.0f}'} ms > {target:g}")
     return misses

@@ -125,6 +125,10 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("error_class", "string", "", "load point error class"),
     ("time_scale", "float64", "modelled s / real s", "time scale of the server; *_ms = real duration x time_scale"),
     ("finished_unix_ns", "int64", "ns", "wall-clock time the load point finished"),
+    ("kv_capacity_tokens", "int64", "tokens", "KV pool size the server reported (/server_info max_total_num_tokens)"),
+    ("server_gen_tok_per_s_peak", "float64", "tok/s",
+     "highest 'gen throughput' in the server's Decode batch log lines during the load point (modelled time)"),
+    ("server_running_at_peak", "int64", "requests", "#running-req on that log line"),
 ]
 
 REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")

@@ -15,10 +15,10 @@ from grid.config.schema import RunSpec
 from grid.engines.base import Engine
 from grid.loadgen.dataset import random_prompts
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
-from grid.metrics.loadpoint import SLO, summarize
+from grid.metrics.loadpoint import SLO, load_point_status, summarize
 from grid.server.logparse import peak_gen_throughput
 from grid.storage.parquet import write_trial
-from grid.storage.schema import SCHEMA_VERSION, request_rows
+from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
 from grid.sweep.space import TrialPlan
 
 HANG_CLASSES = {"stall_timeout", "read_timeout"}
@@ -38,15 +38,10 @@ def load_points(plan: TrialPlan) -> list[LoadPoint]:
 
 
 def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
-    ok = summary.get("completed") or 0
-    failed = summary.get("failed") or 0
-    if failed == 0:
-        return "ok", None
-    errors = summary.get("error_counts") or summary.get("failed_by_class") or {}
-    if isinstance(errors, str):
-        errors = json.loads(errors or "{}")
-    top = max(errors, key=errors.get) if errors else "request_failed"
-    return ("partial" if ok else "failed"), top
+    """(status, most frequent request error class) of a measured load point."""
+    status = load_point_status(summary)
+    errors = json.loads(summary.get("error_counts_json") or "{}")
+    return status, (max(errors, key=errors.get) if errors else None)
 
 
 def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *, trial_id: str,
@@ -134,5 +129,6 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
     if base["trial_status"] == "ok" and not any(r["status"] in ("ok", "partial") for r in rows):
         for row in rows:
             row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed")
+    rows = [load_point_row({}, **row) for row in rows]
     write_trial(spec.run_dir, plan.config_hash, requests, rows)
     return rows

@@ -29,8 +29,8 @@ class ProgressCallback(tune.Callback):
             return
         self.console.print(
             f"   point {result.get('point_index')} (level {result.get('point_value'):g}): {result.get('status')}  "
-            f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_ms_p50'), ' ms', 0)}"
-            f"  TPOT p50 {_fmt(result.get('tpot_ms_p50'), ' ms')}")
+            f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_median_ms'), ' ms', 0)}"
+            f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         res = trial.last_result or {}

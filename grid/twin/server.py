@@ -400,16 +400,22 @@ class Twin:
 
     # --- startup ------------------------------------------------------------------------------------------------------
     def _mem(self) -> dict[str, float]:
-        """GPU memory numbers for the log lines, consistent with the perf model (GB as SGLang prints them)."""
+        """GPU memory numbers for the log lines, from the perf model. SGLang prints GiB and calls them "GB"; the perf
+        model's ``*_gb_per_gpu`` are 1e9 bytes."""
         p = self.perf
-        total = float(getattr(p, "gpu_mem_gib", 0.0) or self.hw.memory_gb * 1e9 / 2**30)
-        w = float(getattr(p, "weight_gb_per_gpu", 0.0) or 0.0)
-        kv = float(getattr(p, "kv_gb_per_gpu", 0.0) or 0.0)
-        g = float(getattr(p, "graph_gb_per_gpu", 0.0) or 0.0)
-        final = getattr(p, "avail_gb_after_init", None)
-        after_g = float(final) if final is not None else total - 0.6 - w - kv - g
-        return {"total": total, "avail0": after_g + g + kv + w, "w": w, "after_w": after_g + g + kv, "kv": kv,
-                "after_kv": after_g + g, "g": g, "after_g": after_g}
+        gib = 2**30 / 1e9
+        total = float(getattr(p, "gpu_mem_gib", 0.0) or self.hw.memory_gb / gib)
+        w = float(getattr(p, "weight_gb_per_gpu", 0.0) or 0.0) / gib
+        kv = float(getattr(p, "kv_gb_per_gpu", 0.0) or 0.0) / gib
+        g = float(getattr(p, "graph_gb_per_gpu", 0.0) or 0.0) / gib
+        avail0 = total - 0.5
+        after_w = avail0 - w
+        after_kv = getattr(p, "avail_gb_after_kv", None)
+        after_kv = float(after_kv) / gib if after_kv is not None else after_w - kv
+        after_g = getattr(p, "avail_gb_after_init", None)
+        after_g = float(after_g) / gib if after_g is not None else after_kv - g
+        return {"total": total, "avail0": avail0, "w": w, "after_w": after_w, "kv": kv, "after_kv": after_kv,
+                "g": g, "after_g": max(0.0, after_g)}
 
     def server_args_repr(self) -> str:
         items = ", ".join(f"{k}={v!r}" for k, v in self.resolved_args().items())

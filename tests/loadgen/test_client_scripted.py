@@ -181,7 +181,7 @@ def test_usage_chunk_with_empty_choices_or_no_usage(api, with_usage):
     assert rec.output_tokens_source == ("usage" if with_usage else "stream_count")
     assert rec.input_tokens_source == ("usage" if with_usage else "planned")
     s = summarize(res)
-    assert s["total_output_tokens"] == 12 and s["output_throughput"] > 0
+    assert s["total_output_tokens"] == 12 and s["output_tok_per_s"] > 0
 
 
 # 6 ------------------------------------------------------------------------------------------------------------
@@ -292,7 +292,7 @@ def test_connection_refused_is_conn_error_and_counted():
     res = asyncio.run(run_load_point(Target(f"http://127.0.0.1:{port}"), LoadPoint("concurrency", 2, 4), prompts(4)))
     assert [r.error_class for r in res.records] == ["conn_error"] * 4
     s = summarize(res)
-    assert s["failed_conn_error"] == 4 and s["request_throughput"] is None and s["ttft_p99_ms"] is None
+    assert s["failed_conn_error"] == 4 and s["requests_per_s"] is None and s["ttft_p99_ms"] is None
     assert len(request_rows(res, config_hash="h", trial_id="t", point_index=0)) == 4
 
 
@@ -372,7 +372,7 @@ def test_closed_loop_holds_exactly_the_concurrency_with_warmup_excluded():
     assert s["concurrency_peak"] == 4 and s["completed"] == 12
     assert s["concurrency_mean"] == pytest.approx(4, rel=0.15)
     assert s["duration_s"] == pytest.approx(0.3, abs=0.05)
-    assert s["request_throughput"] == pytest.approx(12 / s["duration_s"])
+    assert s["requests_per_s"] == pytest.approx(12 / s["duration_s"])
 
 
 def test_open_loop_sends_on_absolute_deadlines():

@@ -50,10 +50,10 @@ def test_throughput_percentiles_concurrency_exact():
     assert list(s) == METRIC_COLUMN_NAMES
     assert s["requests_total"] == 4 and s["completed"] == 4 and s["failed"] == 0
     assert s["duration_s"] == 0.4
-    assert s["request_throughput"] == pytest.approx(10.0)
-    assert s["output_throughput"] == pytest.approx(100.0)
-    assert s["input_throughput"] == pytest.approx(80.0)
-    assert s["total_token_throughput"] == pytest.approx(180.0)
+    assert s["requests_per_s"] == pytest.approx(10.0)
+    assert s["output_tok_per_s"] == pytest.approx(100.0)
+    assert s["input_tok_per_s"] == pytest.approx(80.0)
+    assert s["total_tok_per_s"] == pytest.approx(180.0)
     ttft = [10.0, 20.0, 30.0, 40.0]
     assert s["ttft_mean_ms"] == 25.0 and s["ttft_median_ms"] == 25.0 and s["ttft_max_ms"] == 40.0
     assert s["ttft_p90_ms"] == pytest.approx(float(np.percentile(ttft, 90)))
@@ -64,13 +64,13 @@ def test_throughput_percentiles_concurrency_exact():
     assert s["concurrency_mean"] == pytest.approx(284 / 400)
     assert s["concurrency_peak"] == 1
     assert s["mean_output_tokens"] == 10.0 and s["total_output_tokens"] == 40
-    assert s["goodput"] is None and s["slo_met"] is None and s["slo_percentile"] is None
+    assert s["goodput_req_per_s"] is None and s["slo_met"] is None and s["slo_percentile"] is None
     assert load_point_status(s) == "ok"
 
 
 def test_time_scale_scales_ms_and_rates():
     s = summarize(result(four_requests(), end_ms=400, time_scale=2.0))
-    assert s["duration_s"] == 0.8 and s["request_throughput"] == pytest.approx(5.0)
+    assert s["duration_s"] == 0.8 and s["requests_per_s"] == pytest.approx(5.0)
     assert s["ttft_mean_ms"] == 50.0 and s["concurrency_mean"] == pytest.approx(284 / 400)
 
 
@@ -80,7 +80,7 @@ def test_goodput_and_slo_attainment():
     res = result(recs, end_ms=500)
     s = summarize(res, SLO(ttft_ms=25.0, e2e_ms=80.0, percentile=50.0))
     # ttft 10,20 ok; e2e 55,65,75 ok -> good = {0,1}
-    assert s["goodput"] == pytest.approx(2 / 0.5)
+    assert s["goodput_req_per_s"] == pytest.approx(2 / 0.5)
     assert s["slo_attainment"] == pytest.approx(2 / 5)
     assert s["slo_attainment_ttft"] == pytest.approx(2 / 5) and s["slo_attainment_e2e"] == pytest.approx(3 / 5)
     assert s["slo_attainment_tpot"] is None
@@ -115,10 +115,10 @@ def test_all_failed_point_has_nulls_not_zeros():
     assert s["completed"] == 0 and s["failed"] == 5
     assert s["failed_read_timeout"] == 2 and s["failed_conn_error"] == 3
     assert json.loads(s["error_counts_json"]) == {"conn_error": 3, "read_timeout": 2}
-    for k in ("request_throughput", "output_throughput", "total_token_throughput", "ttft_mean_ms", "tpot_p99_ms",
+    for k in ("requests_per_s", "output_tok_per_s", "total_tok_per_s", "ttft_mean_ms", "tpot_p99_ms",
               "itl_median_ms", "e2e_max_ms", "mean_output_tokens", "total_output_tokens"):
         assert s[k] is None, k
-    assert s["goodput"] == 0.0 and s["slo_attainment"] == 0.0 and s["slo_met"] is False
+    assert s["goodput_req_per_s"] == 0.0 and s["slo_attainment"] == 0.0 and s["slo_met"] is False
     assert load_point_status(s) == "failed"
 
 

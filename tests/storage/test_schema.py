@@ -54,7 +54,8 @@ ORCHESTRATION = {
     "trial_error_class": pa.string(), "trial_error_message": pa.string(), "startup_s": pa.float64(),
     "log_tail": pa.string(), "point_index": pa.int32(), "point_kind": pa.string(), "point_value": pa.float64(),
     "num_prompts": pa.int32(), "input_len": pa.int32(), "output_len": pa.int32(), "status": pa.string(),
-    "error_class": pa.string(), "time_scale": pa.float64(), "finished_unix_ns": pa.int64(),
+    "error_class": pa.string(), "time_scale": pa.float64(), "finished_unix_ns": pa.int64(), "kv_capacity_tokens": pa.int64(),
+    "server_gen_tok_per_s_peak": pa.float64(), "server_running_at_peak": pa.int64(),
 }
 
 
@@ -124,7 +125,7 @@ def test_rows_fit_and_round_trip(tmp_path, make):
     con = duckdb.connect()
     n_failed, = con.execute(f"select count(*) from read_parquet('{req_path}') where status = 'failed'").fetchone()
     assert n_failed == len(failed)
-    got = con.execute(f"select completed, failed, ttft_mean_ms, request_throughput, status "
+    got = con.execute(f"select completed, failed, ttft_mean_ms, requests_per_s, status "
                       f"from read_parquet('{lp_path}')").fetchone()
     assert got[0] == summary["completed"] and got[1] == summary["failed"]
     if summary["completed"] == 0:

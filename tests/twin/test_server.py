@@ -246,11 +246,22 @@ def test_decode_log_server_info_and_metrics(twin):
     assert twin.request("POST", "/flush_cache", headers=AUTH)[1].startswith(b"Cache flushed.")
 
 
-def test_sigterm_and_no_metrics(tmp_path):
-    t = TwinProc(tmp_path, ["--skip-server-warmup"], scale=50.0)
+def test_reasoning_sigterm_and_no_metrics(tmp_path):
+    t = TwinProc(tmp_path, ["--skip-server-warmup", "--reasoning-parser", "glm45"], scale=50.0)
     try:
         assert t.wait_ready()[-1] == 200
         assert t.request("GET", "/metrics")[0] == 404  # not mounted without --enable-metrics
+        chat = {"messages": [{"role": "user", "content": "What is 2+2? Answer with a number only."}], "max_tokens": 64}
+        msg = json.loads(t.request("POST", "/v1/chat/completions", chat)[1])["choices"][0]["message"]
+        assert msg["reasoning_content"] == "Let me answer." and msg["content"] == "4"
+        msg = json.loads(t.request("POST", "/v1/chat/completions", {**chat, "max_tokens": 2})[1])["choices"][0]
+        assert msg["message"]["content"] is None and msg["finish_reason"] == "length"  # sglang.md §5 row 9
+        off = {**chat, "chat_template_kwargs": {"enable_thinking": False}}
+        msg = json.loads(t.request("POST", "/v1/chat/completions", off)[1])["choices"][0]["message"]
+        assert msg["content"] == "4" and msg["reasoning_content"] is None
+        ev = t.sse("/v1/chat/completions", {**chat, "stream": True})
+        deltas = [e["choices"][0]["delta"] for e in ev[1:-2]]
+        assert deltas[0].get("reasoning_content") and deltas[-1] == {"content": "4"}
         t0 = time.time()
         t.proc.send_signal(signal.SIGTERM)
         assert t.proc.wait(5) == 0 and time.time() - t0 < 3
@@ -264,6 +275,16 @@ def test_launch_check_exits_1(tmp_path):
     assert t.proc.wait(20) == 1
     t.stop()
     assert "ValueError: When enabling two batch overlap, moe_a2a_backend cannot be 'none'." in t.log()
+
+
+def test_failure_mode_from_table_exits_before_bind(tmp_path):
+    # --mem-fraction-static 0.1 leaves no KV pool after 16 GB of weights: failures.py row kv_pool_not_enough_memory
+    t = TwinProc(tmp_path, ["--mem-fraction-static", "0.1"], scale=50.0)
+    seen = t.wait_ready(10)
+    assert t.proc.wait(10) == 1 and set(seen) == {"refused"}
+    t.stop()
+    assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." in t.log()
+    assert "Load weight end." in t.log() and "Uvicorn running" not in t.log()
 
 
 def test_faults_startup_oom_and_repeat_token(tmp_path):
@@ -287,3 +308,25 @@ def test_faults_startup_oom_and_repeat_token(tmp_path):
         assert prefill and "#pending-token" in prefill[-1]
     finally:
         t.stop()
+
+
+def test_faults_scheduler_dies_and_exit_after_load(tmp_path):
+    t = TwinProc(tmp_path, [], scale=50.0, faults=[{"kind": "scheduler_dies_after_s", "after_s": 0}])
+    try:
+        assert t.wait_ready()[-1] == 200
+        c = http.client.HTTPConnection("127.0.0.1", t.port, timeout=1.0)
+        c.request("POST", "/generate", body=json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}),
+                  headers={"Content-Type": "application/json"})
+        with pytest.raises(TimeoutError):
+            c.getresponse()  # no token ever comes
+        assert t.status("/health") == 200
+        assert t.status("/health_generate") == 503  # the 1-token probe times out after 20 modelled s
+        assert "Health check failed." in t.log()
+    finally:
+        t.stop()
+    t = TwinProc(tmp_path, [], scale=50.0, faults=[{"kind": "exit_after_load_s", "after_s": 1.0, "exit_code": 7}])
+    assert t.wait_ready()[-1] == 200
+    with pytest.raises((ConnectionError, http.client.HTTPException)):
+        t.request("POST", "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}})
+    assert t.proc.wait(10) == 7
+    t.stop()

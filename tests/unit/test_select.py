@@ -7,7 +7,7 @@ from grid.report.select import headline, rank
 def row(h, label, idx, level, out, status="ok", trial="ok", ttft99=100.0, err=None, log=None):
     return {"config_hash": h, "label": label, "point_index": idx, "point_value": level, "status": status,
             "trial_status": trial, "trial_error_class": err, "trial_error_message": "m" if err else None,
-            "log_tail": log, "output_tok_per_s": out, "ttft_ms_p99": ttft99, "tpot_ms_p50": 50.0,
+            "log_tail": log, "output_tok_per_s": out, "ttft_p99_ms": ttft99, "tpot_median_ms": 50.0,
             "goodput_req_per_s": None, "error_class": None}
 
 
