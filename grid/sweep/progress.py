@@ -16,6 +16,17 @@ class ProgressCallback(tune.Callback):
         self.console = console
         self.started = 0
 
+    def __getstate__(self) -> dict:  # Tune pickles callbacks with the experiment; a console holds locks
+        state = dict(self.__dict__)
+        state["console"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from rich.console import Console
+
+        self.__dict__.update(state)
+        self.console = self.console or Console()
+
     def _label(self, trial) -> str:
         plan = self.plans.get(trial.config.get("config_hash"))
         return plan.label if plan else trial.trial_id
