@@ -30,7 +30,9 @@ class EngineSpec(_Spec):
 
     kind: Literal["sim", "sglang"] = "sim"
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
-    time_scale: float = Field(1.0, gt=0, description="twin only: modelled seconds per real second")
+    time_scale: float = Field(1.0, gt=0, description="twin only: modelled seconds per real second while serving")
+    startup_time_scale: float | None = Field(
+        None, gt=0, description="twin only: the same until the server is ready (None: time_scale)")
     python: str = Field("python", description="sglang only: interpreter that has sglang installed")
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0: pick a free port per launch")

@@ -48,6 +48,7 @@ class LaunchPlan:
     host: str = "127.0.0.1"
     port: int = 30000
     time_scale: float = 1.0
+    startup_time_scale: float = 1.0
 
     @property
     def base_url(self) -> str:

@@ -58,7 +58,7 @@ class SGLangEngine(Engine):
         model = self.spec.model
         argv = [self.spec.engine.python, "-m", "sglang.launch_server", "--model-path", str(model.path)]
         argv += to_argv(trial.settings, parse_version(self.version())) + self.common_args(port)
-        return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0)
+        return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0, 1.0)
 
 
 def _has_gpu() -> bool:

@@ -42,6 +42,12 @@ class SimEngine(Engine):
             "GRID_TWIN_HARDWARE": self.spec.hardware.model_dump_json(),
             "GRID_TWIN_VERSION": version,
             "GRID_TWIN_TIME_SCALE": repr(self.spec.engine.time_scale),
+            "GRID_TWIN_STARTUP_TIME_SCALE": repr(self.startup_time_scale),
             **self.spec.engine.env,
         }
-        return LaunchPlan(argv, env, self.spec.engine.host, port, self.spec.engine.time_scale)
+        return LaunchPlan(argv, env, self.spec.engine.host, port, self.spec.engine.time_scale,
+                          self.startup_time_scale)
+
+    @property
+    def startup_time_scale(self) -> float:
+        return self.spec.engine.startup_time_scale or self.spec.engine.time_scale

@@ -64,16 +64,17 @@ def _slo_misses(row: dict, slo) -> list[str]:
     return misses
 
 
-_ERR_LINE = re.compile(r"(Error|error:|Exception|NaN|Unsupported|out of memory|refus)", re.IGNORECASE)
+_ERR_LINE = re.compile(r"(\w*Error\b|error:|Exception\b|\bNaN\b|Unsupported|out of memory|refuse)")
+_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
 def headline(log_tail: str | None) -> str:
-    """The most telling log line of a failed launch (last line that names an error)."""
-    lines = [ln.strip() for ln in (log_tail or "").splitlines() if ln.strip()]
+    """The most telling log line of a failed launch: the last one that names an error ("" if none)."""
+    lines = [_PREFIX.sub("", ln.strip()) for ln in (log_tail or "").splitlines() if ln.strip()]
     for line in reversed(lines):
-        if _ERR_LINE.search(line):
-            return re.sub(r"^\[[^\]]*\]\s*", "", line)[:160]
-    return (re.sub(r"^\[[^\]]*\]\s*", "", lines[-1])[:160]) if lines else ""
+        if not line.startswith("server_args=") and _ERR_LINE.search(line):
+            return line[:160]
+    return ""
 
 
 def _failure_reason(first: dict) -> str:

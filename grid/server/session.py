@@ -52,11 +52,15 @@ class ServerSession:
         return free_port(self.host), notes
 
     def launch(self, argv: list[str], env: dict[str, str], port: int, log_path: str, time_scale: float,
-               startup_timeout_s: float, api: str, model: str, api_key: str | None, label: str = "") -> dict:
-        """Start the server, wait for readiness, run the correctness probe. Returns ``LaunchResult.to_dict()``."""
+               startup_timeout_s: float, api: str, model: str, api_key: str | None, label: str = "",
+               startup_time_scale: float | None = None) -> dict:
+        """Start the server, wait for readiness, run the correctness probe. Returns ``LaunchResult.to_dict()``.
+
+        ``startup_time_scale`` converts real seconds to modelled ones until ready (default ``time_scale``).
+        """
         self.stop()
         self.label = label or "server"
-        self.server = ManagedServer(argv, env, log_path, self.host, port, time_scale)
+        self.server = ManagedServer(argv, env, log_path, self.host, port, startup_time_scale or time_scale)
         base_url = f"http://{self.server.host}:{port}"
         try:
             self.server.start()

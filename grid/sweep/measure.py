@@ -53,7 +53,8 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
     launch = engine.launch_plan(plan, port)
     log_path = f"{spec.run_dir}/logs/{plan.config_hash}.log"
     result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
-                           time_scale=launch.time_scale, startup_timeout_s=spec.engine.startup_timeout_s,
+                           time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
+                           startup_timeout_s=spec.engine.startup_timeout_s,
                            api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
     info = server.server_info(api_key) if result["status"] == "ok" else None
     base = {

@@ -47,8 +47,9 @@ class ProgressCallback(tune.Callback):
         res = trial.last_result or {}
         status = res.get("trial_status", "?")
         color = {"ok": "green", "invalid": "yellow"}.get(status, "red")
-        err = res.get("error_class")
-        self.console.print(f"   [{color}]{status}[/]{' (' + err + ')' if err and status != 'ok' else ''}")
+        err = res.get("error_class") if status != "ok" else None
+        detail = f" ({err}{': ' + res['message'] if res.get('message') else ''})" if err else ""
+        self.console.print(f"   [{color}]{status}[/]{detail}", highlight=False)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.console.print(f"   [red]trial error[/] {self._label(trial)}: see {trial.local_path}")

@@ -38,5 +38,8 @@ def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan]) -> No
         tune.report(_metrics(row))
 
     rows = measure_trial(spec, get_engine(spec), plan, server, trial_id=trial_id, on_point=on_point)
-    if not reported:
-        tune.report(_metrics(rows[-1]) if rows else {"trial_status": "failed"})
+    if not reported:  # nothing was measured: report the verdict only
+        first = rows[0] if rows else {}
+        tune.report({"trial_status": first.get("trial_status", "failed"),
+                     "error_class": first.get("trial_error_class") or "unknown",
+                     "message": (first.get("trial_error_message") or "")[:200]})

@@ -46,6 +46,7 @@ from grid.twin.metrics import CONTENT_TYPE, TwinMetrics
 ENV_HARDWARE = "GRID_TWIN_HARDWARE"
 ENV_VERSION = "GRID_TWIN_VERSION"
 ENV_TIME_SCALE = "GRID_TWIN_TIME_SCALE"
+ENV_STARTUP_TIME_SCALE = "GRID_TWIN_STARTUP_TIME_SCALE"
 ENV_FAULTS = "GRID_TWIN_FAULTS"
 HEALTH_CHECK_TIMEOUT_S = 20.0
 WARMUP_TEXT = "The capital city of France is"
@@ -315,7 +316,8 @@ class _AccessLogger(AbstractAccessLogger):
 
 # --- the twin ----------------------------------------------------------------------------------------------------------
 class Twin:
-    def __init__(self, args, *, model, hardware, perf, faults: list[Fault], time_scale: float, notes: list[str]):
+    def __init__(self, args, *, model, hardware, perf, faults: list[Fault], time_scale: float, notes: list[str],
+                 startup_time_scale: float | None = None):
         from grid.twin.scheduler import Scheduler
 
         self.args = args
@@ -325,7 +327,11 @@ class Twin:
         self.hw = hardware
         self.perf = perf
         self.faults = faults
-        self.scale = float(time_scale)
+        # The modelled clock is piecewise linear: until ready it runs at startup_time_scale, then at time_scale.
+        self.serve_scale = float(time_scale)
+        self.startup_scale = float(startup_time_scale or time_scale)
+        self.scale = self.startup_scale
+        self.m_base = 0.0
         self.notes = notes
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
@@ -372,14 +378,24 @@ class Twin:
 
     # clocks
     def mnow(self) -> float:
-        return (time.perf_counter() - self.t0) * self.scale
+        return self.m_base + (time.perf_counter() - self.t0) * self.scale
+
+    def real_at(self, m: float) -> float:
+        """The perf_counter time at which modelled time ``m`` falls (in the current clock segment)."""
+        return self.t0 + (m - self.m_base) / self.scale
+
+    def set_scale(self, scale: float) -> None:
+        """Continue the modelled clock from now at another speed."""
+        now_real = time.perf_counter()
+        self.m_base = self.m_base + (now_real - self.t0) * self.scale
+        self.t0, self.scale = now_real, float(scale)
 
     def model_unix(self) -> float:
         return self.unix0 + self.mnow()
 
     async def sleep_until(self, m: float) -> bool:
         """Sleep until modelled time ``m``; False if a stop was requested meanwhile."""
-        delay = self.t0 + m / self.scale - time.perf_counter()
+        delay = self.real_at(m) - time.perf_counter()
         if delay > 0:
             try:
                 await asyncio.wait_for(self.stop.wait(), delay)
@@ -617,6 +633,7 @@ class Twin:
             return
         if self.never_ready:
             return
+        self.set_scale(self.serve_scale)
         self.ready = True
         self.ready_at = self.mnow()
         self.busy_s = 0.0
@@ -714,7 +731,7 @@ class Twin:
     async def _sched_loop(self) -> None:
         sched = self.sched
         perf_counter = time.perf_counter
-        t0, scale = self.t0, self.scale
+        resume = True  # after an idle wait the modelled clock catches up with real time; while busy it never does
         while not self.stop.is_set():
             if self.sched_dead:
                 await self.stop.wait()
@@ -723,14 +740,18 @@ class Twin:
                 self.wake.clear()
                 if not sched.has_work():
                     await self.wake.wait()
+                resume = True
                 continue
-            now = max(self.mclock, (perf_counter() - t0) * scale)
+            # Back-to-back steps follow each other in modelled time exactly (end of one = start of the next), so
+            # the loop's own latency is never multiplied by the time scale; deliveries that run late do not drift.
+            now = max(self.mclock, self.mnow()) if resume else self.mclock
+            resume = False
             step = sched.step(now)
             st = step.stats
             dur = float(st.duration_s)
             end = now + dur
             self.mclock = end
-            delay = t0 + end / scale - perf_counter()
+            delay = self.real_at(end) - perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             elif st.kind == "idle" and dur <= 0:
@@ -872,7 +893,7 @@ class Twin:
                     pass
         finally:
             self.abort(req)
-        hms = time.strftime("%H:%M:%S", time.localtime(self.unix0 + (tic - self.t0) * self.scale))
+        hms = time.strftime("%H:%M:%S", time.localtime(self.unix0 + self.m_base + (tic - self.t0) * self.scale))
         self.log.info(f"Health check failed. Server couldn't get a response from detokenizer for last "
                       f"{HEALTH_CHECK_TIMEOUT_S:.0f} seconds. tic start time: {hms}. last_heartbeat time: {hms}",
                       level="error")
@@ -1217,7 +1238,7 @@ class Twin:
                  "effective_max_running_requests_per_dp": mrr}
         info = {**d, "status": "ready" if self.ready else "starting", "max_total_num_tokens": self.capacity,
                 "max_req_input_len": max_req_input_len, "internal_states": [state], "version": self.version,
-                "time_scale": self.scale}
+                "time_scale": self.serve_scale, "startup_time_scale": self.startup_scale}
         if self.ver >= (0, 5, 23):
             info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
                         startup_time=round(self.ready_at, 3), frontend="python")
@@ -1301,8 +1322,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, AssertionError) as e:
         return _fail(raw, type(e).__name__, str(e))
     scale = float(os.environ.get(ENV_TIME_SCALE) or 1.0)
-    if scale <= 0:
-        return _fail(raw, "ValueError", f"{ENV_TIME_SCALE} must be > 0")
+    startup_scale = float(os.environ.get(ENV_STARTUP_TIME_SCALE) or scale)
+    if scale <= 0 or startup_scale <= 0:
+        return _fail(raw, "ValueError", f"{ENV_TIME_SCALE} and {ENV_STARTUP_TIME_SCALE} must be > 0")
     from grid.twin.failures import find_failures
     from grid.twin.perf import PerfModel
 
@@ -1314,7 +1336,8 @@ def main(argv: list[str] | None = None) -> int:
     faults = faults_from_failures(find_failures(model, hardware, cfg, perf)) + parse_faults(os.environ.get(ENV_FAULTS))
 
     async def _amain() -> int:
-        twin = Twin(args, model=model, hardware=hardware, perf=perf, faults=faults, time_scale=scale, notes=notes)
+        twin = Twin(args, model=model, hardware=hardware, perf=perf, faults=faults, time_scale=scale, notes=notes,
+                    startup_time_scale=startup_scale)
         return await twin.run()
 
     return asyncio.run(_amain())

@@ -44,4 +44,5 @@ def test_rank_unknown_objective():
 
 def test_headline():
     assert headline("[2026 TP0] loading\n[2026 TP0] ValueError: bad\n[2026] exit") == "ValueError: bad"
+    assert headline("[t] server_args=ServerArgs(enable_nan_detection=False, error=1)") == ""
     assert headline(None) == ""
