@@ -40,11 +40,27 @@ def twin_value(rows: list[dict], condition: str, metric: str, scale: float = 1.0
     return None
 
 
-def compare(rows: list[dict], expected: list[dict]) -> list[dict]:
+def log_value_near(log_rows: list[dict], hashes: set[str], running: int) -> float | None:
+    """Gen throughput on the Decode-batch log line whose #running-req is nearest ``running`` (first such line).
+
+    For figures a person read off a live server log ("~200 tok/s with 22 running"): a snapshot, not a peak.
+    """
+    lines = [r for r in log_rows if r["config_hash"] in hashes and r["kind"] == "decode"
+             and r.get("gen_throughput_tok_per_s") is not None and r.get("running_req") is not None]
+    lines.sort(key=lambda r: (r["point_index"], r["line_index"]))
+    best = min(lines, key=lambda r: abs(r["running_req"] - running), default=None)
+    return None if best is None else float(best["gen_throughput_tok_per_s"])
+
+
+def compare(rows: list[dict], expected: list[dict], log_rows: list[dict] = ()) -> list[dict]:
     """One output row per expected value: condition, metric, unit, seed, twin (pure)."""
     out = []
     for e in expected:
-        twin = twin_value(rows, e["condition"], e["metric"], float(e.get("scale", 1.0)))
+        if "at_running" in e:
+            hashes = {r["config_hash"] for r in rows if r["label"] == e["condition"]}
+            twin = log_value_near(list(log_rows), hashes, int(e["at_running"]))
+        else:
+            twin = twin_value(rows, e["condition"], e["metric"], float(e.get("scale", 1.0)))
         out.append({"condition": e["condition"], "metric": e.get("name", e["metric"]), "unit": e.get("unit", ""),
                     "seed": float(e["seed"]), "twin": None if twin is None else round(twin, 3)})
     return out
@@ -52,7 +68,10 @@ def compare(rows: list[dict], expected: list[dict]) -> list[dict]:
 
 @register("seed_replay")
 def seed_replay(spec: RunSpec, rows: list[dict], console) -> Path:
-    table = compare(rows, spec.experiment.get("expected", []))
+    from grid.storage.parquet import read_table
+
+    log_rows = read_table(spec.run_dir, "server_log").to_pylist()
+    table = compare(rows, spec.experiment.get("expected", []), log_rows)
     path = Path(spec.run_dir) / "seed_vs_twin.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["condition", "metric", "unit", "seed", "twin"])

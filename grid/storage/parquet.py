@@ -3,6 +3,7 @@
 Layout under the run directory::
 
     parquet/requests/<config_hash>.parquet      one row per request (grid.storage.schema.REQUESTS_SCHEMA)
+    parquet/server_log/<config_hash>.parquet    one row per scheduler log line during load (SERVER_LOG_SCHEMA)
     parquet/load_points/<config_hash>.parquet   one row per load point (LOAD_POINTS_SCHEMA); written last: its
                                                 presence marks the trial as recorded
 
@@ -20,9 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grid.storage.schema import LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA
+from grid.storage.schema import LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA, SERVER_LOG_SCHEMA
 
-TABLES = {"requests": REQUESTS_SCHEMA, "load_points": LOAD_POINTS_SCHEMA}
+TABLES = {"requests": REQUESTS_SCHEMA, "server_log": SERVER_LOG_SCHEMA, "load_points": LOAD_POINTS_SCHEMA}
 
 
 def table_dir(run_dir: str | Path, table: str) -> Path:
@@ -47,10 +48,13 @@ def write_atomic(table: pa.Table, path: Path) -> None:
             tmp.unlink()
 
 
-def write_trial(run_dir: str | Path, config_hash: str, requests: list[dict], load_points: list[dict]) -> None:
+def write_trial(run_dir: str | Path, config_hash: str, requests: list[dict], load_points: list[dict],
+                server_log: list[dict] | None = None) -> None:
     """Write one trial's rows; the load-points file goes last and marks the trial as recorded."""
     write_atomic(pa.Table.from_pylist(requests, schema=REQUESTS_SCHEMA),
                  table_dir(run_dir, "requests") / f"{config_hash}.parquet")
+    write_atomic(pa.Table.from_pylist(server_log or [], schema=SERVER_LOG_SCHEMA),
+                 table_dir(run_dir, "server_log") / f"{config_hash}.parquet")
     write_atomic(pa.Table.from_pylist(load_points, schema=LOAD_POINTS_SCHEMA),
                  table_dir(run_dir, "load_points") / f"{config_hash}.parquet")
 

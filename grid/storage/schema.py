@@ -182,10 +182,46 @@ def load_point_row(metrics: dict[str, Any], **columns: Any) -> dict[str, Any]:
     return row
 
 
+SERVER_LOG_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("point_index", "int32", "", "load point during which the server logged the line"),
+    ("line_index", "int32", "", "order of the line within the load point"),
+    ("ts", "string", "", "the line's own timestamp (the twin's is modelled time)"),
+    ("kind", "string", "", "decode | prefill (SGLang 'Decode batch' / 'Prefill batch' lines)"),
+    ("running_req", "int64", "requests", "#running-req"),
+    ("queue_req", "int64", "requests", "#queue-req"),
+    ("token", "int64", "tokens", "#token: KV tokens in use (decode lines)"),
+    ("token_usage", "float64", "fraction", "token usage: KV pool fraction in use"),
+    ("new_seq", "int64", "requests", "#new-seq (prefill lines)"),
+    ("new_token", "int64", "tokens", "#new-token (prefill lines)"),
+    ("cuda_graph", "bool", "flag", "cuda graph: whether the batch ran as a CUDA graph"),
+    ("gen_throughput_tok_per_s", "float64", "tok/s",
+     "gen throughput: tokens decoded since the previous decode line / time since it (decode lines)"),
+    ("input_throughput_tok_per_s", "float64", "tok/s", "input throughput (prefill lines)"),
+]
+SERVER_LOG_SCHEMA: pa.Schema = _schema(SERVER_LOG_COLUMNS, "server_log")
+
+
+def server_log_rows(lines: list[dict[str, Any]], *, config_hash: str, trial_id: str, point_index: int
+                    ) -> list[dict[str, Any]]:
+    """Rows of ``SERVER_LOG_SCHEMA`` from parsed batch lines (grid.server.logparse.parse_batch_line dicts)."""
+    names = {c[0] for c in SERVER_LOG_COLUMNS}
+    rows = []
+    for i, line in enumerate(lines):
+        row = {k: v for k, v in line.items() if k in names}
+        row.update(schema_version=SCHEMA_VERSION, config_hash=config_hash, trial_id=trial_id,
+                   point_index=point_index, line_index=i)
+        rows.append(row)
+    return rows
+
+
 def describe_schema() -> str:
-    """Markdown tables of both schemas: column, type, unit, definition."""
+    """Markdown tables of every schema: column, type, unit, definition."""
     out = [f"Schema version {SCHEMA_VERSION}. Null means not measured, never 0.", ""]
-    for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA)):
+    for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA),
+                          ("server_log", SERVER_LOG_SCHEMA)):
         out += [f"### {title}", "", "| column | type | unit | definition |", "|---|---|---|---|"]
         for f in schema:
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}

@@ -1,0 +1,26 @@
+"""`+experiment=seed_session` replays the seed session on the twin: every row within 25% of the seed's value."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def test_seed_session_within_25_percent(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "grid.run", "+experiment=seed_session", "ray.dashboard=false",
+                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open(tmp_path / "seed_vs_twin.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["condition", "metric", "unit", "seed", "twin"]
+    assert len(rows) == 15
+    for r in rows:
+        seed, twin = float(r["seed"]), float(r["twin"])
+        assert abs(twin - seed) / seed <= 0.25, r
