@@ -48,15 +48,22 @@ def write_atomic(table: pa.Table, path: Path) -> None:
             tmp.unlink()
 
 
-def write_trial(run_dir: str | Path, config_hash: str, requests: list[dict], load_points: list[dict],
-                server_log: list[dict] | None = None) -> None:
-    """Write one trial's rows; the load-points file goes last and marks the trial as recorded."""
-    write_atomic(pa.Table.from_pylist(requests, schema=REQUESTS_SCHEMA),
-                 table_dir(run_dir, "requests") / f"{config_hash}.parquet")
-    write_atomic(pa.Table.from_pylist(server_log or [], schema=SERVER_LOG_SCHEMA),
-                 table_dir(run_dir, "server_log") / f"{config_hash}.parquet")
-    write_atomic(pa.Table.from_pylist(load_points, schema=LOAD_POINTS_SCHEMA),
-                 table_dir(run_dir, "load_points") / f"{config_hash}.parquet")
+def register_table(name: str, schema: pa.Schema) -> None:
+    """Add a table (e.g. a sampler's time series); ``load_points`` always stays last."""
+    TABLES.pop("load_points")
+    TABLES[name] = schema
+    TABLES["load_points"] = LOAD_POINTS_SCHEMA
+
+
+def write_trial(run_dir: str | Path, config_hash: str, tables: dict[str, list[dict]]) -> None:
+    """Write one trial's rows, one file per table (every registered table, empty ones too); the load-points file
+    goes last and marks the trial as recorded. Raises ``KeyError`` for a table that is not registered."""
+    unknown = set(tables) - set(TABLES)
+    if unknown:
+        raise KeyError(f"unregistered tables: {sorted(unknown)}; known: {list(TABLES)}")
+    for name, schema in TABLES.items():
+        write_atomic(pa.Table.from_pylist(tables.get(name, []), schema=schema),
+                     table_dir(run_dir, name) / f"{config_hash}.parquet")
 
 
 def read_table(run_dir: str | Path, table: str) -> pa.Table:

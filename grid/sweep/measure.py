@@ -16,9 +16,9 @@ from grid.engines.base import Engine
 from grid.loadgen.dataset import random_prompts
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
-from grid.server.logparse import parse_batch_line, peak_gen_throughput
 from grid.storage.parquet import write_trial
-from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows, server_log_rows
+from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
+from grid.sweep.samplers import SamplerContext, make_samplers
 from grid.sweep.space import TrialPlan
 
 HANG_CLASSES = {"stall_timeout", "read_timeout"}
@@ -81,9 +81,11 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
     }
     points = load_points(plan)
     rows: list[dict] = []
-    requests: list[dict] = []
-    log_rows: list[dict] = []
+    tables: dict[str, list[dict]] = {"requests": []}
     target = Target(result["base_url"], spec.engine.api, spec.model.name, api_key, launch.time_scale)
+    samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
+        server, result["base_url"], api_key, spec.engine.kind, launch.time_scale, plan.config_hash, trial_id,
+        spec.hardware))
     slo = SLO(spec.objective.slo.ttft_ms, spec.objective.slo.tpot_ms, spec.objective.slo.e2e_ms,
               spec.objective.slo.percentile)
     stopped: str | None = None if result["status"] == "ok" else "not_run"
@@ -96,21 +98,22 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
             continue
         prompts = random_prompts(point.num_prompts + point.warmup_requests, load.input_len, load.output_len,
                                  load.range_ratio, spec.model.vocab_size, point.seed)
-        log_start = server.log_size()
+        for sampler in samplers:
+            sampler.start(index)
         outcome = run_load_point_sync(
             target, point, prompts,
             read_timeout_s=load.read_timeout_s / launch.time_scale,
             stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / launch.time_scale)
         summary = summarize(outcome, slo)
         status, error_class = _point_status(summary)
-        log_text = server.read_log(log_start)
-        lines = [p for p in map(parse_batch_line, log_text.splitlines()) if p is not None]
-        gen_peak, gen_running = peak_gen_throughput(log_text)
-        log_rows += server_log_rows(lines, config_hash=plan.config_hash, trial_id=trial_id, point_index=index)
         row.update(summary)
-        row.update(status=status, error_class=error_class, server_gen_tok_per_s_peak=gen_peak,
-                   server_running_at_peak=gen_running, finished_unix_ns=time.time_ns())
-        requests += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id, point_index=index)
+        for sampler in samplers:
+            sampled, columns = sampler.stop()
+            tables.setdefault(sampler.table, []).extend(sampled)
+            row.update(columns)
+        row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
+        tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
+                                           point_index=index)
         if not server.alive():
             code = server.exit_code()
             tail = server.log_tail(LOG_TAIL_BYTES)
@@ -135,5 +138,5 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         for row in rows:
             row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed")
     rows = [load_point_row({}, **row) for row in rows]
-    write_trial(spec.run_dir, plan.config_hash, requests, rows, log_rows)
+    write_trial(spec.run_dir, plan.config_hash, {**tables, "load_points": rows})
     return rows

@@ -1,0 +1,65 @@
+"""One trial end to end without Ray: the twin launched by a ServerSession, load points, Parquet files."""
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from grid.config.schema import load_run_spec
+from grid.engines.base import get_engine
+from grid.server.session import ServerSession
+from grid.storage.parquet import read_table, recorded_hashes
+from grid.sweep.measure import measure_trial
+from grid.sweep.space import expand
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def spec_for(tmp_path, *overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[
+            "model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,4]", "load.input_len=32",
+            "load.output_len=16", "engine.time_scale=10", *overrides,
+            f"hydra.runtime.output_dir={tmp_path}"], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+
+
+def run_one(spec):
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    plan = expand(spec)[0]
+    reported = []
+    rows = measure_trial(spec, engine, plan, ServerSession(), trial_id="t0", on_point=reported.append)
+    return plan, rows, reported
+
+
+def test_working_trial_records_every_table(tmp_path):
+    spec = spec_for(tmp_path)
+    plan, rows, reported = run_one(spec)
+    assert [r["status"] for r in rows] == ["ok", "ok"] and len(reported) == 2
+    assert rows[0]["trial_status"] == "ok" and rows[0]["kv_capacity_tokens"] > 100_000
+    assert rows[1]["output_tok_per_s"] > rows[0]["output_tok_per_s"] > 0
+    assert rows[0]["startup_s"] > 0 and "--model-path" in rows[0]["command"]
+    assert recorded_hashes(tmp_path) == {plan.config_hash: "ok"}
+    requests = read_table(tmp_path, "requests")
+    assert requests.num_rows == rows[0]["num_prompts"] + rows[1]["num_prompts"]
+    assert set(requests.column("output_tokens").to_pylist()) == {16}
+    log = read_table(tmp_path, "server_log").to_pylist()
+    assert {r["kind"] for r in log} >= {"prefill"}
+    assert not list((tmp_path / "parquet" / "load_points").glob(".*tmp"))
+
+
+def test_failed_start_records_not_run_points(tmp_path):
+    spec = spec_for(tmp_path, "server.mem_fraction_static=0.1")
+    plan, rows, reported = run_one(spec)
+    assert reported == []
+    assert [r["status"] for r in rows] == ["not_run", "not_run"]
+    assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] in ("startup_exit", "startup_oom")
+    assert rows[0]["log_tail"] and rows[0]["output_tok_per_s"] is None
+    t = pq.read_table(tmp_path / "parquet" / "load_points" / f"{plan.config_hash}.parquet")
+    assert t.num_rows == 2
