@@ -77,6 +77,13 @@ class Engine(ABC):
     def prepare(self, run_dir: str) -> None:
         """Write whatever the launches need into the run directory (default: nothing)."""
 
+    def refuse(self, trial: TrialPlan) -> str | None:
+        """Why this configuration cannot work on this engine version, known before launching it (None: try it).
+
+        A refused configuration is recorded ``invalid`` with the reason and no launch is spent on it.
+        """
+        return None
+
     @abstractmethod
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         """The command line and environment for ``trial`` listening on ``port``."""

@@ -129,6 +129,8 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("server_gen_tok_per_s_peak", "float64", "tok/s",
      "highest 'gen throughput' in the server's Decode batch log lines during the load point (modelled time)"),
     ("server_running_at_peak", "int64", "requests", "#running-req on that log line"),
+    ("server_info_json", "string", "json", "the server's /server_info after it became ready (version, "
+     "max_total_num_tokens, resolved args)"),
 ]
 
 REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")

@@ -49,13 +49,20 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
     """Run the trial and write its Parquet files. Returns the load-point rows (also written)."""
     load = plan.load
     api_key = spec.engine.api_key
-    port, infra_notes = server.pick_port(spec.engine.port)
-    launch = engine.launch_plan(plan, port)
-    log_path = f"{spec.run_dir}/logs/{plan.config_hash}.log"
-    result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
-                           time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
-                           startup_timeout_s=spec.engine.startup_timeout_s,
-                           api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
+    refusal = engine.refuse(plan)
+    if refusal is not None:
+        port, infra_notes = spec.engine.port or 0, []
+        launch = engine.launch_plan(plan, port)
+        result = {"status": "invalid", "error_class": "refused", "message": refusal, "startup_s": None,
+                  "log_tail": "", "base_url": ""}
+    else:
+        port, infra_notes = server.pick_port(spec.engine.port)
+        launch = engine.launch_plan(plan, port)
+        log_path = f"{spec.run_dir}/logs/{plan.config_hash}.log"
+        result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
+                               time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
+                               startup_timeout_s=spec.engine.startup_timeout_s,
+                               api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
     info = server.server_info(api_key) if result["status"] == "ok" else None
     base = {
         "schema_version": SCHEMA_VERSION,
@@ -78,6 +85,7 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         "output_len": load.output_len,
         "time_scale": launch.time_scale,
         "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
+        "server_info_json": json.dumps(info, sort_keys=True, default=str) if info else None,
     }
     points = load_points(plan)
     rows: list[dict] = []
@@ -130,7 +138,8 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         rows.append(row)
         if on_point is not None:
             on_point(row)
-    server.stop(spec.engine.stop_grace_s)
+    if refusal is None:
+        server.stop(spec.engine.stop_grace_s)
     for row in rows:  # trial-level verdict applies to every row of the trial
         for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
             row[key] = base[key]
