@@ -1,7 +1,10 @@
 """The Ray actor that owns one node and its server process (one per node of the cluster).
 
 It claims the node's GPUs (or, on nodes without them, nothing but the node's ``grid_node`` slot, which trials
-request so that at most one trial runs per node) and delegates to grid/server/session.py. Its name,
+request so that at most one trial runs per node) and delegates to grid/server/session.py. Servers are started
+through grid/server/watchdog.py with this actor's pid as owner, so a crashed or killed actor (or a driver killed with
+SIGKILL, which ends its workers) takes its server's whole process group with it; ``max_restarts=0`` because a restarted
+actor would not know the old group (ray_hydra.md §3.6-3.7). Its name,
 ``grid-server:<node id>``, and its ``repr`` (node, current configuration) are what the Ray dashboard shows.
 """
 
@@ -34,8 +37,8 @@ class ServerActor:
         return self.session.launch(**kwargs)
 
     @ray.method(concurrency_group="control")
-    def stop(self, grace_s: float = 10.0) -> None:
-        self.session.stop(grace_s)
+    def stop(self, grace_s: float = 10.0) -> str | None:
+        return self.session.stop(grace_s)
 
     @ray.method(concurrency_group="inspect")
     def alive(self) -> bool:
@@ -44,6 +47,14 @@ class ServerActor:
     @ray.method(concurrency_group="inspect")
     def exit_code(self) -> int | None:
         return self.session.exit_code()
+
+    @ray.method(concurrency_group="inspect")
+    def wait_exit(self, timeout_s: float) -> int | None:
+        return self.session.wait_exit(timeout_s)
+
+    @ray.method(concurrency_group="inspect")
+    def dirty(self) -> str | None:
+        return self.session.dirty
 
     @ray.method(concurrency_group="inspect")
     def log_tail(self, max_bytes: int = 8000) -> str:

@@ -28,7 +28,8 @@ class _Spec(BaseModel):
 class EngineSpec(_Spec):
     """Which server to launch. ``sim`` is the embedded SGLang twin; ``sglang`` the real server on GPU nodes."""
 
-    kind: Literal["sim", "sglang"] = "sim"
+    kind: Literal["sim", "sglang", "openai"] = "sim"
+    base_url: str | None = Field(None, description="openai only: http://HOST:PORT of a server that is already up")
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
     time_scale: float = Field(1.0, gt=0, description="twin only: modelled seconds per real second while serving")
     startup_time_scale: float | None = Field(

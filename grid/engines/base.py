@@ -104,6 +104,7 @@ def register(cls: type[Engine]) -> type[Engine]:
 
 
 def get_engine(spec: RunSpec) -> Engine:
+    import grid.engines.openai  # noqa: F401  (registers)
     import grid.engines.sglang  # noqa: F401  (registers)
     import grid.engines.sim  # noqa: F401
 

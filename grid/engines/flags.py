@@ -9,8 +9,13 @@ Facts and their sources (../shared/reference/sglang.md, read from the released w
 - ``--cuda-graph-max-bs`` renamed ``--cuda-graph-max-bs-decode`` in 0.5.14, old name an error from 0.5.20 (§0).
 - ``--disable-cuda-graph`` deprecated in 0.5.14 for ``--cuda-graph-backend-{decode,prefill} disabled`` (§0).
 - ``--dp-size N --enable-dp-attention`` became ``--attn-dp-size N`` in 0.5.22 (§0).
-- Choice lists per version: §1.1 (0.5.9 and 0.5.23 parsers).
+- Choice lists per version: §1.1 (0.5.9 and 0.5.23 parsers). sglang.md compares only those two parsers, so a
+  release between them takes the 0.5.9 list (the NSA/DSA backend list included: the rename in 0.5.13 is documented,
+  the new backends are documented for 0.5.23 only).
 Versions between two listed releases take the older release's entry.
+
+Which rendered flags each release accepts is :data:`FLAG_LIFECYCLE` (``unknown_flags`` checks an argument list
+against it); the combinations SGLang enforces at launch live in grid/engines/checks.py.
 """
 
 from __future__ import annotations
@@ -77,6 +82,15 @@ ATTENTION_0523 = (
     "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha",
     "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
 )
+QUANT_059 = (
+    "awq", "fp8", "mxfp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt",
+    "modelopt_fp8", "modelopt_fp4", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "qoq", "w4afp8", "mxfp4",
+    "auto-round", "compressed-tensors", "modelslim", "quark_int4fp8_moe",
+)
+QUANT_0523 = tuple(q for q in QUANT_059 if q not in ("marlin", "qoq")) + (
+    "nvfp4_online", "modelopt_mixed", "auto-round-int8", "mxfp_w4a8", "quark", "quark_mxfp4", "mlx_q4", "mlx_q8",
+    "unquant", "humming",
+)
 KV_DTYPES_059 = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
 KV_DTYPES_0523 = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
 
@@ -138,8 +152,11 @@ SETTINGS: dict[str, Setting] = {
                 minimum=-1),
         Setting("max_prefill_tokens", int, _value("--max-prefill-tokens"), "tokens per prefill batch", minimum=1),
         Setting("context_length", int, _value("--context-length"), "maximum context length", minimum=1),
+        Setting("page_size", int, _value("--page-size"), "KV cache page size in tokens", minimum=1),
         Setting("schedule_policy", str, _value("--schedule-policy"), "request queue order",
                 choices={"0.5.0": SCHEDULE_059, "0.5.23": SCHEDULE_0523}),
+        Setting("enable_priority_scheduling", bool, _switch("--enable-priority-scheduling"),
+                "schedule by request priority (needs schedule_policy fcfs or lof)"),
         Setting("schedule_conservativeness", float, _value("--schedule-conservativeness"),
                 "admission conservativeness", minimum=0.0),
         Setting("cuda_graph", bool, _cuda_graph, "capture CUDA graphs for decode"),
@@ -150,6 +167,8 @@ SETTINGS: dict[str, Setting] = {
         Setting("torch_compile_max_bs", int, _value("--torch-compile-max-bs"), "largest compiled batch", minimum=1),
         Setting("two_batch_overlap", bool, _switch("--enable-two-batch-overlap"), "two micro-batch overlap"),
         Setting("single_batch_overlap", bool, _switch("--enable-single-batch-overlap"), "single-batch overlap"),
+        Setting("quantization", str, _value("--quantization"), "weight quantization method (None: from the checkpoint)",
+                choices={"0.5.0": QUANT_059, "0.5.23": QUANT_0523}),
         Setting("moe_runner_backend", str, _value("--moe-runner-backend"), "MoE kernel backend",
                 choices={"0.5.0": MOE_RUNNERS_059, "0.5.23": MOE_RUNNERS_0523}),
         Setting("moe_a2a_backend", str, _value("--moe-a2a-backend"), "MoE all-to-all backend",
@@ -159,14 +178,16 @@ SETTINGS: dict[str, Setting] = {
         Setting("dsa_prefill_backend", str,
                 _renamed("--nsa-prefill-backend", "--dsa-prefill-backend", "0.5.13"),
                 "sparse-attention (NSA/DSA) prefill backend",
-                choices={"0.5.0": NSA_BACKENDS_059, "0.5.13": DSA_BACKENDS_0523}),
+                choices={"0.5.0": NSA_BACKENDS_059, "0.5.23": DSA_BACKENDS_0523}),
         Setting("dsa_decode_backend", str,
                 _renamed("--nsa-decode-backend", "--dsa-decode-backend", "0.5.13"),
                 "sparse-attention (NSA/DSA) decode backend",
                 choices={"0.5.0": NSA_BACKENDS_059,
-                         "0.5.13": tuple(b for b in DSA_BACKENDS_0523 if b != "triton_sparse_mla")}),
+                         "0.5.23": tuple(b for b in DSA_BACKENDS_0523 if b != "triton_sparse_mla")}),
         Setting("kv_cache_dtype", str, _value("--kv-cache-dtype"), "KV cache storage dtype",
                 choices={"0.5.0": KV_DTYPES_059, "0.5.23": KV_DTYPES_0523}),
+        Setting("deepep_mode", str, _value("--deepep-mode"), "DeepEP dispatch mode",
+                choices={"0.5.0": ("normal", "low_latency", "auto")}),
         Setting("disable_radix_cache", bool, _switch("--disable-radix-cache"), "turn off prefix caching"),
         Setting("enable_metrics", bool, _switch("--enable-metrics"), "serve Prometheus /metrics"),
         Setting("reasoning_parser", str, _value("--reasoning-parser"), "split reasoning from content"),
@@ -238,6 +259,50 @@ def to_argv(settings: dict[str, Any], version: Version) -> list[str]:
             value = repr(value)
         argv += setting.render(value, version)
     return argv
+
+
+#: The version-gated flags the catalog renders: flag -> (first release that accepts it, first release that rejects
+#: it; None = still accepted). sglang.md §0 (renames/removals) and §1.1; every other rendered flag exists in every
+#: 0.5.x release the catalog covers.
+FLAG_LIFECYCLE: dict[str, tuple[str, str | None]] = {
+    "--nsa-prefill-backend": ("0.5.0", "0.5.20"),
+    "--nsa-decode-backend": ("0.5.0", "0.5.20"),
+    "--dsa-prefill-backend": ("0.5.13", None),
+    "--dsa-decode-backend": ("0.5.13", None),
+    "--cuda-graph-max-bs": ("0.5.0", "0.5.20"),
+    "--cuda-graph-max-bs-decode": ("0.5.14", None),
+    "--cuda-graph-backend-decode": ("0.5.14", None),
+    "--cuda-graph-backend-prefill": ("0.5.14", None),
+    "--attn-dp-size": ("0.5.22", None),
+}
+
+#: Flags still accepted but deprecated (a warning at launch): flag -> (deprecated since, replacement). sglang.md §0.
+FLAG_DEPRECATED: dict[str, tuple[str, str]] = {
+    "--nsa-prefill-backend": ("0.5.13", "--dsa-prefill-backend"),
+    "--nsa-decode-backend": ("0.5.13", "--dsa-decode-backend"),
+    "--cuda-graph-max-bs": ("0.5.14", "--cuda-graph-max-bs-decode"),
+    "--disable-cuda-graph": ("0.5.14", "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled"),
+    "--enable-dp-attention": ("0.5.22", "--attn-dp-size N"),
+}
+
+
+def unknown_flags(argv: list[str], version: Version) -> list[str]:
+    """The flags of ``argv`` that SGLang ``version`` does not accept (argparse would exit with code 2)."""
+    out = []
+    for arg in argv:
+        life = FLAG_LIFECYCLE.get(arg.split("=", 1)[0])
+        if life is None:
+            continue
+        since, removed = life
+        if version < parse_version(since) or (removed is not None and version >= parse_version(removed)):
+            out.append(arg)
+    return out
+
+
+def deprecated_flags(argv: list[str], version: Version) -> list[str]:
+    """The flags of ``argv`` that ``version`` accepts only with a deprecation warning."""
+    return [a for a in argv if a in FLAG_DEPRECATED and version >= parse_version(FLAG_DEPRECATED[a][0])
+            and not unknown_flags([a], version)]
 
 
 @dataclass(frozen=True)

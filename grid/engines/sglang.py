@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
+from grid.engines.checks import refuse as _refuse
 from grid.engines.flags import parse_version, to_argv
 from grid.sweep.space import TrialPlan
 
@@ -15,6 +16,7 @@ _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 @register
 class SGLangEngine(Engine):
     kind = "sglang"
+    refuse = _refuse  # pre-launch checks against the version (grid/engines/checks.py)
 
     def _installed_version(self) -> str | None:
         python = self.spec.engine.python

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from grid.engines.base import Engine, LaunchPlan, register
+from grid.engines.checks import refuse as _refuse
 from grid.engines.flags import parse_version, to_argv
 from grid.sweep.space import TrialPlan
 
@@ -18,6 +19,7 @@ from grid.sweep.space import TrialPlan
 @register
 class SimEngine(Engine):
     kind = "sim"
+    refuse = _refuse  # pre-launch checks against the version (grid/engines/checks.py)
 
     def version(self) -> str:
         return self.spec.engine.version or "0.5.9"

@@ -2,8 +2,9 @@
 
 * One ``aiohttp.ClientSession`` per load point, its connector limit >= the concurrency (unlimited for open loop), so
   no request waits inside aiohttp for a connection.
-* One clock: ``time.perf_counter_ns``. Every read of a streamed response is stamped on arrival and its raw bytes
-  kept; parsing happens after the request ends, one request per event-loop iteration in a background task (or,
+* One clock: ``time.perf_counter_ns``. Every read of a streamed response is stamped on arrival (in the socket
+  callback) and its raw bytes kept; ``send_perf_ns`` is when the request's last byte was written to the socket
+  (connection set-up and event-loop delays before the write are not TTFT). Parsing happens after the request ends, one request per event-loop iteration in a background task (or,
   for a request that looks stalled, from the watchdog), never between a read and its stamp.
 * Closed loop (``kind="concurrency"``): exactly ``value`` workers; each sends the next prompt when its previous
   request finishes. ``scheduled`` = the moment the worker was ready, so client queue time is ~0.
@@ -144,47 +145,49 @@ class _Session:
         )
 
     async def _io(self, rec: RequestRecord, body: bytes) -> None:
-        """Send and read. Bytes are stamped when the socket delivered them (``_StampingHandler``), else on read."""
+        """Send and read. With the stamping protocol (``_StampingHandler``) the send stamp is the moment the request's
+        last byte was handed to the socket, and every streamed read is stamped and stored by the protocol callback
+        itself: this task sleeps until the end of the stream instead of waking once per chunk."""
         reads = rec.raw_reads
         clock = time.perf_counter_ns
         rec.send_unix_ns = time.time_ns()
         rec.send_perf_ns = clock()
         async with self.session.post(self.url, data=body, headers=self.headers) as resp:
+            proto = resp.connection.protocol if resp.connection is not None else None
+            stamping = isinstance(proto, _StampingHandler)
+            if stamping and proto.last_tx_ns > rec.send_perf_ns:
+                # the request went out when its last byte was written, not when the coroutine asked for it (a
+                # busy loop or a new connection delays that): move the send stamp to the actual write
+                shift = proto.last_tx_ns - rec.send_perf_ns
+                rec.send_perf_ns += shift
+                rec.send_unix_ns += shift
             rec.http_status = resp.status
             if resp.status != 200:
                 text = await resp.text(errors="replace")
                 rec.end_perf_ns = clock()
                 rec.fail("http_error", f"HTTP {resp.status}: {text[:500]}")
                 return
-            proto = resp.connection.protocol if resp.connection is not None else None
-            marks: list[tuple[int, int]] | None = None
-            if isinstance(proto, _StampingHandler):
-                marks = []
-                if resp.content.total_bytes:  # body bytes that came with the headers
-                    marks.append((proto.last_rx_ns, resp.content.total_bytes))
-                proto.sink = (marks, resp.content)
-            try:
-                if rec.stream:
-                    pos = mi = 0
-                    async for data in resp.content.iter_any():
-                        if marks is None:
-                            reads.append((clock(), data))
-                            continue
-                        # split the read at the socket deliveries it spans: each piece keeps its arrival stamp
-                        start, end = pos, pos + len(data)
-                        while start < end:
-                            while mi < len(marks) and marks[mi][1] <= start:
-                                mi += 1
-                            ts, cut = (marks[mi][0], min(marks[mi][1], end)) if mi < len(marks) else (clock(), end)
-                            reads.append((ts, data[start - pos: cut - pos]))
-                            start = cut
-                        pos = end
-                else:
-                    data = await resp.read()
+            if not rec.stream:
+                data = await resp.read()
+                reads.append((clock(), data))
+            elif stamping:
+                content = resp.content
+                if content.total_bytes:  # body bytes that came with the headers
+                    first = content.read_nowait(-1)
+                    if first:
+                        reads.append((proto.last_rx_ns, first))
+                proto.sink = (reads, content)
+                try:
+                    await content.wait_eof()  # the protocol moves every delivery into reads, stamped on arrival
+                    rest = content.read_nowait(-1)
+                    if rest:
+                        reads.append((clock(), rest))
+                finally:
+                    if proto.sink is not None and proto.sink[0] is reads:
+                        proto.sink = None
+            else:  # a different aiohttp: stamped when read, still correct, a bit later
+                async for data in resp.content.iter_any():
                     reads.append((clock(), data))
-            finally:
-                if proto is not None and getattr(proto, "sink", None) is not None and proto.sink[0] is marks:
-                    proto.sink = None
         rec.end_perf_ns = clock()
 
     async def request(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
@@ -251,27 +254,59 @@ class _Session:
 
 
 class _StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, plus an arrival stamp for every socket delivery.
+    """aiohttp's connection protocol, plus arrival stamps taken in the socket callback itself.
 
-    While a request owns the connection it sets ``sink = (marks, content)``; each ``data_received`` then appends
-    ``(perf_counter_ns before parsing, content.total_bytes after)`` so the reader can give every payload byte the
-    time the socket delivered it, however late its own task wakes up.
+    * ``last_tx_ns``: when the last write on this connection returned (the request's last byte went to the socket).
+    * ``last_rx_ns``: when the last delivery arrived.
+    * While a streamed request owns the connection it sets ``sink = (reads, content)``; each ``data_received``
+      then moves the payload bytes that aiohttp's parser just decoded out of ``content`` into ``reads`` as
+      ``(perf_counter_ns before parsing, bytes)``: no task wakes up per chunk, and the stamp never waits for the
+      reading task to be scheduled.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sink: tuple[list[tuple[int, int]], Any] | None = None
+        self.sink: tuple[list[tuple[int, bytes]], Any] | None = None
         self.last_rx_ns = 0
+        self.last_tx_ns = 0
+        self._draining = False
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        try:
+            write, writelines = transport.write, transport.writelines
+
+            def stamped_write(data: Any) -> None:
+                write(data)
+                self.last_tx_ns = time.perf_counter_ns()
+
+            def stamped_writelines(lines: Any) -> None:
+                writelines(lines)
+                self.last_tx_ns = time.perf_counter_ns()
+
+            transport.write, transport.writelines = stamped_write, stamped_writelines
+        except (AttributeError, TypeError):  # a transport that cannot be wrapped: sends keep the coroutine's stamp
+            pass
 
     def data_received(self, data: bytes) -> None:
-        t = self.last_rx_ns = time.perf_counter_ns()
+        t = time.perf_counter_ns()
+        if data:
+            self.last_rx_ns = t
         super().data_received(data)
         sink = self.sink
-        if sink is not None:
-            marks, content = sink
-            total = content.total_bytes
-            if not marks or marks[-1][1] != total:
-                marks.append((t, total))
+        if sink is None or self._draining:
+            return
+        # reading the payload may resume the transport, which re-enters data_received (with b"" or parked bytes):
+        # only the outermost call drains, in a loop, so no bytes are taken out of order or twice
+        self._draining = True
+        reads, content = sink
+        try:
+            while chunk := content.read_nowait(-1):
+                reads.append((t, chunk))
+        except Exception:  # the payload failed: its reader raises the error at wait_eof
+            pass
+        finally:
+            self._draining = False
 
 
 def _connector(limit: int) -> aiohttp.TCPConnector:

@@ -35,6 +35,25 @@ def fmt(row: dict, key: str, pattern: str) -> str:
     return pattern.format(value)
 
 
+def diagnosis_lines(v: Verdict) -> list[str]:
+    """One line per diagnosed load point: level, verdict, evidence (grid/diagnosis/rules.py; stored columns)."""
+    return [f"{r['point_kind']} {r['point_value']:g}: {r['bottleneck']} — {r.get('bottleneck_evidence') or ''}"
+            for r in v.rows if r.get("bottleneck")]
+
+
+def short_diagnosis(v: Verdict) -> str:
+    """The verdict at the configuration's scored load point (else its highest diagnosed one), e.g.
+    ``launch/CPU-overhead-bound at 32 (SM 94%, memory bandwidth 16%)``; "-" when none was diagnosed."""
+    rows = [r for r in v.rows if r.get("bottleneck")]
+    if not rows:
+        return "-"
+    bp = v.best_point or {}
+    row = next((r for r in rows if r.get("point_index") == bp.get("point_index")), rows[-1])
+    keys = ("SM ", "memory bandwidth ", "PCIe ", "NVLink ", "queued ", "KV usage ")
+    ev = [e for e in (row.get("bottleneck_evidence") or "").split(": ")[0].split(", ") if e.startswith(keys)]
+    return f"{row['bottleneck']} at {row['point_value']:g}" + (f" ({', '.join(ev[:4])})" if ev else "")
+
+
 def points_table(v: Verdict, title: str) -> Table:
     t = Table(title=title, title_justify="left")
     for name, _, _ in POINT_COLUMNS:
@@ -46,11 +65,11 @@ def points_table(v: Verdict, title: str) -> Table:
 
 def verdict_table(verdicts: list[Verdict]) -> Table:
     t = Table(title="All configurations", title_justify="left")
-    for name in ("#", "configuration", "outcome", "why"):
+    for name in ("#", "configuration", "outcome", "why", "bottleneck"):
         t.add_column(name, overflow="fold")
     colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "invalid": "yellow", "failed": "red"}
     for i, v in enumerate(verdicts, 1):
-        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", v.reason)
+        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", v.reason, short_diagnosis(v))
     return t
 
 
@@ -63,6 +82,11 @@ def print_report(verdicts: list[Verdict], console) -> None:
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
         console.print(f"  {best.rows[0]['command']}", markup=False, soft_wrap=True)
         console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
+        lines = diagnosis_lines(best)
+        if lines:
+            console.print("[bold]What limits each load point[/] (grid/diagnosis/rules.py):")
+            for line in lines:
+                console.print(f"  {line}", markup=False, soft_wrap=True)
     console.print(verdict_table(verdicts))
 
 
@@ -76,11 +100,16 @@ def markdown(verdicts: list[Verdict], title: str) -> str:
         for row in best.rows:
             lines.append("| " + " | ".join(fmt(row, k, p) for _, k, p in POINT_COLUMNS) + " |")
         lines.append("")
+        diag = diagnosis_lines(best)
+        if diag:
+            lines += ["### What limits each load point", ""] + [f"- {d}" for d in diag] + [""]
     else:
         lines += ["**No configuration qualified.**", ""]
-    lines += ["## Every configuration", "", "| # | configuration | outcome | why |", "|---|---|---|---|"]
+    lines += ["## Every configuration", "", "| # | configuration | outcome | why | bottleneck |",
+              "|---|---|---|---|---|"]
     for i, v in enumerate(verdicts, 1):
-        lines.append(f"| {i} | `{v.label}` | {v.outcome} | {v.reason.replace('|', '/')} |")
+        lines.append(f"| {i} | `{v.label}` | {v.outcome} | {v.reason.replace('|', '/')} | "
+                     f"{short_diagnosis(v).replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 

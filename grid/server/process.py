@@ -5,22 +5,26 @@ Readiness follows SGLang's three phases (../shared/reference/sglang.md §7.2): c
 Deadlines are in modelled seconds and are divided by the engine's ``time_scale`` (the twin's clock may run faster).
 
 Whoever starts a process reaps its whole process group: ``stop`` sends SIGTERM to the group, waits up to a grace
-period, then SIGKILLs it. No Ray here: grid/cluster/actor.py wraps this class.
+period, then SIGKILLs it. The process is started through grid/server/watchdog.py, which kills the group when the
+launching process dies (../shared/reference/ray_hydra.md §3.6-3.7). No Ray here: grid/cluster/actor.py wraps this class.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|Capture cuda graph failed", re.IGNORECASE)
+BIND_PATTERNS = re.compile(r"error while attempting to bind on address|address already in use", re.IGNORECASE)
 
 
 class StartupError(RuntimeError):
@@ -71,8 +75,45 @@ def http_status(host: str, port: int, path: str, timeout_s: float = 5.0) -> int 
         conn.close()
 
 
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose process group is ``pgid``, from ``/proc/<pid>/stat`` (Linux).
+
+    Zombies are left out on purpose: an orphaned process whose parent is a container init that never reaps stays a
+    zombie forever, holds no port and no GPU memory, and must not make a stopped group look alive. Where ``/proc`` is
+    missing the answer falls back to ``killpg(pgid, 0)`` (``[pgid]`` when the group exists).
+    """
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    out = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp ...; the name may contain spaces
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+def group_alive(pgid: int | None) -> bool:
+    """Whether any live process is left in process group ``pgid``."""
+    return pgid is not None and bool(group_members(pgid))
+
+
 class ManagedServer:
-    """A server process in its own session (process group), logging to ``log_path``."""
+    """A server process in its own session (process group), logging to ``log_path``, supervised by
+    grid/server/watchdog.py: the group dies with the process that created this object (the Ray actor), even when that
+    process is SIGKILLed, and the server's exit status survives in ``<log_path>.state.exit``."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path: str | Path, host: str, port: int,
                  time_scale: float = 1.0) -> None:
@@ -82,37 +123,55 @@ class ManagedServer:
         self.host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         self.port = port
         self.time_scale = time_scale
-        self.proc: subprocess.Popen | None = None
-        self.pgid: int | None = None
+        self.pgid: int | None = None     # the supervisor's pid = the group id
+        self.pid: int | None = None      # the server process itself (the watchdog's child)
+        self.last_pgid: int | None = None  # the group of the last stopped launch (for leak checks)
+        self._state = self.log_path.with_name(self.log_path.name + ".state")
+        self._exit_code: int | None = None
         self._t0_perf_ns = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Launch. Raises ``StartupError('port_in_use')`` when something already listens on the port."""
+    def start(self, grace_s: float = 10.0) -> None:
+        """Launch under the watchdog. Raises ``StartupError('port_in_use')`` when something already listens on the
+        port, ``StartupError('startup_exit')`` when the watchdog does not report the server's pid within 30 s."""
         if not port_is_free(self.host, self.port):
             raise StartupError("port_in_use", f"port {self.port} on {self.host} is already in use")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (self._state, Path(f"{self._state}.exit")):
+            stale.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "OMP_NUM_THREADS"}
         env.update(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pgid = self.proc.pid
+        cmd = [sys.executable, "-m", "grid.server.watchdog", "--owner", str(os.getpid()), "--state", str(self._state),
+               "--grace", str(grace_s), "--", *self.argv]
         self._t0_perf_ns = time.perf_counter_ns()
+        with open(self.log_path, "ab") as log:
+            subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=True,
+                           timeout=30)
+        deadline = time.monotonic() + 30
+        while not self._state.exists():
+            if time.monotonic() > deadline:
+                raise StartupError("startup_exit", "the server supervisor did not start", None, self.log_tail())
+            time.sleep(0.01)
+        state = json.loads(self._state.read_text())
+        self.pgid, self.pid = int(state["pgid"]), int(state["pid"])
 
     def elapsed_s(self) -> float:
         """Modelled seconds since launch."""
         return (time.perf_counter_ns() - self._t0_perf_ns) / 1e9 * self.time_scale
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.05, path: str = "/health_generate") -> ReadyInfo:
-        """Poll until ``path`` answers 200. ``timeout_s`` is modelled. Raises ``StartupError``."""
+        """Poll until ``path`` answers 200. ``timeout_s`` is modelled. Raises ``StartupError``: ``startup_oom`` (the
+        process exited and its log shows a CUDA OOM), ``startup_exit`` (it exited otherwise), ``port_in_use`` (it
+        exited failing to bind its port), ``startup_timeout`` (the group is stopped before raising)."""
         info = ReadyInfo(startup_s=0.0)
         while True:
-            code = self.proc.poll() if self.proc else None
-            if code is not None:
+            if not self.alive():
+                code = self.exit_code()
                 tail = self.log_tail()
-                cls = "startup_oom" if OOM_PATTERNS.search(tail) else "startup_exit"
+                cls = ("startup_oom" if OOM_PATTERNS.search(tail) else
+                       "port_in_use" if BIND_PATTERNS.search(tail) else "startup_exit")
+                self.stop(1.0)
                 raise StartupError(cls, f"server exited with code {code} before it was ready", code, tail)
             status = http_status(self.host, self.port, path, timeout_s=max(1.0, poll_s * 20))
             phase = "refused" if status is None else str(status)
@@ -132,27 +191,23 @@ class ManagedServer:
             time.sleep(poll_s)
 
     def alive(self) -> bool:
-        if self.pgid is None:
+        """The server process has not exited (its exit status is not recorded) and its group has a live member."""
+        if self.pgid is None or self.exit_code() is not None:
             return False
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # A zombie leader still counts its group; reap it if it exited.
-        if self.proc is not None and self.proc.poll() is not None:
-            try:
-                os.killpg(self.pgid, 0)
-            except ProcessLookupError:
-                return False
-        return True
+        return group_alive(self.pgid)
 
     def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+        """The server's exit status (negative: killed by that signal); None while running or when unknown."""
+        if self._exit_code is None:
+            try:
+                self._exit_code = int(json.loads(Path(f"{self._state}.exit").read_text())["exit_code"])
+            except (OSError, ValueError, KeyError):
+                return None
+        return self._exit_code
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM the whole group, wait up to ``grace_s`` real seconds, then SIGKILL what is left."""
+        """SIGTERM the whole group, wait up to ``grace_s`` real seconds, then SIGKILL what is left (all of it: the
+        watchdog, the server and every descendant that stayed in the group)."""
         if self.pgid is None:
             return
         try:
@@ -160,31 +215,17 @@ class ManagedServer:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if self.proc is not None:
-                self.proc.poll()
-            if not self._group_exists():
-                break
+        while time.monotonic() < deadline and group_alive(self.pgid):
             time.sleep(0.05)
         try:
             os.killpg(self.pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        self.pgid = None
-
-    def _group_exists(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and group_alive(self.pgid):
+            time.sleep(0.02)
+        self.exit_code()
+        self.last_pgid, self.pgid = self.pgid, None
 
     # -- logs ------------------------------------------------------------------------------------------------
     def log_tail(self, max_bytes: int = 8000) -> str:

@@ -2,24 +2,62 @@
 
 This is everything the Ray server actor does, without Ray, so it runs and tests on its own. One session owns at
 most one server process at a time; ``launch`` stops the previous one first.
+
+Infrastructure faults are never charged to a configuration (../shared/reference/metrics.md, status vocabulary):
+
+* ``port_in_use``: the preferred port is held (a leftover listener) or is taken between the check and the server's
+  bind; a free port is used and the launch retried (up to ``PORT_RETRIES`` times), the note kept in ``infra_retries``.
+* ``env_dirty``: after a stop, a process of the server's group is still alive, its port is still held, or (on a GPU
+  node) GPU memory has not come back to its level before the launch. The node is marked dirty and ``launch`` refuses
+  to start anything (status ``skipped``) until a re-check finds it clean.
+
+Secrets (the API key) are redacted from every log tail this session hands out.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grid.server.probe import probe
-from grid.server.process import ManagedServer, StartupError, free_port, port_is_free
+from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
+
+PORT_RETRIES = 3
+GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
+CLEAN_WAIT_S = 30.0          # real seconds a stopped server gets to release its port and GPU memory
+
+
+def redact_secrets(text: str, secrets: list[str] | tuple[str, ...]) -> str:
+    """``text`` with every occurrence of each non-empty secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def gpu_memory_used_mib() -> list[int] | None:
+    """Memory in use per GPU (MiB) from ``nvidia-smi --query-gpu=memory.used``; None without NVIDIA GPUs."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=30)
+        return [int(float(x)) for x in out.stdout.split()] if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
 
 
 @dataclass
 class LaunchResult:
     """Outcome of launch + readiness + correctness probe (plain data: it crosses Ray)."""
 
-    status: str                      # ok | failed | invalid
+    status: str                      # ok | failed | invalid | skipped (infrastructure: env_dirty, port_in_use)
     error_class: str | None = None   # startup_exit | startup_oom | startup_timeout | garbage_output | nan_output ...
     message: str = ""
     port: int = 0
@@ -37,10 +75,17 @@ class LaunchResult:
 
 
 class ServerSession:
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    """Owns at most one server on this node. ``clean_wait_s``: real seconds a stopped server gets to release its
+    group, port and GPU memory before the node is marked env_dirty."""
+
+    def __init__(self, host: str = "127.0.0.1", clean_wait_s: float = CLEAN_WAIT_S) -> None:
         self.host = host
+        self.clean_wait_s = clean_wait_s
         self.server: ManagedServer | None = None
         self.label = "idle"
+        self.dirty: str | None = None          # why the node is not clean (env_dirty), None when clean
+        self.secrets: tuple[str, ...] = ()
+        self._gpu_baseline: list[int] | None = None
 
     def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
         """``preferred`` if free, else a free port; the second item notes an occupied preferred port."""
@@ -56,26 +101,85 @@ class ServerSession:
                startup_time_scale: float | None = None) -> dict:
         """Start the server, wait for readiness, run the correctness probe. Returns ``LaunchResult.to_dict()``.
 
-        ``startup_time_scale`` converts real seconds to modelled ones until ready (default ``time_scale``).
+        ``startup_time_scale`` converts real seconds to modelled ones until ready (default ``time_scale``). When the
+        port turns out to be taken the launch is retried on a free port and ``port`` in the result is the one used
+        (``argv`` must carry it as ``--port P``). A dirty node returns status ``skipped``, class ``env_dirty``.
         """
         self.stop()
+        self.secrets = (api_key,) if api_key else ()
+        if self.dirty is not None and not self.recheck_clean():
+            return LaunchResult("skipped", "env_dirty", f"node not clean, nothing launched: {self.dirty}",
+                                port).to_dict()
         self.label = label or "server"
-        self.server = ManagedServer(argv, env, log_path, self.host, port, startup_time_scale or time_scale)
-        base_url = f"http://{self.server.host}:{port}"
-        try:
-            self.server.start()
-            ready = self.server.wait_ready(startup_timeout_s)
-        except StartupError as err:
-            code = self.server.exit_code()
-            self.stop()
-            return LaunchResult("failed", err.error_class, str(err), port, base_url, exit_code=code,
-                                log_tail=err.log_tail or self.server.log_tail()).to_dict()
-        verdict = probe(base_url, api, model, api_key, self.server.log_tail, timeout_s=max(30.0, 600 / time_scale))
-        status = "ok" if verdict.ok else ("failed" if verdict.error_class == "probe_error" else "invalid")
+        self._gpu_baseline = gpu_memory_used_mib()
+        notes: list[str] = []
+        for attempt in range(PORT_RETRIES + 1):
+            self.server = ManagedServer(argv, env, log_path, self.host, port, startup_time_scale or time_scale)
+            base_url = f"http://{self.server.host}:{port}"
+            try:
+                self.server.start()
+                ready = self.server.wait_ready(startup_timeout_s)
+                break
+            except StartupError as err:
+                code = self.server.exit_code()
+                self.stop()
+                if err.error_class == "port_in_use" and attempt < PORT_RETRIES:
+                    new_port = free_port(self.host)
+                    notes.append(f"port_in_use: {port} taken at launch; retried on {new_port}")
+                    argv = _with_port(argv, port, new_port)
+                    port = new_port
+                    continue
+                status = "skipped" if err.error_class == "port_in_use" else "failed"
+                return LaunchResult(status, err.error_class, str(err), port, base_url, exit_code=code,
+                                    log_tail=self._redact(err.log_tail or self.server.log_tail()),
+                                    infra_retries=notes).to_dict()
+        verdict = probe(base_url, api, model, api_key, self.server.log_tail, timeout_s=max(10.0, 600 / time_scale))
+        if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.server.alive():
+            verdict.error_class = "server_hang"  # alive, port open, yet no answer: not the configuration's output
+        status = "ok" if verdict.ok else ("failed" if verdict.error_class in ("probe_error", "server_hang")
+                                          else "invalid")
         result = LaunchResult(status, verdict.error_class, verdict.detail, port, base_url, ready.startup_s,
-                              ready.port_open_s, ready.phases, None, "" if verdict.ok else self.server.log_tail(),
-                              verdict.answers)
+                              ready.port_open_s, ready.phases, None, "" if verdict.ok else self.log_tail(),
+                              verdict.answers, notes)
         return result.to_dict()
+
+    # -- node cleanliness ------------------------------------------------------------------------------------------
+    def check_clean(self, pgid: int | None, port: int | None, wait_s: float | None = None) -> str | None:
+        """Why the node is not clean after a stop (None: clean): live processes left in the server's group, its port
+        still held, GPU memory above the level before launch + ``GPU_MEMORY_SLACK_MIB``. Waits up to ``wait_s``
+        real seconds for all three to clear (a killed server can hold its port while GPU teardown completes)."""
+        deadline = time.monotonic() + (self.clean_wait_s if wait_s is None else wait_s)
+        while True:
+            problems = []
+            left = group_members(pgid) if pgid is not None else []
+            if left:
+                problems.append(f"processes {left} of group {pgid} still alive")
+            if port and not port_is_free(self.host, port):
+                problems.append(f"port {port} still held")
+            used = gpu_memory_used_mib() if self._gpu_baseline is not None else None
+            if used is not None and self._gpu_baseline is not None and len(used) == len(self._gpu_baseline):
+                over = [u - b for u, b in zip(used, self._gpu_baseline) if u - b > GPU_MEMORY_SLACK_MIB]
+                if over:
+                    problems.append(f"GPU memory {over} MiB above its level before launch")
+            if not problems or time.monotonic() > deadline:
+                return "; ".join(problems) or None
+            time.sleep(0.1)
+
+    def recheck_clean(self) -> bool:
+        """Re-check a dirty node (its port and GPU memory); clears ``dirty`` and returns True once clean."""
+        last = self._last
+        if last is None:
+            self.dirty = None
+            return True
+        reason = self.check_clean(last[0], last[1], wait_s=min(2.0, self.clean_wait_s))
+        self.dirty = None if reason is None else reason
+        return self.dirty is None
+
+    _last: tuple[int | None, int] | None = None
+    _checked_pgid: int | None = None
+
+    def _redact(self, text: str) -> str:
+        return redact_secrets(text, self.secrets)
 
     def alive(self) -> bool:
         return self.server is not None and self.server.alive()
@@ -83,8 +187,16 @@ class ServerSession:
     def exit_code(self) -> int | None:
         return None if self.server is None else self.server.exit_code()
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` real seconds for the server to exit; its exit code, or None if still running."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return None if self.alive() else self.exit_code()
+
     def log_tail(self, max_bytes: int = 8000) -> str:
-        return "" if self.server is None else self.server.log_tail(max_bytes)
+        """The last ``max_bytes`` of the server log, secrets redacted."""
+        return "" if self.server is None else self._redact(self.server.log_tail(max_bytes))
 
     def log_size(self) -> int:
         if self.server is None:
@@ -100,7 +212,7 @@ class ServerSession:
         with open(self.server.log_path, "rb") as f:
             f.seek(start)
             data = f.read() if end is None else f.read(max(0, end - start))
-        return data.decode("utf-8", "replace")
+        return self._redact(data.decode("utf-8", "replace"))
 
     def server_info(self, api_key: str | None = None) -> dict | None:
         if self.server is None:
@@ -114,7 +226,26 @@ class ServerSession:
         except (OSError, ValueError):
             return None
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        if self.server is not None:
-            self.server.stop(grace_s)
+    def stop(self, grace_s: float = 10.0) -> str | None:
+        """Stop the server's whole group and check the node is clean; returns (and keeps in ``dirty``) the reason
+        it is not (env_dirty), None when it is."""
+        server = self.server
+        pgid = None if server is None else (server.pgid if server.pgid is not None else server.last_pgid)
+        if server is not None and pgid is not None and pgid != self._checked_pgid:
+            server.stop(grace_s)
+            self._last = (pgid, server.port)
+            self._checked_pgid = pgid
+            self.dirty = self.check_clean(pgid, server.port)
         self.label = "idle"
+        return self.dirty
+
+
+def _with_port(argv: list[str], old: int, new: int) -> list[str]:
+    """``argv`` with the value of ``--port`` (``--port P`` or ``--port=P``) replaced."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--port" and i + 1 < len(out) and out[i + 1] == str(old):
+            out[i + 1] = str(new)
+        elif arg == f"--port={old}":
+            out[i] = f"--port={new}"
+    return out

@@ -9,12 +9,19 @@ Layout under the run directory::
 
 Each file is written to a temporary name in the same folder, fsynced, then renamed over the final name, so a
 reader (or a resumed run) never sees a torn file. Every file uses the fixed schema, so a trial whose load points
-all failed still appends.
+all failed still appends. A trial is stored in one file per table named by its configuration hash, so running it
+again replaces its files: nothing is ever stored twice.
+
+A file damaged anyway (a disk fault, a copy cut short, a hand edit) is found by :func:`set_aside_corrupt` on resume:
+it and the load-points file of the same trial move to ``parquet/_corrupt/`` (so the trial counts as not recorded
+and is run again) and the rest of the run directory is kept. Temporary files left by a killed writer are removed.
+(ray_hydra.md §6.2.)
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -66,12 +73,57 @@ def write_trial(run_dir: str | Path, config_hash: str, tables: dict[str, list[di
                      table_dir(run_dir, name) / f"{config_hash}.parquet")
 
 
+def _readable(path: Path) -> bool:
+    try:
+        pq.read_table(path)
+    except Exception:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... for damaged files
+        return False
+    return True
+
+
+def set_aside_corrupt(run_dir: str | Path) -> list[str]:
+    """Move every unreadable Parquet file (and the load-points file of its trial, so the trial is re-run) to
+    ``parquet/_corrupt/<table>/``; delete temporary files of interrupted writes. Returns one line per file set
+    aside, ``"<table>/<name>: <what>"``."""
+    root = Path(run_dir) / "parquet"
+    if not root.is_dir():
+        return []
+    notes: list[str] = []
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for tmp in root.glob("*/.*.tmp"):
+        tmp.unlink(missing_ok=True)
+    bad_hashes: set[str] = set()
+    for table_path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")):
+        for f in sorted(table_path.glob("*.parquet")):
+            if not _readable(f):
+                bad_hashes.add(f.stem)
+                notes.append(f"{table_path.name}/{f.name}: unreadable (corrupt or truncated)")
+                _move_aside(f, root, stamp)
+    for h in sorted(bad_hashes):
+        lp = table_dir(run_dir, "load_points") / f"{h}.parquet"
+        if lp.exists():
+            notes.append(f"load_points/{lp.name}: trial set aside with its damaged files, to be run again")
+            _move_aside(lp, root, stamp)
+    return notes
+
+
+def _move_aside(f: Path, root: Path, stamp: str) -> None:
+    dest = root / "_corrupt" / f.parent.name / f"{f.stem}.{stamp}.parquet"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(f, dest)
+
+
 def read_table(run_dir: str | Path, table: str) -> pa.Table:
-    """All files of ``table`` concatenated under the current schema (empty table if none)."""
+    """All readable files of ``table`` concatenated under the current schema (empty table if none); unreadable
+    ones are skipped (a resume sets them aside, see :func:`set_aside_corrupt`)."""
     schema = TABLES[table]
-    files = sorted(table_dir(run_dir, table).glob("*.parquet"))
-    parts = [pq.read_table(f).cast(schema) if pq.read_schema(f) == schema else _conform(pq.read_table(f), schema)
-             for f in files]
+    parts = []
+    for f in sorted(table_dir(run_dir, table).glob("*.parquet")):
+        try:
+            t = pq.read_table(f)
+        except Exception:  # noqa: BLE001 - damaged file: see set_aside_corrupt
+            continue
+        parts.append(t.cast(schema) if t.schema == schema else _conform(t, schema))
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 

@@ -23,7 +23,7 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 1
+SCHEMA_VERSION: int = 2  # 2: server metrics, GPU telemetry and bottleneck columns + their tables
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -133,8 +133,43 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
      "max_total_num_tokens, resolved args)"),
 ]
 
+#: Load-point columns filled by the samplers (grid/sweep/samplers.py) and the diagnosis (grid/diagnosis/rules.py).
+LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("srv_scrapes", "int64", "", "number of /metrics scrapes during the load point (null: /metrics not served)"),
+    ("srv_running_mean", "float64", "requests", "mean sglang:num_running_reqs over the scrapes"),
+    ("srv_running_max", "float64", "requests", "largest sglang:num_running_reqs scraped"),
+    ("srv_queue_mean", "float64", "requests", "mean sglang:num_queue_reqs over the scrapes"),
+    ("srv_queue_max", "float64", "requests", "largest sglang:num_queue_reqs scraped"),
+    ("srv_token_usage_mean", "float64", "fraction", "mean sglang:token_usage (KV pool fraction in use)"),
+    ("srv_token_usage_max", "float64", "fraction", "largest sglang:token_usage scraped"),
+    ("srv_gen_tok_per_s_mean", "float64", "tok/s", "mean sglang:gen_throughput over the scrapes (modelled time)"),
+    ("srv_cache_hit_rate", "float64", "fraction", "last sglang:cache_hit_rate scraped"),
+    ("gpu_telemetry_source", "string", "", "nvml (measured) | modelled (the twin's PerfModel); null: none"),
+    ("gpu_samples", "int64", "", "telemetry samples taken during the load point"),
+    ("gpu_count_sampled", "int64", "GPUs", "GPUs sampled"),
+    ("gpu_sm_util_mean", "float64", "fraction", "mean fraction of time a kernel ran (NVML utilization.gpu)"),
+    ("gpu_mem_bw_util_mean", "float64", "fraction",
+     "mean memory utilisation (NVML utilization.memory: time device memory was read/written; modelled: bytes/peak)"),
+    ("gpu_power_w_mean", "float64", "W", "mean board power"),
+    ("gpu_power_limit_w", "float64", "W", "enforced power limit (modelled: TDP)"),
+    ("gpu_power_frac_mean", "float64", "fraction", "mean board power / power limit"),
+    ("gpu_memory_used_gb_max", "float64", "GB", "largest device memory in use on any GPU (1e9 bytes)"),
+    ("gpu_sm_clock_mhz_mean", "float64", "MHz", "mean SM clock"),
+    ("gpu_pcie_bytes_per_s", "float64", "B/s", "busiest GPU's mean PCIe traffic, larger of TX and RX"),
+    ("gpu_pcie_capacity_bytes_per_s", "float64", "B/s", "PCIe link capacity per direction (current gen x width)"),
+    ("gpu_nvlink_bytes_per_s", "float64", "B/s", "mean NVLink traffic per GPU per direction (modelled only)"),
+    ("gpu_nvlink_capacity_bytes_per_s", "float64", "B/s", "NVLink capacity used for the ratio (modelled only)"),
+    ("gpu_topology_json", "string", "json",
+     "the node's GPU topology (count, P2P matrix, NVLink/PCIe, nvidia-smi topo -m), read once per node"),
+    ("bottleneck", "string", "",
+     "what limits throughput: client-bound | kv-capacity/queue-bound | interconnect-bound | memory-bandwidth-bound | "
+     "compute-bound | launch/CPU-overhead-bound | unknown (grid/diagnosis/rules.py); null: nothing measured"),
+    ("bottleneck_evidence", "string", "", "the evidence behind the verdict, then the reason"),
+]
+
 REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")
-LOAD_POINTS_SCHEMA: pa.Schema = _schema(LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS, "load_points")
+LOAD_POINTS_SCHEMA: pa.Schema = _schema(
+    LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS + LOAD_POINT_SAMPLER_COLUMNS, "load_points")
 
 
 def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int) -> list[dict[str, Any]]:
@@ -219,11 +254,66 @@ def server_log_rows(lines: list[dict[str, Any]], *, config_hash: str, trial_id: 
     return rows
 
 
+SERVER_METRICS_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("point_index", "int32", "", "load point during which /metrics was scraped"),
+    ("sample_index", "int32", "", "order of the scrape within the load point"),
+    ("t_s", "float64", "s", "real seconds since the load point started"),
+    ("running_reqs", "float64", "requests", "sglang:num_running_reqs (summed over DP ranks)"),
+    ("queue_reqs", "float64", "requests", "sglang:num_queue_reqs (summed over DP ranks)"),
+    ("used_tokens", "float64", "tokens", "sglang:num_used_tokens"),
+    ("token_usage", "float64", "fraction", "sglang:token_usage (largest over ranks)"),
+    ("gen_throughput_tok_per_s", "float64", "tok/s", "sglang:gen_throughput"),
+    ("cache_hit_rate", "float64", "fraction", "sglang:cache_hit_rate"),
+    ("max_total_num_tokens", "float64", "tokens", "sglang:max_total_num_tokens"),
+    ("generation_tokens_total", "float64", "tokens", "sglang:generation_tokens_total (counter)"),
+    ("prompt_tokens_total", "float64", "tokens", "sglang:prompt_tokens_total (counter)"),
+    ("num_requests_total", "float64", "requests", "sglang:num_requests_total (counter)"),
+]
+SERVER_METRICS_SCHEMA: pa.Schema = _schema(SERVER_METRICS_COLUMNS, "server_metrics")
+
+GPU_TELEMETRY_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("point_index", "int32", "", "load point during which the GPU was sampled"),
+    ("sample_index", "int32", "", "order of the sample within the load point"),
+    ("t_s", "float64", "s", "real seconds since the load point started"),
+    ("gpu_index", "int32", "", "NVML device index"),
+    ("source", "string", "", "nvml (measured) | modelled (the twin's PerfModel, never a measurement)"),
+    ("sm_util", "float64", "fraction", "fraction of time a kernel ran (NVML utilization.gpu)"),
+    ("mem_bw_util", "float64", "fraction", "memory utilisation (NVML utilization.memory; modelled: bytes / peak)"),
+    ("memory_used_gb", "float64", "GB", "device memory in use (1e9 bytes)"),
+    ("memory_total_gb", "float64", "GB", "device memory (1e9 bytes)"),
+    ("power_w", "float64", "W", "board power"),
+    ("power_limit_w", "float64", "W", "enforced power limit (modelled: TDP)"),
+    ("sm_clock_mhz", "float64", "MHz", "SM clock"),
+    ("mem_clock_mhz", "float64", "MHz", "memory clock"),
+    ("pcie_tx_bytes_per_s", "float64", "B/s", "PCIe transmit throughput"),
+    ("pcie_rx_bytes_per_s", "float64", "B/s", "PCIe receive throughput"),
+    ("pcie_capacity_bytes_per_s", "float64", "B/s", "PCIe link capacity per direction"),
+    ("nvlink_bytes_per_s", "float64", "B/s", "NVLink traffic per direction (modelled only)"),
+    ("nvlink_capacity_bytes_per_s", "float64", "B/s", "NVLink capacity used for the ratio (modelled only)"),
+]
+GPU_TELEMETRY_SCHEMA: pa.Schema = _schema(GPU_TELEMETRY_COLUMNS, "gpu_telemetry")
+
+
+def sampled_rows(columns: list[tuple[str, str, str, str]], samples: list[dict[str, Any]], *, config_hash: str,
+                 trial_id: str, point_index: int) -> list[dict[str, Any]]:
+    """Rows of a sampler table: each sample's known columns plus the trial keys (unknown keys are dropped)."""
+    names = {c[0] for c in columns}
+    return [{**{k: v for k, v in s.items() if k in names}, "schema_version": SCHEMA_VERSION,
+             "config_hash": config_hash, "trial_id": trial_id, "point_index": point_index} for s in samples]
+
+
 def describe_schema() -> str:
     """Markdown tables of every schema: column, type, unit, definition."""
     out = [f"Schema version {SCHEMA_VERSION}. Null means not measured, never 0.", ""]
     for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA),
-                          ("server_log", SERVER_LOG_SCHEMA)):
+                          ("server_log", SERVER_LOG_SCHEMA), ("server_metrics", SERVER_METRICS_SCHEMA),
+                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA)):
         out += [f"### {title}", "", "| column | type | unit | definition |", "|---|---|---|---|"]
         for f in schema:
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}

@@ -2,7 +2,18 @@
 Tune trial per server configuration, and always stop every server before leaving.
 
 Resume: the Parquet tables in the run directory are the source of truth. A configuration whose load-points file
-exists is not run again (failed ones only with ``retry_failed=true``); ``fresh=true`` starts over.
+exists is not run again (failed ones only with ``retry_failed=true``; ``skipped`` ones, whose launch hit an
+infrastructure fault such as env_dirty or port_in_use, always); ``fresh=true`` starts over. Damaged Parquet files are
+set aside first (grid.storage.parquet.set_aside_corrupt) and their trials run again.
+
+Why a fresh Tuner per invocation over the configurations not yet recorded, not ``Tuner.restore``
+(ray_hydra.md §2.4): Tune's experiment state is a periodic snapshot, so after a driver SIGKILL a restore re-runs
+trials that finished after the last snapshot (hours of GPU time for a GLM-5 sweep, and a second copy of their rows
+unless something else deduplicates); it does not re-read the search space, so a sweep edited between runs would
+silently run the old one; and it cannot tell a configuration whose server crashed (a result to keep) from one
+interrupted with the driver (to run again). The per-trial Parquet files, written atomically with the load-points file
+last, answer exactly "which configurations are done", by configuration hash, whatever happened to the driver. Tune
+still runs, schedules and reports the trials of each invocation; its own state under ``tune/`` is only a log.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from pathlib import Path
 
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
-from grid.storage.parquet import recorded_hashes
+from grid.storage.parquet import recorded_hashes, set_aside_corrupt
 from grid.sweep.space import TrialPlan, expand
 
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -110,16 +121,26 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
 def run(spec: RunSpec, console) -> Plan:
     """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
     engine = get_engine(spec)
+    expand(spec)  # an empty search space raises ConfigError here, before anything is touched or launched
     if spec.fresh and not spec.dry_run:
         _clear_previous(spec)
+    if not spec.dry_run:
+        for note in set_aside_corrupt(spec.run_dir):
+            console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
     if spec.dry_run:
+        from grid.sweep.trial import dry_run_nodes
+
+        nodes = dry_run_nodes(spec)
         for p in plan.all:
             state = plan.done.get(p.config_hash, "pending")
-            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {state})")
-            console.print("  " + engine.launch_plan(p, spec.engine.port or 30000).command, soft_wrap=True,
-                          markup=False)
+            refused = engine.refuse(p)
+            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {'refused: ' + refused if refused else state})",
+                          soft_wrap=True)
+            for node in nodes:
+                console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
+                              soft_wrap=True, markup=False)
         return plan
     engine.check_runnable()
     engine.prepare(spec.run_dir)

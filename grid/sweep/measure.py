@@ -12,10 +12,12 @@ import time
 from typing import Any, Callable
 
 from grid.config.schema import RunSpec
+from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine
 from grid.loadgen.dataset import random_prompts
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
+from grid.server.session import redact_secrets
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
 from grid.sweep.samplers import SamplerContext, make_samplers
@@ -23,6 +25,7 @@ from grid.sweep.space import TrialPlan
 
 HANG_CLASSES = {"stall_timeout", "read_timeout"}
 LOG_TAIL_BYTES = 4000
+EXIT_SETTLE_S = 2.0  # real seconds to wait for a server exit after a load point with failures
 
 
 def load_points(plan: TrialPlan) -> list[LoadPoint]:
@@ -46,8 +49,8 @@ def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
 
 def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *, trial_id: str,
                   on_point: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run the trial and write its Parquet files. Returns the load-point rows (also written)."""
-    load = plan.load
+    """Run the trial and write its Parquet files. Returns the load-point rows (also written). The server is stopped
+    on every way out (KeyboardInterrupt included)."""
     api_key = spec.engine.api_key
     refusal = engine.refuse(plan)
     if refusal is not None:
@@ -63,6 +66,23 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
                                time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
                                startup_timeout_s=spec.engine.startup_timeout_s,
                                api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
+        infra_notes += result.get("infra_retries") or []
+        if result.get("port") and result["port"] != port:  # retried on another port: record the command that ran
+            launch = engine.launch_plan(plan, result["port"])
+    try:
+        return _measure_launched(spec, engine, plan, server, trial_id, on_point, launch, result, infra_notes,
+                                 refusal is None)
+    finally:
+        if refusal is None:
+            server.stop(spec.engine.stop_grace_s)
+
+
+def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, trial_id: str,
+                      on_point: Callable[[dict], None] | None, launch, result: dict, infra_notes: list[str],
+                      launched: bool) -> list[dict]:
+    load = plan.load
+    api_key = spec.engine.api_key
+    secrets = (api_key,) if api_key else ()
     info = server.server_info(api_key) if result["status"] == "ok" else None
     base = {
         "schema_version": SCHEMA_VERSION,
@@ -78,14 +98,15 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         "hardware": spec.hardware.name,
         "trial_status": result["status"],
         "trial_error_class": result["error_class"],
-        "trial_error_message": "; ".join([result["message"], *infra_notes]).strip("; ") or None,
+        "trial_error_message": redact_secrets("; ".join([result["message"], *infra_notes]).strip("; "),
+                                              secrets) or None,
         "startup_s": result["startup_s"],
-        "log_tail": (result["log_tail"] or "")[-LOG_TAIL_BYTES:] or None,
+        "log_tail": redact_secrets((result["log_tail"] or "")[-LOG_TAIL_BYTES:], secrets) or None,
         "input_len": load.input_len,
         "output_len": load.output_len,
         "time_scale": launch.time_scale,
         "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
-        "server_info_json": json.dumps(info, sort_keys=True, default=str) if info else None,
+        "server_info_json": redact_secrets(json.dumps(info, sort_keys=True, default=str), secrets) if info else None,
     }
     points = load_points(plan)
     rows: list[dict] = []
@@ -120,11 +141,14 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
             tables.setdefault(sampler.table, []).extend(sampled)
             row.update(columns)
         row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
+        row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
         tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
                                            point_index=index)
+        if status != "ok" and server.alive():
+            server.wait_exit(EXIT_SETTLE_S)  # a crash surfaces to the client before the exit is recorded
         if not server.alive():
             code = server.exit_code()
-            tail = server.log_tail(LOG_TAIL_BYTES)
+            tail = redact_secrets(server.log_tail(LOG_TAIL_BYTES), secrets)
             stopped = "server_crash"
             row.update(status="failed" if status == "failed" else status)
             base.update(trial_status="failed", trial_error_class="server_crash",
@@ -134,12 +158,18 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
             stopped = "server_hang"
             base.update(trial_status="failed", trial_error_class="server_hang",
                         trial_error_message=f"no token progress during load point {index} while the server "
-                                            "process was alive", log_tail=server.log_tail(LOG_TAIL_BYTES))
+                                            "process was alive (health endpoints are not trusted for this)",
+                        log_tail=redact_secrets(server.log_tail(LOG_TAIL_BYTES), secrets))
+        for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
+            row[key] = base[key]  # the verdict so far (a crash or hang found at this point included)
         rows.append(row)
         if on_point is not None:
             on_point(row)
-    if refusal is None:
-        server.stop(spec.engine.stop_grace_s)
+    if launched:
+        dirty = server.stop(spec.engine.stop_grace_s)
+        if dirty:  # the verdict stands; the node is refused for later launches until it is clean
+            base["trial_error_message"] = "; ".join(x for x in (base["trial_error_message"],
+                                                                 f"env_dirty after stop: {dirty}") if x)
     for row in rows:  # trial-level verdict applies to every row of the trial
         for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
             row[key] = base[key]

@@ -47,7 +47,7 @@ class ProgressCallback(tune.Callback):
         res = trial.last_result or {}
         status = res.get("trial_status", "?")
         color = {"ok": "green", "invalid": "yellow"}.get(status, "red")
-        err = res.get("error_class") if status != "ok" else None
+        err = (res.get("trial_error_class") or res.get("error_class")) if status != "ok" else None
         detail = f" ({err}{': ' + res['message'] if res.get('message') else ''})" if err else ""
         self.console.print(f"   [{color}]{status}[/]{detail}", highlight=False)
 

@@ -5,17 +5,47 @@ table and summary columns for the load-point row. Samplers register by name; mea
 one whose factory returns an instance for the trial (a factory returns None where it does not apply, e.g. NVML
 telemetry on a node without NVIDIA GPUs).
 
-Built in: ``server_log`` (SGLang's Decode/Prefill batch lines from the server log).
+Built in: ``server_log`` (SGLang's Decode/Prefill batch lines from the server log), ``server_metrics`` (/metrics
+scraped with prometheus_client's parser, when the server serves it) and ``gpu_telemetry`` (NVML on a GPU node; the
+twin's modelled telemetry when engine=sim). The periodic samplers poll from a background thread at most once per
+``POLL_INTERVAL_S`` real seconds (plus one read when the load point starts and one when it ends), so they cost the
+sweep almost nothing. A sampler that cannot work on a trial says why once per process and records nothing.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
+from urllib.parse import urlparse
 
 from grid.server.logparse import parse_batch_line, peak_gen_throughput
-from grid.storage.schema import server_log_rows
+from grid.storage.parquet import register_table
+from grid.storage.schema import (GPU_TELEMETRY_COLUMNS, GPU_TELEMETRY_SCHEMA, SERVER_METRICS_COLUMNS,
+                                 SERVER_METRICS_SCHEMA, sampled_rows, server_log_rows)
+
+log = logging.getLogger("grid.samplers")
+
+#: Real seconds between two polls of a periodic sampler (the brief: a scrape every ~1 s real time at most).
+POLL_INTERVAL_S = 1.0
+#: The first poll after the start comes sooner, so that short load points (the twin at time_scale 20 finishes one
+#: in a second or two) still get a reading while requests run.
+FIRST_POLL_S = 0.5
+
+register_table("server_metrics", SERVER_METRICS_SCHEMA)
+register_table("gpu_telemetry", GPU_TELEMETRY_SCHEMA)
+
+_said: set[str] = set()
+
+
+def say_once(key: str, message: str) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process."""
+    if key not in _said:
+        _said.add(key)
+        log.warning(message)
 
 
 @dataclass(frozen=True)
@@ -78,3 +108,138 @@ class ServerLogSampler(Sampler):
         rows = server_log_rows(lines, config_hash=self.ctx.config_hash, trial_id=self.ctx.trial_id,
                                point_index=self.point_index)
         return rows, {"server_gen_tok_per_s_peak": peak, "server_running_at_peak": running}
+
+
+class PeriodicSampler(Sampler):
+    """Polls ``read()`` from a daemon thread: once at start, after ``FIRST_POLL_S``, then every ``POLL_INTERVAL_S``,
+    and once at stop. Each read returns sample dicts; ``t_s`` and ``sample_index`` are added here."""
+
+    columns: ClassVar[list]
+
+    @abstractmethod
+    def read(self) -> list[dict[str, Any]]:
+        """One poll's samples (may raise ``OSError``/``ValueError``: the poll is skipped)."""
+
+    def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
+
+    def _poll(self) -> None:
+        try:
+            got = self.read()
+        except (OSError, ValueError) as err:
+            say_once(f"{self.table}:poll", f"{self.table}: a poll failed ({err}); continuing")
+            return
+        t = time.perf_counter() - self.t0
+        for row in got:
+            row.setdefault("t_s", t)
+            row["sample_index"] = self.n
+        self.samples += got
+        self.n += 1
+
+    def _loop(self) -> None:
+        wait = FIRST_POLL_S
+        while not self.halt.wait(wait):
+            self._poll()
+            wait = POLL_INTERVAL_S
+
+    def start(self, point_index: int) -> None:
+        self.point_index, self.samples, self.n = point_index, [], 0
+        self.t0 = time.perf_counter()
+        self.halt = threading.Event()
+        self._poll()
+        self.thread = threading.Thread(target=self._loop, name=f"grid-{self.table}", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> tuple[list[dict], dict[str, Any]]:
+        self.halt.set()
+        self.thread.join(timeout=10)
+        self._poll()
+        rows = sampled_rows(self.columns, self.samples, config_hash=self.ctx.config_hash, trial_id=self.ctx.trial_id,
+                            point_index=self.point_index)
+        return rows, self.summarize(self.samples)
+
+
+@register("server_metrics")
+def _server_metrics(ctx: SamplerContext) -> Sampler | None:
+    from grid.server.metrics_scrape import MetricsUnavailable, scrape
+
+    try:
+        scrape(ctx.base_url, api_key=ctx.api_key)
+    except MetricsUnavailable as err:
+        say_once("server_metrics", f"server metrics not recorded: {err}")
+        return None
+    return ServerMetricsSampler(ctx)
+
+
+class ServerMetricsSampler(PeriodicSampler):
+    """The server's Prometheus gauges (running/queued requests, token usage, gen throughput, cache hit rate)."""
+
+    table = "server_metrics"
+    columns = SERVER_METRICS_COLUMNS
+
+    def read(self) -> list[dict[str, Any]]:
+        from grid.server.metrics_scrape import MetricsUnavailable, scrape
+
+        try:
+            return [scrape(self.ctx.base_url, api_key=self.ctx.api_key)]
+        except MetricsUnavailable as err:
+            raise OSError(str(err)) from None
+
+    def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        from grid.server.metrics_scrape import summarize_series
+
+        # the first and last scrapes bracket the load point (the server is idle then): the summary uses only the
+        # ones in between, and stays null for a load point shorter than FIRST_POLL_S
+        return {**summarize_series(samples[1:-1]), "srv_scrapes": len(samples)}
+
+
+@register("gpu_telemetry")
+def _gpu_telemetry(ctx: SamplerContext) -> Sampler | None:
+    if ctx.engine == "sim":
+        from grid.telemetry.modelled import ModelledReader, modelled_topology
+
+        reader = ModelledReader(ctx.base_url, ctx.api_key)
+        try:
+            topo = modelled_topology(reader.fetch())
+        except (OSError, ValueError) as err:
+            say_once("gpu_telemetry:sim", f"modelled GPU telemetry not recorded: the twin did not answer ({err})")
+            return None
+        return GpuTelemetrySampler(ctx, reader, topo)
+    host = urlparse(ctx.base_url).hostname or ""
+    if ctx.engine != "sglang" and host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        say_once("gpu_telemetry:remote", f"GPU telemetry not recorded: the server at {ctx.base_url} is not on this "
+                                         "node, so this node's NVML would not describe it")
+        return None
+    from grid.telemetry.nvml import NvmlReader, NvmlUnavailable
+    from grid.telemetry.topology import node_topology_json
+
+    try:
+        reader = NvmlReader()
+    except NvmlUnavailable as err:
+        say_once("gpu_telemetry:nvml", f"GPU telemetry not recorded: {err}")
+        return None
+    return GpuTelemetrySampler(ctx, reader, node_topology_json())
+
+
+class GpuTelemetrySampler(PeriodicSampler):
+    """Every GPU of the node (NVML), or the twin's modelled equivalent; see grid/telemetry."""
+
+    table = "gpu_telemetry"
+    columns = GPU_TELEMETRY_COLUMNS
+
+    def __init__(self, ctx: SamplerContext, reader: Any, topology_json: str | None) -> None:
+        super().__init__(ctx)
+        self.reader, self.topology_json = reader, topology_json
+
+    def read(self) -> list[dict[str, Any]]:
+        return self.reader.read()
+
+    def start(self, point_index: int) -> None:
+        if hasattr(self.reader, "reset"):
+            self.reader.reset()  # modelled: the first read of a load point is its baseline
+        super().start(point_index)
+
+    def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        from grid.telemetry.summary import summarize_gpu_rows
+
+        return {**summarize_gpu_rows(samples), "gpu_topology_json": self.topology_json}

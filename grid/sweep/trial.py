@@ -1,7 +1,8 @@
 """The Ray Tune trainable: one trial = one server configuration, measured on the server actor of the trial's node.
 
 Tune grants the trial its node's ``grid_node`` slot (so one trial per node at a time); the trial finds that node's
-ServerActor by name and runs grid.sweep.measure.measure_trial against it, reporting each load point to Tune.
+ServerActor by name and runs grid.sweep.measure.measure_trial against it, reporting each load point to Tune. An
+external engine (engine=openai: a server that is already up) is measured through grid/server/external.py instead.
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ def _metrics(row: dict) -> dict:
     out = {k: row.get(k) for k in REPORTED}
     out["trial_status"] = row.get("trial_status")
     out["error_class"] = row.get("error_class") or row.get("trial_error_class")
+    out["trial_error_class"] = row.get("trial_error_class")
+    out["message"] = (row.get("trial_error_message") or "")[:200] or None
     return {k: v for k, v in out.items() if v is not None}
 
 
 def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan]) -> None:
     plan = plans[config["config_hash"]]
     node_id = ray.get_runtime_context().get_node_id()
-    server = ActorServer(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
+    engine = get_engine(spec)
+    if getattr(engine, "external", False):  # already running elsewhere: no launch, no node actor (external.py)
+        server = engine.server()
+    else:
+        server = ActorServer(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
     trial_id = tune.get_context().get_trial_id() or plan.config_hash
     reported = []
 
@@ -37,9 +44,31 @@ def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan]) -> No
         reported.append(row)
         tune.report(_metrics(row))
 
-    rows = measure_trial(spec, get_engine(spec), plan, server, trial_id=trial_id, on_point=on_point)
+    rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point)
     if not reported:  # nothing was measured: report the verdict only
         first = rows[0] if rows else {}
         tune.report({"trial_status": first.get("trial_status", "failed"),
                      "error_class": first.get("trial_error_class") or "unknown",
                      "message": (first.get("trial_error_message") or "")[:200]})
+
+
+def dry_run_nodes(spec: RunSpec) -> list[str]:
+    """The nodes a sweep would run on, for ``dry_run``: ``["local node"]`` without ``ray.address``; else every live
+    node of that cluster offering the ``grid_node`` resource (hostname and GPU count), read by joining it briefly.
+    An external engine (engine=openai) runs nowhere but at its URL. Never raises: an unreachable cluster is named."""
+    if spec.engine.kind == "openai":
+        return [f"external server {spec.engine.base_url}"]
+    if spec.ray.address is None:
+        return ["local node"]
+    from grid.cluster.actor import NODE_RESOURCE
+
+    try:
+        ray.init(address=spec.ray.address, namespace=NAMESPACE, log_to_driver=False, include_dashboard=False)
+        nodes = [f"{n.get('NodeManagerHostname', n['NodeID'][:8])} ({int(n['Resources'].get('GPU', 0))} GPU)"
+                 for n in ray.nodes() if n["Alive"] and n["Resources"].get(NODE_RESOURCE)]
+    except Exception as err:  # dry run: report, do not fail
+        return [f"Ray cluster at {spec.ray.address} (not reachable: {err})"]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    return nodes or [f"Ray cluster at {spec.ray.address} (no node offers the '{NODE_RESOURCE}' resource)"]

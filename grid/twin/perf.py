@@ -120,6 +120,27 @@ _KV_DTYPE_BYTES = {
 }
 
 
+#: Modelled board power as a fraction of TDP (an assumption, not a fitted calibration row): idle boards draw
+#: ``POWER_IDLE_FRAC``; a board running kernels draws ``POWER_ACTIVE_BASE`` plus terms proportional to the memory
+#: bandwidth and tensor throughput in use. Anchor: the seed session (hardware_models_calibration.md §0) saw 328 W of
+#: 600 W (0.55) with every GPU 100% busy at 52-53% memory bandwidth: 0.30 + 0.45 x 0.52 = 0.53.
+POWER_IDLE_FRAC = 0.10
+POWER_ACTIVE_BASE = 0.30
+POWER_PER_MEM_BW = 0.45
+POWER_PER_TENSOR = 0.55
+
+
+def modelled_power_fraction(busy: float, mem_bw: float, tensor: float) -> float:
+    """Board power / TDP for a GPU busy a fraction ``busy`` of the time at the given memory-bandwidth and tensor
+    fractions (all 0..1, time-averaged): ``idle + busy x (base + 0.45 mem_bw/busy + 0.55 tensor/busy - idle)``,
+    capped at 1. Constants: ``POWER_*`` above."""
+    busy = max(0.0, min(1.0, busy))
+    if busy <= 0:
+        return POWER_IDLE_FRAC
+    active = POWER_ACTIVE_BASE + POWER_PER_MEM_BW * min(1.0, mem_bw / busy) + POWER_PER_TENSOR * min(1.0, tensor / busy)
+    return min(1.0, POWER_IDLE_FRAC + busy * (active - POWER_IDLE_FRAC))
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """The subset of SGLang ServerArgs the model uses; built by the twin's CLI from parsed flags."""
@@ -558,7 +579,12 @@ class PerfModel:
         t_cpu_eager = 0.0 if graph else kernels * T_OP_CPU_EAGER
         gpu = max(t_memory, t_compute) + comm + t_launch_gpu
         t_cpu = T_STEP_CPU + bs * T_REQ_CPU
+        n = self.tp
+        allreduce_bytes = (self._n_allreduce() * 2 * (n - 1) / n * bs * m.hidden_size * 2) if n > 1 else 0.0
         return {
+            "hbm_bytes": self._bytes.dense + self._bytes.experts * cov + kv_bytes,
+            "flops": flops,
+            "allreduce_bytes": allreduce_bytes,
             "memory": t_memory,
             "memory_weights": t_dense + (t_experts if t_experts else 0.0),
             "memory_kv": t_kv,
@@ -581,6 +607,35 @@ class PerfModel:
     def breakdown(self, batch_size: int, context_tokens: int) -> dict[str, float]:
         """Decode step terms in seconds (memory, compute, allreduce, launch, cpu, ...) for explanations."""
         return self._decode_terms(max(1, batch_size), context_tokens)
+
+    def decode_telemetry(self, batch_size: int, context_tokens: int) -> dict[str, float | str]:
+        """What NVML would show on one GPU while this server decodes ``batch_size`` requests holding
+        ``context_tokens`` KV tokens back to back (modelled, per GPU; the twin's /grid/telemetry scales it by the
+        fraction of time it was busy). Keys and units:
+
+        * ``step_s`` (s): one decode iteration (:meth:`decode_step_s`).
+        * ``sm_busy`` (fraction): time a kernel runs = GPU time (memory/compute, all-reduce, per-kernel gaps) / step;
+          NVML's ``utilization.gpu`` counts a kernel that waits on a collective as busy.
+        * ``mem_bw`` (fraction): HBM/GDDR bytes read per step / step / spec-sheet bandwidth.
+        * ``tensor`` (fraction): FLOPs per step / step / spec-sheet peak of the weights' dtype.
+        * ``link_bytes_per_s`` (B/s, each direction): NCCL ring all-reduce traffic per GPU,
+          ``n_allreduce x 2(n-1)/n x batch x hidden x 2 B`` per step (the same term as the step time);
+          ``link`` says whether it crosses PCIe or NVLink (``HardwareSpec.interconnect``).
+        * ``power_frac`` (of ``tdp_w``): :func:`modelled_power_fraction`.
+        * ``memory_used_gb`` (GB): weights + KV pool + CUDA graphs (the resolved memory plan).
+        """
+        t = self._decode_terms(max(1, batch_size), context_tokens)
+        step = max(t["total"], 1e-12)
+        hw = self.hardware
+        mem_bw = min(1.0, t["hbm_bytes"] / step / (hw.memory_bandwidth_gbps * 1e9))
+        tensor = min(1.0, t["flops"] / step / (_peak_tflops(hw, self._quant_dtype) * 1e12))
+        sm = min(1.0, t["gpu"] / step)
+        return {
+            "step_s": step, "sm_busy": sm, "mem_bw": mem_bw, "tensor": tensor,
+            "link": hw.interconnect, "link_bytes_per_s": t["allreduce_bytes"] / step,
+            "power_frac": modelled_power_fraction(sm, mem_bw, tensor),
+            "memory_used_gb": self.weight_gb_per_gpu + self.kv_gb_per_gpu + self.graph_gb_per_gpu,
+        }
 
     def prefill_step_s(self, new_tokens: int, cached_tokens: int = 0, num_seqs: int = 1) -> float:
         """One prefill (extend) batch of ``new_tokens`` over ``num_seqs`` sequences with ``cached_tokens`` prefix."""

@@ -208,6 +208,35 @@ class Health503Until(Fault):
         self.ready_at_s = float(params.get("until_s", params.get("at_s", 0.0)))
 
 
+@register
+class PortHolderChild(Fault):
+    """Injected ``{"kind": "port_holder_child", "pid_file": F, "escape": false}``: once the port is bound the server
+    starts a child that inherits the listening socket and sleeps (as SGLang's TP workers and detokenizer outlive a
+    killed launcher); its pid goes to F. ``escape: true`` puts the child in a new session, out of the server's process
+    group, so a group kill misses it (a process that called setsid())."""
+
+    kind = "port_holder_child"
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        self.spawned = False
+
+    def runtime_due(self, twin):
+        return twin.bound and not self.spawned
+
+    def fire_runtime(self, twin):
+        import subprocess
+
+        self.spawned = True
+        server = getattr(twin.site, "_server", None)
+        fds = tuple(s.fileno() for s in (getattr(server, "sockets", None) or ()))
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], pass_fds=fds,
+                                 stdin=subprocess.DEVNULL, start_new_session=bool(self.params.get("escape")))
+        if self.params.get("pid_file"):
+            with open(self.params["pid_file"], "w") as fh:
+                fh.write(str(child.pid))
+
+
 def parse_faults(text: str | None) -> list[Fault]:
     if not text:
         return []
@@ -292,6 +321,10 @@ class Req:
 
 class BadRequest(Exception):
     pass
+
+
+#: Twin-only telemetry route (grid/telemetry/modelled.py reads it when engine=sim).
+TELEMETRY_PATH = "/grid/telemetry"
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -858,6 +891,7 @@ class Twin:
         r.add_route("POST", "/flush_cache", self.h_flush)
         if self.args.enable_metrics:
             r.add_get("/metrics", self.h_metrics)
+        r.add_get(TELEMETRY_PATH, self.h_telemetry)  # twin-only: the GPU telemetry its model implies
         return app
 
     @web.middleware
@@ -1283,6 +1317,21 @@ class Twin:
         self.cache.flush()
         self.log.sched("Cache flushed successfully!")
         return web.Response(text=FLUSH_OK)
+
+    async def h_telemetry(self, request: web.Request) -> web.Response:
+        """Twin-only (no SGLang route): modelled per-GPU telemetry for the running batch (PerfModel.decode_telemetry)
+        plus cumulative busy time, so a sampler can scale by the busy fraction between two polls. Modelled seconds."""
+        running = len(self.sched.running)
+        hw = self.hw
+        return _json({
+            "modelled": True, "mnow_s": self.mnow(), "busy_s": self.busy_s, "running": running,
+            "queued": len(self.sched.waiting), "used_tokens": self.sched.used_tokens(),
+            "decode": self.perf.decode_telemetry(running, self.sched.used_tokens()) if running else None,
+            "gpu": hw.gpu, "gpu_count": hw.gpu_count, "tdp_w": hw.tdp_w, "memory_total_gb": hw.memory_gb,
+            "memory_bandwidth_gbps": hw.memory_bandwidth_gbps, "interconnect": hw.interconnect, "p2p": hw.p2p,
+            "pcie_gbps": hw.pcie_gbps, "allreduce_bus_gbps": hw.allreduce_bus_gbps,
+            "memory_used_gb": self.perf.weight_gb_per_gpu + self.perf.kv_gb_per_gpu + self.perf.graph_gb_per_gpu,
+        })
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         assert self.metrics is not None

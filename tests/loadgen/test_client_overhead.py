@@ -52,7 +52,7 @@ def test_256_streams_small_client_error(server):
     p50, p99 = np.percentile(d, 50), np.percentile(d, 99)
     print(f"client delay over {d.size} events (ms): p50 {p50:.2f} p99 {p99:.2f} max {d.max():.2f} "
           f"on {os.cpu_count()} cpus")
-    # Accuracy figures belong to the benchmark script (experiments/bench_loadgen.py); here only a broken stamp
+    # Accuracy figures belong to the benchmark script (experiments/bench_loadgen/bench.py); here only a broken stamp
     # path (arrivals seconds after the writes) fails.
     assert p99 < 1000.0
     s = summarize(res)

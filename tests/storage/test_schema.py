@@ -10,8 +10,8 @@ import pytest
 
 from grid.loadgen.runner import LoadPointResult
 from grid.metrics.loadpoint import METRIC_COLUMN_NAMES, SLO, load_point_status, summarize
-from grid.storage.schema import (LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, TEXT_MAX_CHARS,
-                                 describe_schema, load_point_row, request_rows)
+from grid.storage.schema import (LOAD_POINT_SAMPLER_COLUMNS, LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION,
+                                 TEXT_MAX_CHARS, describe_schema, load_point_row, request_rows)
 
 from grid.loadgen.records import RequestRecord
 
@@ -74,7 +74,8 @@ def test_load_points_columns():
     for name, typ in ORCHESTRATION.items():
         assert LOAD_POINTS_SCHEMA.field(name).type == typ, name
     assert set(METRIC_COLUMN_NAMES) <= set(LOAD_POINTS_SCHEMA.names)
-    assert set(LOAD_POINTS_SCHEMA.names) == set(ORCHESTRATION) | set(METRIC_COLUMN_NAMES)
+    sampler = {c[0] for c in LOAD_POINT_SAMPLER_COLUMNS}  # srv_*, gpu_*, bottleneck*: samplers + diagnosis
+    assert set(LOAD_POINTS_SCHEMA.names) == set(ORCHESTRATION) | set(METRIC_COLUMN_NAMES) | sampler
 
 
 def test_requests_columns():
@@ -151,3 +152,39 @@ def test_describe_schema_lists_every_column():
     for name in REQUESTS_SCHEMA.names + LOAD_POINTS_SCHEMA.names:
         assert f"| `{name}` |" in md
     assert "| `ttft_p99_ms` | double | ms |" in md
+
+
+SCHEMA_DOC_HEADER = """# Parquet schema
+
+grid writes two Parquet tables per run, `requests` (one row per request) and `load_points` (one row per
+configuration x load point), plus `server_log`. Every column carries `unit` and `description` metadata in the Arrow
+schema; this page is generated from it (`grid.storage.schema.describe_schema()`). Regenerate it after changing the
+schema with:
+
+```bash
+python -c "from tests.storage.test_schema import write_schema_doc; write_schema_doc()"
+```
+
+`tests/storage/test_schema.py::test_schema_doc_is_current` fails while this page is stale. An empty unit means the
+column has none (identifiers, labels, text, JSON).
+
+"""
+
+
+def _schema_doc_path():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2] / "docs" / "schema.md"
+
+
+def write_schema_doc() -> None:
+    """Regenerate docs/schema.md from the Arrow schemas."""
+    _schema_doc_path().write_text(SCHEMA_DOC_HEADER + describe_schema())
+
+
+def test_schema_doc_is_current():
+    path = _schema_doc_path()
+    assert path.exists(), "docs/schema.md is missing: run write_schema_doc()"
+    assert path.read_text() == SCHEMA_DOC_HEADER + describe_schema(), (
+        "docs/schema.md is stale: python -c 'from tests.storage.test_schema import write_schema_doc; "
+        "write_schema_doc()'")

@@ -7,17 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from grid.server.process import ManagedServer, StartupError, free_port, port_is_free
+from grid.server.process import ManagedServer, StartupError, free_port, group_alive, port_is_free
 
 SCRIPT = str(Path(__file__).parent.parent / "fixtures" / "phased_server.py")
 
 
 def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not group_alive(pgid)
 
 
 def test_readiness_phases_and_group_cleanup(tmp_path):
@@ -74,4 +70,4 @@ def test_port_in_use_detected_before_launch(tmp_path):
         s = ManagedServer([sys.executable, "-c", "pass"], {}, tmp_path / "s.log", "127.0.0.1", port)
         with pytest.raises(StartupError) as e:
             s.start()
-        assert e.value.error_class == "port_in_use" and s.proc is None
+        assert e.value.error_class == "port_in_use" and s.pgid is None

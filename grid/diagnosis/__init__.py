@@ -1,0 +1,1 @@
+"""What limits each load point's throughput, from the evidence recorded with it (grid/diagnosis/rules.py)."""

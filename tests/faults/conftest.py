@@ -1,0 +1,64 @@
+"""Helpers for the fault suite: one trial against the twin without Ray, with faults injected via GRID_TWIN_FAULTS."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from grid.config.schema import load_run_spec
+from grid.engines.base import get_engine
+from grid.server.session import ServerSession
+from grid.sweep.measure import measure_trial
+from grid.sweep.space import expand
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+# Small and fast: Llama 3.1 8B on one H100, serving clock x50, startup clock x20 (60 modelled s = 3 real s).
+BASE = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,1,2]", "load.min_prompts=4",
+        "load.input_len=32", "load.output_len=512", "engine.time_scale=50", "engine.startup_time_scale=20",
+        "load.stall_timeout_s=20", "engine.stop_grace_s=3"]
+
+
+def make_spec(run_dir, *overrides, faults=None):
+    extra = [f"+engine.env.GRID_TWIN_FAULTS='{json.dumps(faults)}'"] if faults else []
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[*BASE, *overrides, *extra, f"hydra.runtime.output_dir={run_dir}"],
+                      return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+
+
+class RecordingSession(ServerSession):
+    """A ServerSession that keeps what launch returned and the last server's group, for the assertions."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.launches: list[dict] = []
+        self.groups: list[int] = []
+
+    def launch(self, **kw):
+        result = super().launch(**kw)
+        self.launches.append(result)
+        pgid = None if self.server is None else (self.server.pgid or self.server.last_pgid)
+        if pgid and pgid not in self.groups:
+            self.groups.append(pgid)
+        return result
+
+
+def run_trial(spec, session=None, on_point=None):
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    plan = expand(spec)[0]
+    session = session or RecordingSession(clean_wait_s=5)
+    rows = measure_trial(spec, engine, plan, session, trial_id="t0", on_point=on_point)
+    return plan, rows, session
+
+
+@pytest.fixture
+def trial():
+    return run_trial

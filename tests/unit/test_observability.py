@@ -1,0 +1,78 @@
+"""One twin trial records server metrics and modelled GPU telemetry in Parquet, diagnoses every load point, and the
+report shows it; engine=openai measures a server that is already up (a twin started here) without launching one."""
+
+import pyarrow.parquet as pq
+from test_measure import run_one, spec_for
+
+from grid.engines.base import get_engine
+from grid.report.render import diagnosis_lines, markdown, short_diagnosis
+from grid.report.select import rank
+from grid.server.session import ServerSession
+from grid.storage.parquet import read_table
+from grid.sweep.measure import measure_trial
+from grid.sweep.space import expand
+
+
+def test_twin_trial_records_metrics_telemetry_and_diagnosis(tmp_path):
+    spec = spec_for(tmp_path, "load.output_len=1024")
+    plan, rows, _ = run_one(spec)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    metrics = read_table(tmp_path, "server_metrics").to_pylist()
+    assert len(metrics) >= 4 and {r["point_index"] for r in metrics} == {0, 1}
+    assert max(r["running_reqs"] for r in metrics) >= 1 and metrics[0]["max_total_num_tokens"] > 100_000
+    gpu = read_table(tmp_path, "gpu_telemetry").to_pylist()
+    assert gpu and {r["source"] for r in gpu} == {"modelled"} and {r["gpu_index"] for r in gpu} == {0}
+    for row in rows:
+        assert row["srv_scrapes"] >= 2 and row["gpu_telemetry_source"] == "modelled"
+        assert 0 < row["gpu_sm_util_mean"] <= 1 and row["gpu_power_limit_w"] == 700.0  # H100 SXM TDP
+        assert row["bottleneck"] in ("launch/CPU-overhead-bound", "memory-bandwidth-bound")
+        assert "GPU figures modelled by the twin" in row["bottleneck_evidence"]
+        assert '"modelled": true' in row["gpu_topology_json"]
+    stored = pq.read_table(tmp_path / "parquet" / "load_points" / f"{plan.config_hash}.parquet").to_pylist()
+    assert [r["bottleneck"] for r in stored] == [r["bottleneck"] for r in rows]
+    verdicts = rank(stored, spec.objective)
+    lines = diagnosis_lines(verdicts[0])
+    assert len(lines) == 2 and lines[0].startswith("concurrency 1: ")
+    assert short_diagnosis(verdicts[0]).startswith(rows[0]["bottleneck"]) or \
+        short_diagnosis(verdicts[0]).startswith(rows[1]["bottleneck"])
+    md = markdown(verdicts, "t")
+    assert "### What limits each load point" in md and "| bottleneck |" in md
+
+
+def test_openai_engine_measures_a_running_twin_without_launching(tmp_path):
+    twin_spec = spec_for(tmp_path / "twin")
+    engine = get_engine(twin_spec)
+    engine.prepare(twin_spec.run_dir)
+    session = ServerSession()
+    port, _ = session.pick_port(0)
+    plan = engine.launch_plan(expand(twin_spec)[0], port)
+    (tmp_path / "twin" / "logs").mkdir(parents=True, exist_ok=True)
+    up = session.launch(argv=plan.argv, env=plan.env, port=port, log_path=str(tmp_path / "twin" / "logs" / "t.log"),
+                        time_scale=plan.time_scale, startup_time_scale=plan.startup_time_scale,
+                        startup_timeout_s=600, api="generate", model=twin_spec.model.name, api_key=None)
+    assert up["status"] == "ok", up
+    try:
+        spec = spec_for(tmp_path / "ext", "engine=openai", f"engine.base_url=http://127.0.0.1:{port}",
+                        "engine.api=completions")
+        ext = get_engine(spec)
+        assert ext.version() == "0.5.9"  # from the twin's /server_info
+        trial = expand(spec)[0]
+        rows = measure_trial(spec, ext, trial, ext.server(), trial_id="ext")
+        assert [r["status"] for r in rows] == ["ok", "ok"] and rows[0]["engine"] == "openai"
+        assert rows[0]["command"] == "" and rows[0]["kv_capacity_tokens"] > 100_000
+        assert session.alive()  # the trial did not stop a server that is not its own
+        assert read_table(tmp_path / "ext", "requests").num_rows == rows[0]["num_prompts"] + rows[1]["num_prompts"]
+        assert read_table(tmp_path / "ext", "server_metrics").num_rows >= 2
+        assert read_table(tmp_path / "ext", "gpu_telemetry").num_rows == 0  # not the twin engine: no model to ask
+    finally:
+        session.stop(5)
+
+
+def test_openai_engine_reports_an_unreachable_server(tmp_path):
+    from grid.server.external import ExternalServer
+
+    spec = spec_for(tmp_path, "engine=openai", "engine.base_url=http://127.0.0.1:9", "engine.startup_timeout_s=1")
+    ext = get_engine(spec)
+    rows = measure_trial(spec, ext, expand(spec)[0], ExternalServer("http://127.0.0.1:9", None, 1.0),
+                         trial_id="x")
+    assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] == "external_unreachable"
