@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.table import Table
 
 from grid.report.select import Verdict
@@ -24,6 +25,11 @@ POINT_COLUMNS = (
     ("E2E p50 s", "e2e_median_ms", "{:.1f}"),
     ("mean conc", "concurrency_mean", "{:.1f}"),
 )
+# The console table stacks each header over two lines so that it fits an 80-column terminal.
+CONSOLE_HEADERS = {"point_value": "level", "status": "status", "output_tok_per_s": "out\ntok/s",
+                   "total_tok_per_s": "total\ntok/s", "ttft_median_ms": "TTFT\np50 ms", "ttft_p99_ms": "TTFT\np99 ms",
+                   "tpot_median_ms": "TPOT\np50 ms", "tpot_p99_ms": "TPOT\np99 ms", "e2e_median_ms": "E2E\np50 s",
+                   "concurrency_mean": "mean\nconc."}  # req/s only in report.md
 
 
 def fmt(row: dict, key: str, pattern: str) -> str:
@@ -49,27 +55,28 @@ def short_diagnosis(v: Verdict) -> str:
         return "-"
     bp = v.best_point or {}
     row = next((r for r in rows if r.get("point_index") == bp.get("point_index")), rows[-1])
-    keys = ("SM ", "memory bandwidth ", "PCIe ", "NVLink ", "queued ", "KV usage ")
-    ev = [e for e in (row.get("bottleneck_evidence") or "").split(": ")[0].split(", ") if e.startswith(keys)]
-    return f"{row['bottleneck']} at {row['point_value']:g}" + (f" ({', '.join(ev[:4])})" if ev else "")
+    return f"{row['bottleneck']} at {row['point_value']:g}"
 
 
 def points_table(v: Verdict, title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for name, _, _ in POINT_COLUMNS:
-        t.add_column(name, justify="right")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    columns = [(key, pat) for _, key, pat in POINT_COLUMNS if key in CONSOLE_HEADERS]
+    for key, _ in columns:
+        t.add_column(CONSOLE_HEADERS[key], justify="right", no_wrap=True)
     for row in v.rows:
-        t.add_row(*(fmt(row, key, pat) for _, key, pat in POINT_COLUMNS))
+        t.add_row(*(fmt(row, key, pat) for key, pat in columns))
     return t
 
 
 def verdict_table(verdicts: list[Verdict]) -> Table:
-    t = Table(title="All configurations", title_justify="left")
-    for name in ("#", "configuration", "outcome", "why", "bottleneck"):
+    t = Table(title="All configurations", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("#", "configuration", "outcome", "why"):
         t.add_column(name, overflow="fold")
     colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "invalid": "yellow", "failed": "red"}
     for i, v in enumerate(verdicts, 1):
-        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", v.reason, short_diagnosis(v))
+        limit = short_diagnosis(v)
+        why = v.reason + (f"; limited by: {limit}" if limit != "-" else "")
+        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", why)
     return t
 
 

@@ -27,6 +27,10 @@ class Objective:
 
 OBJECTIVES: dict[str, Objective] = {}
 
+# Scores closer than this to the best are reported as ties: repeat runs of one configuration on the twin differ by
+# about this much (experiments/twin_clock_error.py: -0.2..-2.7% output tok/s at the default time scale).
+TIE_PERCENT = 1.0
+
 
 def register(obj: Objective) -> Objective:
     OBJECTIVES[obj.kind] = obj
@@ -81,6 +85,8 @@ def _failure_reason(first: dict) -> str:
     cls = first.get("trial_error_class") or "failed"
     msg = first.get("trial_error_message") or ""
     line = headline(first.get("log_tail"))
+    if line and cls.startswith("startup"):
+        return f"{cls}: {line}"            # the server's own error says more than "exited before ready"
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 
 
@@ -126,10 +132,17 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
         top = scored[0]
         top.outcome = "best"
         top.reason = f"{obj.describe}: {top.score:.1f} {obj.unit} at level {top.best_point['point_value']:g}"
+        ties = 0
         for v in scored[1:]:
             delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
             v.reason = (f"{v.score:.1f} {obj.unit} at level {v.best_point['point_value']:g} vs best "
                         f"{top.score:.1f} ({delta:+.1f}%)")
+            if abs(delta) < TIE_PERCENT:
+                ties += 1
+                v.reason += f": a tie (within {TIE_PERCENT:g}%, the measurement's repeatability)"
+        if ties:
+            top.reason += (f"; {ties} other configuration{'s' if ties > 1 else ''} within {TIE_PERCENT:g}% "
+                           "(a tie: any of them will do)")
     order = {"best": 0, "lost": 1, "no_eligible_point": 2, "invalid": 3, "failed": 4}
     rest = [v for v in verdicts if v.score is None]
     rest.sort(key=lambda v: (order[v.outcome], v.label))

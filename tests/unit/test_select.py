@@ -25,6 +25,9 @@ def test_rank_max_throughput_no_slo():
     assert [x.label for x in v] == ["A", "B", "D", "C"]
     assert v[0].outcome == "best" and v[0].score == 200.0
     assert v[1].reason == "180.0 tok/s at level 64 vs best 200.0 (-10.0%)"
+    tied = rank([*ROWS, row("e", "E", 0, 64, 199.0)], ObjectiveSpec())
+    assert tied[0].label == "A" and "1 other configuration within 1%" in tied[0].reason
+    assert tied[1].label == "E" and "a tie" in tied[1].reason and "a tie" not in tied[2].reason
     assert v[2].outcome == "invalid" and v[3].outcome == "failed"
     assert "Unsupported architecture" in v[3].reason
 
