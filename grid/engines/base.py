@@ -65,6 +65,7 @@ class Engine(ABC):
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
+        self.notes: list[str] = []   # things the user should know about how commands were planned
 
     @abstractmethod
     def version(self) -> str:

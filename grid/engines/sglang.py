@@ -28,15 +28,33 @@ class SGLangEngine(Engine):
             return None
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
+    # What a dry run plans for when neither engine.version nor an installed SGLang says: the seed session's era,
+    # the same default as the twin's (conf/engine/sim.yaml).
+    DRY_RUN_DEFAULT_VERSION = "0.5.9"
+
     def version(self) -> str:
+        """engine.version, else the installed SGLang's; a dry run without either plans for 0.5.9 and says so.
+
+        Raises ``EngineUnavailable`` when a real run has no SGLang to launch. The answer is cached per engine.
+        """
+        if getattr(self, "_version", None) is None:
+            self._version = self._resolve_version()
+        return self._version
+
+    def _resolve_version(self) -> str:
         if self.spec.engine.version:
             return self.spec.engine.version
         installed = self._installed_version()
         if installed is None:
+            if self.spec.dry_run:
+                self.notes.append(
+                    f"SGLang is not installed for engine.python={self.spec.engine.python!r}: planning for SGLang "
+                    f"{self.DRY_RUN_DEFAULT_VERSION} (set engine.version=X to plan for another release)")
+                return self.DRY_RUN_DEFAULT_VERSION
             raise EngineUnavailable(
                 f"engine=sglang: SGLang is not installed for engine.python={self.spec.engine.python!r}. "
-                "Install it on the GPU node (pip install -e '.[sglang]'), or set engine.version=X with "
-                "dry_run=true to plan command lines for SGLang X."
+                "Install it on the GPU node (pip install -e '.[sglang]'), or use dry_run=true (optionally with "
+                "engine.version=X) to print the command lines without launching."
             )
         parse_version(installed)
         return installed

@@ -129,6 +129,8 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
+    for note in engine.notes:
+        console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:
         from grid.sweep.trial import dry_run_nodes
 

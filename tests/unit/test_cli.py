@@ -31,6 +31,14 @@ def test_dry_run_plans_for_a_chosen_sglang_version_without_sglang(tmp_path):
     assert "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled" in text
 
 
+def test_dry_run_without_sglang_or_version_plans_for_default(tmp_path):
+    out = grid_run("engine=sglang", "+sweep=nsa_backends", "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.replace("\n", " ")
+    assert "planning for SGLang 0.5.9" in text
+    assert "-m sglang.launch_server" in text and "--nsa-prefill-backend trtllm" in text
+
+
 def test_sglang_without_sglang_fails_at_once(tmp_path):
     out = grid_run("engine=sglang", "+sweep=nsa_backends", tmp_path=tmp_path)
     assert out.returncode == 2
