@@ -31,7 +31,12 @@ class EngineSpec(_Spec):
     kind: Literal["sim", "sglang", "openai"] = "sim"
     base_url: str | None = Field(None, description="openai only: http://HOST:PORT of a server that is already up")
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
-    time_scale: float = Field(1.0, gt=0, description="twin only: modelled seconds per real second while serving")
+    time_scale: float | Literal["auto"] = Field(
+        1.0, description="twin only: modelled seconds per real second while serving; 'auto': the fastest clock at "
+                         "which one decode step of the configuration still lasts min_step_real_ms, capped at "
+                         "max_time_scale")
+    max_time_scale: float = Field(20.0, ge=1, description="twin only: cap of the 'auto' time scale")
+    min_step_real_ms: float = Field(4.0, gt=0, description="twin only: shortest real decode step 'auto' allows")
     startup_time_scale: float | None = Field(
         None, gt=0, description="twin only: the same until the server is ready (None: time_scale)")
     python: str = Field("python", description="sglang only: interpreter that has sglang installed")
@@ -42,6 +47,13 @@ class EngineSpec(_Spec):
     startup_timeout_s: float = Field(1200.0, gt=0, description="modelled seconds from launch to ready")
     stop_grace_s: float = Field(15.0, gt=0, description="SIGTERM to SIGKILL, real seconds")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("time_scale")
+    @classmethod
+    def _scale(cls, v: float | str) -> float | str:
+        if v != "auto" and not v > 0:
+            raise ValueError("engine.time_scale must be > 0 or 'auto'")
+        return v
 
     @field_validator("version")
     @classmethod

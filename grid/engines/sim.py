@@ -38,18 +38,46 @@ class SimEngine(Engine):
 
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         version = self.version()
+        flags = to_argv(trial.settings, parse_version(version))
         argv = [sys.executable, "-m", "grid.twin", "--model-path", str(self.model_dir())]
-        argv += to_argv(trial.settings, parse_version(version)) + self.common_args(port)
+        argv += flags + self.common_args(port)
+        scale = self.time_scale(flags, trial)
+        startup = self.spec.engine.startup_time_scale or scale
         env = {
             "GRID_TWIN_HARDWARE": self.spec.hardware.model_dump_json(),
             "GRID_TWIN_VERSION": version,
-            "GRID_TWIN_TIME_SCALE": repr(self.spec.engine.time_scale),
-            "GRID_TWIN_STARTUP_TIME_SCALE": repr(self.startup_time_scale),
+            "GRID_TWIN_TIME_SCALE": repr(scale),
+            "GRID_TWIN_STARTUP_TIME_SCALE": repr(startup),
             **self.spec.engine.env,
         }
-        return LaunchPlan(argv, env, self.spec.engine.host, port, self.spec.engine.time_scale,
-                          self.startup_time_scale)
+        return LaunchPlan(argv, env, self.spec.engine.host, port, scale, startup)
 
-    @property
-    def startup_time_scale(self) -> float:
-        return self.spec.engine.startup_time_scale or self.spec.engine.time_scale
+    def time_scale(self, flags: list[str], trial: TrialPlan) -> float:
+        """The serving clock speed for this configuration (modelled seconds per real second).
+
+        ``auto``: the twin holds its schedule in Python only while a decode step lasts a few real milliseconds
+        (experiments/twin_clock_error.py), so the scale is the configuration's single-stream decode step (from the
+        twin's own performance model) divided by ``min_step_real_ms``, between 1 and ``max_time_scale``: about 20
+        for GLM-5 on 8 PCIe GPUs (90 ms steps), about 1.7 for Llama-3.1-8B on one H100 (7 ms steps).
+        """
+        engine = self.spec.engine
+        if engine.time_scale != "auto":
+            return float(engine.time_scale)
+        step_s = single_stream_step_s(self.spec, flags, self.version(), trial.load.input_len)
+        if step_s is None:
+            return 1.0
+        return round(max(1.0, min(engine.max_time_scale, step_s * 1e3 / engine.min_step_real_ms)), 3)
+
+
+def single_stream_step_s(spec, flags: list[str], version: str, context_tokens: int) -> float | None:
+    """The twin's modelled decode step at batch 1 for these flags; None if the twin would refuse them."""
+    from grid.twin import cli
+    from grid.twin.perf import PerfModel
+
+    try:
+        args = cli.parse_args(["--model-path", "m", *flags], version)
+        cli.resolve_args(args, spec.model)
+        perf = PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        return perf.decode_step_s(1, context_tokens)
+    except (SystemExit, ValueError, AssertionError):
+        return None
