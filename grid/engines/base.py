@@ -107,7 +107,7 @@ def register(cls: type[Engine]) -> type[Engine]:
 def get_engine(spec: RunSpec) -> Engine:
     import grid.engines.openai  # noqa: F401  (registers)
     import grid.engines.sglang  # noqa: F401  (registers)
-    import grid.engines.sim  # noqa: F401
+    import grid.engines.sim  # noqa: F401  (registers)
 
     try:
         return ENGINES[spec.engine.kind](spec)

@@ -1,0 +1,217 @@
+"""Fault effects the twin can play: the failure modes of grid/twin/failures.py and the faults injected through
+``GRID_TWIN_FAULTS`` (a JSON list of ``{"kind": ..., params}``), each a class registered by ``kind`` in
+:data:`FAULT_KINDS`. A fault only declares hooks (startup event, bind/ready times, garbled output, a runtime
+condition and action); grid/twin/server.py calls them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from grid.twin.server import Twin
+
+
+class Fault:
+    """A fault effect. Subclasses set hooks; params come from a FailureMode row or a GRID_TWIN_FAULTS entry."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, params: dict, source: str = "injected") -> None:
+        self.params = params
+        self.source = source
+        self.at_s = float(params.get("at_s", params.get("after_s", 0.0)) or 0.0)
+        self.exit_code = int(params.get("exit_code", 1) if params.get("exit_code") is not None else 1)
+        self.log_lines = tuple(params.get("log_lines") or ())
+
+    # startup (modelled seconds since process start)
+    def startup_event(self) -> tuple[float, str] | None:
+        """``(at_s, "crash"|"hang")`` to fire during startup, or None."""
+        return None
+
+    bind_at_s: float | None = None  # override of when the port opens
+    ready_at_s: float | None = None  # health answers 503 until this modelled time
+
+    def garbage(self, since_decode_s: float) -> str | None:
+        """The piece every completion repeats when this fault garbles output ``since_decode_s`` modelled seconds after
+        the first decode step (0 before it)."""
+        return None
+
+    def runtime_due(self, twin: "Twin") -> bool:
+        return False
+
+    def fire_runtime(self, twin: "Twin") -> None:
+        pass
+
+
+FAULT_KINDS: dict[str, type[Fault]] = {}
+
+
+def register(cls: type[Fault]) -> type[Fault]:
+    FAULT_KINDS[cls.kind] = cls
+    return cls
+
+
+@register
+class StartupCrash(Fault):
+    """Print the row's log lines at ``at_s`` (modelled since start) and exit ``exit_code``; before the port opens when
+    ``at_s`` falls inside the loading phases, otherwise while warming up/serving."""
+
+    kind = "startup_crash"
+
+    def startup_event(self):
+        return (self.at_s, "crash")
+
+
+@register
+class StartupOom(StartupCrash):
+    kind = "startup_oom"
+
+
+@register
+class StartupOomAt(StartupCrash):
+    """Injected ``{"kind": "startup_oom_at_s", "at_s": S, "exit_code": 1}``: a CUDA OOM at S modelled seconds."""
+
+    kind = "startup_oom_at_s"
+
+
+@register
+class StartupHang(Fault):
+    """Progress stops at ``at_s``: never binds (inside loading) or never becomes ready (later)."""
+
+    kind = "startup_hang"
+
+    def startup_event(self):
+        return (self.at_s, "hang")
+
+
+@register
+class NanOutput(Fault):
+    """Garbage output (``"!"`` repeated) from ``at_s`` modelled seconds after the first decode step on; the row's log
+    lines (SGLang's NaN line) are printed with every ``Decode batch`` line meanwhile (on 0.5.9 only with
+    --enable-nan-detection, the only build that has the check)."""
+
+    kind = "nan_output"
+    piece = "!"
+
+    def garbage(self, since_decode_s):
+        return str(self.params.get("token", self.piece)) if since_decode_s >= self.at_s else None
+
+
+@register
+class RepeatToken(NanOutput):
+    """Injected ``{"kind": "repeat_token", "token": " the"}``: every completion repeats one token."""
+
+    kind = "repeat_token"
+    piece = " the"
+
+
+@register
+class RuntimeCrash(Fault):
+    """Print the row's log lines and exit ``exit_code`` ``at_s`` modelled seconds after the first decode step."""
+
+    kind = "runtime_crash"
+
+    def runtime_due(self, twin):
+        return twin.first_decode_at is not None and twin.mclock - twin.first_decode_at >= self.at_s
+
+    def fire_runtime(self, twin):
+        twin.crash(self.log_lines or ("Received sigquit from a child process. It usually means the child failed.",),
+                   self.exit_code)
+
+
+@register
+class ExitAfterLoad(RuntimeCrash):
+    """Injected ``{"kind": "exit_after_load_s", "after_s": S, "exit_code": N}``: exit N after S modelled seconds of
+    serving load (time with work in the scheduler, warm-up excluded)."""
+
+    kind = "exit_after_load_s"
+
+    def runtime_due(self, twin):
+        return twin.ready and twin.busy_s >= self.at_s
+
+
+@register
+class SchedulerDies(Fault):
+    """Injected ``{"kind": "scheduler_dies_after_s", "after_s": S}``: S modelled seconds after ready the scheduler stops
+    producing tokens (requests hang); the port stays open and ``/health`` keeps answering 200."""
+
+    kind = "scheduler_dies_after_s"
+
+    def runtime_due(self, twin):
+        return twin.ready and twin.mnow() - twin.ready_at >= self.at_s
+
+    def fire_runtime(self, twin):
+        twin.sched_dead = True
+
+
+@register
+class Health503Until(Fault):
+    """Injected ``{"kind": "health_503_until_s", "open_at_s": X, "until_s": Y}``: the port opens at X modelled seconds
+    (default: when loading ends) and the health endpoints answer 503 until Y; the ready line is printed at Y."""
+
+    kind = "health_503_until_s"
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        open_at = params.get("open_at_s", params.get("bind_at_s"))
+        self.bind_at_s = float(open_at) if open_at is not None else None
+        self.ready_at_s = float(params.get("until_s", params.get("at_s", 0.0)))
+
+
+@register
+class PortHolderChild(Fault):
+    """Injected ``{"kind": "port_holder_child", "pid_file": F, "escape": false}``: once the port is bound the server
+    starts a child that inherits the listening socket and sleeps (as SGLang's TP workers and detokenizer outlive a
+    killed launcher); its pid goes to F. ``escape: true`` puts the child in a new session, out of the server's process
+    group, so a group kill misses it (a process that called setsid())."""
+
+    kind = "port_holder_child"
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        self.spawned = False
+
+    def runtime_due(self, twin):
+        return twin.bound and not self.spawned
+
+    def fire_runtime(self, twin):
+        import subprocess
+
+        self.spawned = True
+        server = getattr(twin.site, "_server", None)
+        fds = tuple(s.fileno() for s in (getattr(server, "sockets", None) or ()))
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], pass_fds=fds,
+                                 stdin=subprocess.DEVNULL, start_new_session=bool(self.params.get("escape")))
+        if self.params.get("pid_file"):
+            with open(self.params["pid_file"], "w") as fh:
+                fh.write(str(child.pid))
+
+
+def parse_faults(text: str | None) -> list[Fault]:
+    if not text:
+        return []
+    items = json.loads(text)
+    if isinstance(items, dict):
+        items = [items]
+    out = []
+    for item in items:
+        params = dict(item.get("params") or {})
+        params.update({k: v for k, v in item.items() if k not in ("kind", "params")})
+        kind = item["kind"]
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(FAULT_KINDS)}")
+        out.append(FAULT_KINDS[kind](params))
+    return out
+
+
+def faults_from_failures(failures: list) -> list[Fault]:
+    out = []
+    for fm in failures:
+        cls = FAULT_KINDS.get(fm.effect)
+        if cls is None:
+            continue
+        out.append(cls({"at_s": fm.at_s, "exit_code": fm.exit_code, "log_lines": fm.log_lines}, source=fm.id))
+    return out
