@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 
 from grid.loadgen.records import Prompt, RequestRecord
 
+_json_decode = json.JSONDecoder().decode
+
 
 @dataclass
 class EventInfo:
@@ -332,7 +334,7 @@ class StreamParser:
         self.rec = record
         self.state = endpoint.new_state()
         self._consumed = 0
-        self._buf = bytearray()
+        self._buf = b""
         self._event_ts: int | None = None
         self._event_data: list[bytes] = []
         self._stop = False
@@ -344,21 +346,40 @@ class StreamParser:
 
     # -- streaming --
     def consume(self) -> None:
-        reads = self.rec.raw_reads
-        while self._consumed < len(reads):
-            ts, data = reads[self._consumed]
-            self._consumed += 1
-            if not self.rec.stream:
-                self._body_parts.append(data)
+        rec = self.rec
+        reads = rec.raw_reads
+        start, end = self._consumed, len(reads)
+        if start >= end:
+            return
+        self._consumed = end
+        if not rec.stream:
+            self._body_parts.extend(data for _, data in reads[start:end])
+            return
+        buf = self._buf
+        for k in range(start, end):
+            ts, data = reads[k]
+            if buf:
+                data = buf + data
+            if b"\n" not in data:
+                buf = data
                 continue
-            self._buf += data
-            while True:
-                nl = self._buf.find(b"\n")
-                if nl < 0:
-                    break
-                line = bytes(self._buf[:nl]).rstrip(b"\r")
-                del self._buf[: nl + 1]
-                self._line(ts, line)
+            lines = data.split(b"\n")
+            buf = lines.pop()  # the part after the last newline: an incomplete line (or b"")
+            for line in lines:
+                if line.endswith(b"\r"):
+                    line = line.rstrip(b"\r")
+                if not line:
+                    if self._event_ts is not None:
+                        self._dispatch()
+                elif line.startswith(b"data:"):
+                    payload = line[5:]
+                    if payload.startswith(b" "):
+                        payload = payload[1:]
+                    if self._event_ts is None:
+                        self._event_ts = ts
+                    self._event_data.append(payload)
+                # SSE comments (":" keep-alive) and other fields (event:, id:, retry:) are ignored
+        self._buf = buf
 
     def _line(self, ts: int, line: bytes) -> None:
         if not line:
@@ -377,7 +398,8 @@ class StreamParser:
     def _dispatch(self) -> None:
         if self._event_ts is None:
             return
-        ts, data = self._event_ts, b"\n".join(self._event_data)
+        ts, parts = self._event_ts, self._event_data
+        data = parts[0] if len(parts) == 1 else b"\n".join(parts)
         self._event_ts, self._event_data = None, []
         if self._stop:
             return
@@ -386,7 +408,10 @@ class StreamParser:
             self._stop = True
             return
         try:
-            obj = json.loads(data)
+            if data.startswith(b"{"):  # the usual case: json.loads(bytes) would detect UTF-8 and decode the same way
+                obj = _json_decode(data.decode("utf-8", "surrogatepass"))
+            else:
+                obj = json.loads(data)
             if not isinstance(obj, dict):
                 raise ParseError("event is not a JSON object")
             info = self.endpoint.parse_event(obj, self.state)
@@ -427,8 +452,8 @@ class StreamParser:
         rec = self.rec
         if rec.stream:
             if self._buf:  # a last line without a newline
-                line = bytes(self._buf).rstrip(b"\r")
-                self._buf.clear()
+                line = self._buf.rstrip(b"\r")
+                self._buf = b""
                 last_ts = rec.raw_reads[-1][0] if rec.raw_reads else rec.end_perf_ns
                 self._line(last_ts, line)
             self._dispatch()

@@ -1,15 +1,12 @@
 """A minimal HTTP/1.1 client on the asyncio transport, for timing streamed responses.
 
-The protocol callback (``_Conn.data_received``) does as little as possible: it stamps ``time.perf_counter_ns()``,
-appends ``(stamp, raw bytes)`` to the exchange's list, and wakes the request's task only when the response may
-have ended (or while the response head is still being read). Everything else (status line, headers,
-``Transfer-Encoding: chunked`` framing, content decoding) is done later by the request's task, in ``Exchange.pump``,
-which turns the raw reads into ``(stamp, payload bytes)`` with the stamp of the read that carried the bytes.
-
-End detection for a chunked body without parsing each read: the last 4 bytes of a chunked body are always
-``\\r\\n\\r\\n`` (``0\\r\\n`` [trailers] ``\\r\\n``), so a read that ends the body either ends with those 4 bytes or
-is shorter than 4 bytes; only such reads wake the task, which then de-chunks (incrementally) to confirm. A
-``Content-Length`` body is counted down; a body delimited by the connection close ends with ``connection_lost``.
+The protocol callback (``_Conn.data_received``) stamps ``time.perf_counter_ns()`` first, then removes the
+``Transfer-Encoding: chunked`` framing of that read (a fast path for the usual read that holds exactly one whole
+chunk, i.e. one SSE event) and appends ``(stamp, payload bytes)`` to the exchange's payload list. It wakes the
+request's task only while the response head is being read and when the body is complete (last chunk, counted
+``Content-Length``, or ``connection_lost`` for a body delimited by the close), so the task sleeps through a stream.
+The head (status line, headers) is parsed by the task (``Exchange.pump``); body bytes that came with the head keep
+the stamp of their read. No parsing of the payload (SSE, JSON) happens here.
 
 Errors are aiohttp's exception classes, so callers classify them as before: a malformed response or a broken
 connection is an ``aiohttp.ClientPayloadError`` / ``aiohttp.ServerDisconnectedError``; connect failures are the
@@ -34,13 +31,11 @@ _MAX_LINE = 1 << 12
 
 
 class _Conn(asyncio.Protocol):
-    """One keep-alive connection. ``reads`` is the current exchange's raw read list (``None`` when idle)."""
+    """One keep-alive connection; ``ex`` is the exchange that owns it (``None`` when idle)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.reads: list[tuple[int, bytes]] | None = None
-        self.mode = _HEAD
-        self.left = 0  # Content-Length bytes still to come (mode _LENGTH)
+        self.ex: Exchange | None = None  # the exchange that owns the connection (None when idle)
         self.waiter: asyncio.Future | None = None
         self.last_rx_ns = 0
         self.closed = False
@@ -54,21 +49,32 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         t = time.perf_counter_ns()
         self.last_rx_ns = t
-        reads = self.reads
-        if reads is None:
+        ex = self.ex
+        if ex is None:
             self.broken = True
             return
-        reads.append((t, data))
-        mode = self.mode
-        if mode == _CHUNKED:
-            if len(data) >= 4 and not data.endswith(b"\r\n\r\n"):
+        if ex.mode == _CHUNKED and ex._cstate == _C_SIZE and not ex._cbuf:
+            # fast path: the read is exactly one whole chunk (the usual case for one SSE event per write)
+            nl = data.find(b"\r\n", 0, 18)
+            if nl > 0:
+                try:
+                    size = int(data[:nl], 16)
+                except ValueError:
+                    size = 0
+                end = nl + 2 + size
+                if size > 0 and end + 2 == len(data) and data.endswith(b"\r\n"):
+                    if ex._decomp is None:
+                        ex.payload.append((t, data[nl + 2:end]))
+                        return
+        if ex.mode == _HEAD:
+            ex.raw.append((t, data))
+        else:
+            try:
+                ex._feed(t, data)
+            except Exception as exc:  # a malformed response: the task raises it
+                ex.error = exc
+            if not (ex.done or ex.error is not None):
                 return
-        elif mode == _LENGTH:
-            self.left -= len(data)
-            if self.left > 0:
-                return
-        elif mode == _CLOSE:
-            return
         w = self.waiter
         if w is not None:
             self.waiter = None
@@ -92,7 +98,7 @@ class _Conn(asyncio.Protocol):
         return not (self.closed or self.broken or self.transport is None or self.transport.is_closing())
 
     def close(self) -> None:
-        self.reads = None
+        self.ex = None
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -102,10 +108,9 @@ class Exchange:
 
     def __init__(self, conn: _Conn, payload: list[tuple[int, bytes]]) -> None:
         self.conn = conn
-        self.raw: list[tuple[int, bytes]] = []
-        conn.reads = self.raw
-        conn.mode = _HEAD
-        conn.left = 0
+        self.raw: list[tuple[int, bytes]] = []  # reads of the response head (and what came with it)
+        self.error: BaseException | None = None
+        conn.ex = self
         self.payload = payload  # (stamp, decoded body bytes) appended as they are de-framed
         self._i = 0  # raw reads consumed
         self._head = b""
@@ -258,40 +263,35 @@ class Exchange:
             self._emit(ts, data)
 
     def pump(self) -> None:
-        """Process the raw reads that arrived since the last call."""
+        """Parse the response head once it has arrived and de-frame the body bytes that came with it; later body
+        reads are de-framed by the protocol callback itself. Raises a malformed response or a broken connection."""
+        if self.error is not None:
+            raise self.error
         raw = self.raw
-        while self._i < len(raw) and not self.done:
+        while self._i < len(raw) and self.mode == _HEAD:
             ts, data = raw[self._i]
             self._i += 1
-            if self.mode == _HEAD:
-                rest = self._parse_head(ts, data)
-                if rest is None:
-                    continue
-                conn = self.conn
-                # tell the callback how to spot the end from now on
-                if self.mode == _LENGTH:
-                    # bytes of later reads still to come
-                    conn.left = self._left - len(rest) - sum(len(d) for _, d in raw[self._i:])
-                conn.mode = self.mode if self.mode != _DONE else _HEAD
-                data = rest
-            self._feed(ts, data)
-        if self.done and self._i < len(raw):
-            self.extra = True
-        if not self.done and self.conn.closed and self._i >= len(raw):
+            rest = self._parse_head(ts, data)
+            if rest is not None:
+                later = raw[self._i:]
+                self._i = len(raw)
+                self._feed(ts, rest)
+                for ts2, data2 in later:
+                    self._feed(ts2, data2)
+        if not self.done and self.conn.closed:
             if self.mode == _CLOSE:
                 if self._decomp is not None:
                     tail = self._decomp.flush()
                     if tail:
-                        self.payload.append((self.raw[-1][0] if self.raw else time.perf_counter_ns(), tail))
+                        self.payload.append((self.conn.last_rx_ns, tail))
                 self.done = True
             else:
                 exc = self.conn.exc
                 msg = "the server closed the connection" + ("" if self.status is None else " mid-response")
                 if exc is not None:
                     msg += f" ({type(exc).__name__}: {exc})"
-                err = aiohttp.ServerDisconnectedError(msg) if self.status is None else \
+                raise aiohttp.ServerDisconnectedError(msg) if self.status is None else \
                     aiohttp.ClientPayloadError(msg)
-                raise err
 
     @property
     def head_ts(self) -> int:
@@ -317,13 +317,18 @@ class Pool:
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[_Conn] = []
+        self._prefix: dict[tuple, bytes] = {}
         self._all: set[_Conn] = set()
 
-    def request_head(self, headers: dict[str, str], body_len: int) -> bytes:
-        lines = [f"POST {self.target} HTTP/1.1", f"Host: {self.host_header}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        lines += [f"Content-Length: {body_len}", "", ""]
-        return "\r\n".join(lines).encode("latin-1")
+    def request_bytes(self, headers: dict[str, str], body: bytes) -> bytes:
+        """``POST`` of ``body`` with ``headers`` (the head up to Content-Length is built once per header set)."""
+        key = tuple(headers.items())
+        prefix = self._prefix.get(key)
+        if prefix is None:
+            lines = [f"POST {self.target} HTTP/1.1", f"Host: {self.host_header}"]
+            lines += [f"{k}: {v}" for k, v in headers.items()]
+            prefix = self._prefix[key] = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        return b"%s%d\r\n\r\n%s" % (prefix, len(body), body)
 
     async def acquire(self) -> _Conn:
         while self._idle:
@@ -337,8 +342,22 @@ class Pool:
         self._all.add(conn)
         return conn
 
+    async def prewarm(self, n: int) -> None:
+        """Open up to ``n`` idle connections ahead of the load (failures are left to the requests themselves)."""
+        loop = asyncio.get_running_loop()
+        need = n - len(self._idle)
+        if need <= 0:
+            return
+        got = await asyncio.gather(*(asyncio.wait_for(
+            loop.create_connection(_Conn, self.host, self.port, ssl=self.ssl), self.connect_timeout_s)
+            for _ in range(need)), return_exceptions=True)
+        for item in got:
+            if isinstance(item, tuple):
+                self._all.add(item[1])
+                self._idle.append(item[1])
+
     def release(self, conn: _Conn, reuse: bool) -> None:
-        conn.reads = None
+        conn.ex = None
         conn.waiter = None
         if reuse and conn.usable():
             self._idle.append(conn)

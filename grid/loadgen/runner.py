@@ -1,7 +1,8 @@
 """The asyncio load runner: one load point against one server.
 
-* One ``aiohttp.ClientSession`` per load point, its connector limit >= the concurrency (unlimited for open loop), so
-  no request waits inside aiohttp for a connection.
+* HTTP/1.1 on the asyncio transport (``grid.loadgen.http``): one keep-alive connection pool per load point, never
+  limited (a closed loop opens one connection per worker before the first send), so no request waits for a
+  connection; aiohttp's exception classes are kept for errors.
 * One clock: ``time.perf_counter_ns``. Every read of a streamed response is stamped on arrival (in the socket
   callback) and its raw bytes kept; ``send_perf_ns`` is when the request's last byte was written to the socket
   (connection set-up and event-loop delays before the write are not TTFT). Parsing happens after the request ends, one request per event-loop iteration in a background task (or,
@@ -26,7 +27,6 @@ nanoseconds are never scaled.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
 
 from grid.loadgen.arrivals import offsets_to_ns, send_offsets
 from grid.loadgen.client import Endpoint, StreamParser, get_endpoint
+from grid.loadgen.http import Exchange, Pool
 from grid.loadgen.records import Prompt, RequestRecord
 
 log = logging.getLogger(__name__)
@@ -98,19 +98,21 @@ class LoadPointResult:
 class _Session:
     """State shared by the requests of one load point."""
 
-    def __init__(self, target: Target, session: aiohttp.ClientSession, endpoint: Endpoint,
+    def __init__(self, target: Target, pool: Pool, endpoint: Endpoint, read_timeout_s: float,
                  stall_timeout_s: float | None, on_request_done: Callable[[RequestRecord], None] | None) -> None:
-        self.url = target.base_url.rstrip("/") + endpoint.path
         self.target = target
-        self.session = session
+        self.pool = pool
         self.endpoint = endpoint
-        self.headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        self.headers = {"Content-Type": "application/json", "Accept": "*/*", "Accept-Encoding": "identity",
+                        "User-Agent": "grid-loadgen"}
         if target.api_key:
             self.headers["Authorization"] = f"Bearer {target.api_key}"
+        self.read_timeout_s = read_timeout_s
+        self.read_timeout_ns = int(read_timeout_s * 1e9)
         self.stall_ns = None if stall_timeout_s is None else int(stall_timeout_s * 1e9)
         self.on_request_done = on_request_done
-        # request in flight -> (parser, io task); read by the watchdog
-        self.inflight: dict[int, tuple[StreamParser, asyncio.Task]] = {}
+        # request in flight -> (parser, io task, [exchange]); read by the watchdog
+        self.inflight: dict[int, tuple[StreamParser, asyncio.Task, list]] = {}
         self._abort: dict[int, str] = {}
         # finished requests wait here to be parsed, one per loop iteration, so parsing never delays a stamp by more
         # than one request's parse (and a closed-loop worker sends its next request without waiting for it)
@@ -144,50 +146,53 @@ class _Session:
             max_tokens=prompt.output_len, planned_input_len=prompt.input_len, warmup=warmup,
         )
 
-    async def _io(self, rec: RequestRecord, body: bytes) -> None:
-        """Send and read. With the stamping protocol (``_StampingHandler``) the send stamp is the moment the request's
-        last byte was handed to the socket, and every streamed read is stamped and stored by the protocol callback
-        itself: this task sleeps until the end of the stream instead of waking once per chunk."""
-        reads = rec.raw_reads
+    async def _io(self, rec: RequestRecord, body: bytes, box: list) -> None:
+        """Send and read on a pooled connection (``grid.loadgen.http``). The send stamp is taken when the request's
+        bytes were handed to the socket; every read is stamped in the protocol callback, which wakes this task only
+        for the response head and when the response may have ended, so it sleeps through the stream."""
         clock = time.perf_counter_ns
-        rec.send_unix_ns = time.time_ns()
-        rec.send_perf_ns = clock()
-        async with self.session.post(self.url, data=body, headers=self.headers) as resp:
-            proto = resp.connection.protocol if resp.connection is not None else None
-            stamping = isinstance(proto, _StampingHandler)
-            if stamping and proto.last_tx_ns > rec.send_perf_ns:
-                # the request went out when its last byte was written, not when the coroutine asked for it (a
-                # busy loop or a new connection delays that): move the send stamp to the actual write
-                shift = proto.last_tx_ns - rec.send_perf_ns
-                rec.send_perf_ns += shift
-                rec.send_unix_ns += shift
-            rec.http_status = resp.status
-            if resp.status != 200:
-                text = await resp.text(errors="replace")
-                rec.end_perf_ns = clock()
-                rec.fail("http_error", f"HTTP {resp.status}: {text[:500]}")
-                return
-            if not rec.stream:
-                data = await resp.read()
-                reads.append((clock(), data))
-            elif stamping:
-                content = resp.content
-                if content.total_bytes:  # body bytes that came with the headers
-                    first = content.read_nowait(-1)
-                    if first:
-                        reads.append((proto.last_rx_ns, first))
-                proto.sink = (reads, content)
+        pool = self.pool
+        rec.send_unix_ns, rec.send_perf_ns = time.time_ns(), clock()  # replaced at the write; kept if connecting fails
+        conn = await pool.acquire()
+        ex = Exchange(conn, rec.raw_reads if rec.stream else [])
+        box.append(ex)
+        reuse = False
+        try:
+            conn.transport.write(pool.request_bytes(self.headers, body))  # type: ignore[union-attr]
+            rec.send_perf_ns = clock()
+            rec.send_unix_ns = time.time_ns()
+            loop = asyncio.get_running_loop()
+            timeout_ns = self.read_timeout_ns
+            while True:
+                ex.pump()
+                if ex.done:
+                    break
+                delay = max(conn.last_rx_ns, rec.send_perf_ns) + timeout_ns - clock()
+                if delay <= 0:
+                    raise asyncio.TimeoutError(f"no bytes for {self.read_timeout_s:g} s")
+                fut = loop.create_future()
+                conn.waiter = fut
+                timer = loop.call_later(delay / 1e9, _wake, fut)
                 try:
-                    await content.wait_eof()  # the protocol moves every delivery into reads, stamped on arrival
-                    rest = content.read_nowait(-1)
-                    if rest:
-                        reads.append((clock(), rest))
+                    await fut
                 finally:
-                    if proto.sink is not None and proto.sink[0] is reads:
-                        proto.sink = None
-            else:  # a different aiohttp: stamped when read, still correct, a bit later
-                async for data in resp.content.iter_any():
-                    reads.append((clock(), data))
+                    timer.cancel()
+                    if conn.waiter is fut:
+                        conn.waiter = None
+            reuse = ex.reusable()
+        finally:
+            pool.release(conn, reuse)
+        rec.http_status = ex.status
+        if ex.status != 200:
+            text = b"".join(d for _, d in ex.payload).decode("utf-8", errors="replace")
+            if rec.stream:
+                rec.raw_reads.clear()
+            rec.end_perf_ns = clock()
+            rec.fail("http_error", f"HTTP {ex.status}: {text[:500]}")
+            return
+        if not rec.stream:
+            last = ex.payload[-1][0] if ex.payload else ex.head_ts
+            rec.raw_reads.append((last, b"".join(d for _, d in ex.payload)))
         rec.end_perf_ns = clock()
 
     async def request(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
@@ -200,8 +205,9 @@ class _Session:
             rec.fail("client_error", f"{type(exc).__name__}: {exc}")
             self._parse_queue.put_nowait(parser)
             return rec
-        task = asyncio.ensure_future(self._io(rec, body))
-        self.inflight[rec.request_index] = (parser, task)
+        box: list = []
+        task = asyncio.ensure_future(self._io(rec, body, box))
+        self.inflight[rec.request_index] = (parser, task, box)
         try:
             await asyncio.wait({task})
         finally:
@@ -238,13 +244,18 @@ class _Session:
         period = min(max(self.stall_ns / 4e9, 0.005), 0.5)
         while True:
             await asyncio.sleep(period)
-            for n, (index, (parser, task)) in enumerate(list(self.inflight.items())):
+            for n, (index, (parser, task, box)) in enumerate(list(self.inflight.items())):
                 rec = parser.rec
                 if rec.send_perf_ns is None or task.done():
                     continue
                 now = time.perf_counter_ns()
                 if now - (rec.last_token_perf_ns or rec.send_perf_ns) <= self.stall_ns:
                     continue  # recent progress already known: no need to parse
+                if box:
+                    try:
+                        box[0].pump()  # de-frame what arrived since (the io task raises any error itself)
+                    except Exception:
+                        pass
                 parser.consume()  # parse what arrived since, then decide
                 if now - (rec.last_token_perf_ns or rec.send_perf_ns) > self.stall_ns:
                     self._abort[index] = "stall_timeout"
@@ -253,68 +264,9 @@ class _Session:
                     await asyncio.sleep(0)  # let arrivals be stamped between parses
 
 
-class _StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, plus arrival stamps taken in the socket callback itself.
-
-    * ``last_tx_ns``: when the last write on this connection returned (the request's last byte went to the socket).
-    * ``last_rx_ns``: when the last delivery arrived.
-    * While a streamed request owns the connection it sets ``sink = (reads, content)``; each ``data_received``
-      then moves the payload bytes that aiohttp's parser just decoded out of ``content`` into ``reads`` as
-      ``(perf_counter_ns before parsing, bytes)``: no task wakes up per chunk, and the stamp never waits for the
-      reading task to be scheduled.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sink: tuple[list[tuple[int, bytes]], Any] | None = None
-        self.last_rx_ns = 0
-        self.last_tx_ns = 0
-        self._draining = False
-
-    def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
-        try:
-            write, writelines = transport.write, transport.writelines
-
-            def stamped_write(data: Any) -> None:
-                write(data)
-                self.last_tx_ns = time.perf_counter_ns()
-
-            def stamped_writelines(lines: Any) -> None:
-                writelines(lines)
-                self.last_tx_ns = time.perf_counter_ns()
-
-            transport.write, transport.writelines = stamped_write, stamped_writelines
-        except (AttributeError, TypeError):  # a transport that cannot be wrapped: sends keep the coroutine's stamp
-            pass
-
-    def data_received(self, data: bytes) -> None:
-        t = time.perf_counter_ns()
-        if data:
-            self.last_rx_ns = t
-        super().data_received(data)
-        sink = self.sink
-        if sink is None or self._draining:
-            return
-        # reading the payload may resume the transport, which re-enters data_received (with b"" or parked bytes):
-        # only the outermost call drains, in a loop, so no bytes are taken out of order or twice
-        self._draining = True
-        reads, content = sink
-        try:
-            while chunk := content.read_nowait(-1):
-                reads.append((t, chunk))
-        except Exception:  # the payload failed: its reader raises the error at wait_eof
-            pass
-        finally:
-            self._draining = False
-
-
-def _connector(limit: int) -> aiohttp.TCPConnector:
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-    factory = getattr(connector, "_factory", None)
-    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
-        connector._factory = functools.partial(_StampingHandler, *factory.args, **factory.keywords)
-    return connector  # otherwise (a different aiohttp) reads are stamped when read: still correct, a bit later
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -348,11 +300,12 @@ async def run_load_point(
             send_offsets(point.num_prompts, point.value, point.arrival, burstiness=point.burstiness, seed=point.seed),
             target.time_scale,
         )
-    connector = _connector(max(workers, 1) + 8 if closed else 0)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(read_timeout_s, 60.0), sock_read=read_timeout_s)
     n = len(prompts)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        sess = _Session(target, http, endpoint, stall_timeout_s, on_request_done)
+    pool = Pool(target.base_url.rstrip("/") + endpoint.path, connect_timeout_s=min(read_timeout_s, 60.0))
+    try:
+        sess = _Session(target, pool, endpoint, read_timeout_s, stall_timeout_s, on_request_done)
+        if closed:  # one connection per worker, open before the first send (connecting is not part of any request)
+            await pool.prewarm(min(workers, max(point.num_prompts, point.warmup_requests)))
         sess.start()
         dog = asyncio.ensure_future(sess.watchdog()) if stall_timeout_s is not None else None
         try:
@@ -373,6 +326,8 @@ async def run_load_point(
                 dog.cancel()
                 await asyncio.gather(dog, return_exceptions=True)
             await sess.stop()
+    finally:
+        pool.close()
     records.sort(key=lambda r: r.request_index)
     end = max((r.end_perf_ns for r in records if r.end_perf_ns is not None), default=t0)
     return LoadPointResult(

@@ -60,16 +60,38 @@ def test_256_streams_small_client_error(server):
 
 
 def test_connections_stamp_socket_deliveries():
-    """The runner's connector must install the stamping protocol (a newer aiohttp could silently change that)."""
+    """Reads are stamped and de-framed in the protocol callback: the request task is woken for the head and the end
+    only, and each event keeps the stamp of the read that carried it."""
     import asyncio
 
-    from grid.loadgen.runner import _connector, _StampingHandler
+    from grid.loadgen.http import Exchange, _Conn
 
     async def main():
-        connector = _connector(4)
-        try:
-            return connector._factory.func
-        finally:
-            await connector.close()
+        conn = _Conn()
+        payload: list = []
+        ex = Exchange(conn, payload)
+        wakes = 0
 
-    assert asyncio.run(main()) is _StampingHandler
+        def arm():
+            nonlocal wakes
+            fut = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda _: None)
+            conn.waiter = fut
+            return fut
+
+        fut = arm()
+        conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        wakes += fut.done()
+        ex.pump()
+        fut = arm()
+        for k in range(10):
+            conn.data_received(b"9\r\ndata: %d\n\n\r\n" % k)
+        wakes += fut.done()
+        conn.data_received(b"0\r\n\r\n")
+        wakes += fut.done()
+        return wakes, payload, ex.done
+
+    wakes, payload, done = asyncio.run(main())
+    assert wakes == 2 and done
+    assert [d for _, d in payload] == [b"data: %d\n\n" % k for k in range(10)]
+    assert [t for t, _ in payload] == sorted({t for t, _ in payload})  # one stamp per read, in order
