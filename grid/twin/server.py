@@ -877,10 +877,7 @@ class Twin:
                 if done:
                     break
             await resp.write(b"data: [DONE]\n\n")
-        except (asyncio.CancelledError, ConnectionError):
-            self.abort(req)
-            raise
-        finally:
+        finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
                 self.abort(req)
         return resp
@@ -940,10 +937,7 @@ class Twin:
             if so.get("include_usage"):
                 await resp.write(self._usage_chunk(cid, "text_completion", created, model, req))
             await resp.write(b"data: [DONE]\n\n")
-        except (asyncio.CancelledError, ConnectionError):
-            self.abort(req)
-            raise
-        finally:
+        finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
                 self.abort(req)
         return resp
@@ -1036,10 +1030,7 @@ class Twin:
                 await resp.write(self._usage_chunk(cid, "chat.completion.chunk", created, model, req,
                                                    min(req.n_out, R)))
             await resp.write(b"data: [DONE]\n\n")
-        except (asyncio.CancelledError, ConnectionError):
-            self.abort(req)
-            raise
-        finally:
+        finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
                 self.abort(req)
         return resp
