@@ -1,0 +1,524 @@
+"""The twin's HTTP API (SGLang's routes, sglang.md §2), as a mixin of :class:`grid.twin.server.Twin`.
+
+Routes: /health, /health_generate, /ready (0.5.23), /generate (stream or not, cumulative text), /v1/completions,
+/v1/chat/completions, /v1/models, /server_info and /get_server_info, /model_info and /get_model_info, /flush_cache,
+/metrics (with --enable-metrics) and the twin-only /grid/telemetry. Handlers read the twin's state and submit
+requests to its scheduler; the lifecycle and the scheduler loop live in grid/twin/server.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from grid.twin import logs, textgen
+from grid.twin.metrics import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from grid.twin.server import Req, Twin
+
+HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT default (sglang.md §2.1)
+FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, "
+            "the operation will not be performed.)\n")  # /flush_cache body (sglang.md §2.7)
+
+
+class BadRequest(Exception):
+    pass
+
+
+#: Twin-only telemetry route (grid/telemetry/modelled.py reads it when engine=sim).
+TELEMETRY_PATH = "/grid/telemetry"
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(obj), status=status, content_type="application/json")
+
+
+def _sse_headers() -> dict:
+    return {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class _AccessLogger(AbstractAccessLogger):
+    twin: ClassVar["Twin | None"] = None
+
+    def log(self, request, response, time_):  # noqa: D102
+        tw = self.twin
+        if tw is None:
+            return
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        peer_s = f"{peer[0]}:{peer[1]}" if peer else "127.0.0.1:0"
+        tw.log.access(logs.access_line(peer_s, request.method, request.path_qs, response.status, response.reason))
+
+
+# --- the twin ----------------------------------------------------------------------------------------------------------
+
+
+class TwinAPI:
+    """HTTP handlers; mixed into Twin, whose attributes they use."""
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth_mw], client_max_size=1 << 30)
+        r = app.router
+        for path in ("/health", "/health_generate"):
+            r.add_get(path, self.h_health)
+        if self.ver >= (0, 5, 23):
+            r.add_get("/ready", self.h_ready)
+        r.add_route("POST", "/generate", self.h_generate)
+        r.add_route("PUT", "/generate", self.h_generate)
+        r.add_post("/v1/completions", self.h_completions)
+        r.add_post("/v1/chat/completions", self.h_chat)
+        r.add_get("/v1/models", self.h_models)
+        r.add_get("/v1/models/{name:.+}", self.h_model_one)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, self.h_server_info)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, self.h_model_info)
+        r.add_route("GET", "/flush_cache", self.h_flush)
+        r.add_route("POST", "/flush_cache", self.h_flush)
+        if self.args.enable_metrics:
+            r.add_get("/metrics", self.h_metrics)
+        r.add_get(TELEMETRY_PATH, self.h_telemetry)  # twin-only: the GPU telemetry its model implies
+        return app
+
+    @web.middleware
+    async def _auth_mw(self, request: web.Request, handler):
+        key = self.args.api_key
+        if key:
+            p = request.path
+            exempt = p.startswith(("/health", "/metrics")) or (self.ver >= (0, 5, 23) and p.startswith("/ready"))
+            if not exempt and request.headers.get("Authorization", "") != f"Bearer {key}":
+                return _json({"error": "Unauthorized"}, 401)
+        return await handler(request)
+
+    async def h_health(self, request: web.Request) -> web.StreamResponse:
+        if not self.ready or self.stop.is_set():
+            return web.Response(status=503)
+        if request.path == "/health":
+            return web.Response(status=200)
+        tic = time.perf_counter()
+        comp = textgen.Completion(head=(), seed=0, eos_after=None)
+        req = self.submit(comp, prompt=[0], max_new=1, rid=f"HEALTH_CHECK_{time.time()}", internal=True)
+        deadline = tic + HEALTH_CHECK_TIMEOUT_S / self.scale
+        try:
+            while True:
+                if req.n_out > 0 or req.finished or self.last_output_real > tic:
+                    return web.Response(status=200)
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                req.event.clear()
+                try:
+                    await asyncio.wait_for(req.event.wait(), min(remaining, 0.05))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.abort(req)
+        hms = time.strftime("%H:%M:%S", time.localtime(self.unix0 + self.m_base + (tic - self.t0) * self.scale))
+        self.log.info(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                      f"{HEALTH_CHECK_TIMEOUT_S:.0f} seconds. tic start time: {hms}. last_heartbeat time: {hms}",
+                      level="error")
+        return web.Response(status=503)
+
+    async def h_ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.ready else 503)
+
+    # request parsing helpers
+    def _int(self, v: Any, default: int) -> int:
+        return default if v is None else int(v)
+
+    def _finish_reason_native(self, req: Req) -> dict | None:
+        if not req.finished:
+            return None
+        if req.reason == "length":
+            return {"type": "length", "length": req.n_out}
+        if req.reason == "stop":
+            return {"type": "stop", "matched": self.eos_id}
+        return {"type": "abort", "message": "Abort request", "status_code": 499, "err_type": None}
+
+    def _oai_finish(self, req: Req) -> str | None:
+        if not req.finished:
+            return None
+        return {"length": "length", "stop": "stop"}.get(req.reason or "", "abort")
+
+    def _matched(self, req: Req):
+        return self.eos_id if req.finished and req.reason == "stop" else None
+
+    async def _read_json(self, request: web.Request, openai: bool) -> dict:
+        if openai and "application/json" not in request.headers.get("Content-Type", ""):
+            raise BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
+        try:
+            body = await request.json()
+        except Exception as e:  # noqa: BLE001
+            raise BadRequest(f"Invalid JSON body: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("The request body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _error(msg: str, openai: bool) -> web.Response:
+        if openai:
+            return _json({"object": "error", "message": msg, "type": "BadRequestError", "param": None, "code": 400},
+                         400)
+        return _json({"error": {"message": msg}}, 400)
+
+    async def _wait_done(self, req: Req) -> None:
+        try:
+            while not req.finished:
+                await req.event.wait()
+                req.event.clear()
+        except asyncio.CancelledError:
+            self.abort(req)
+            raise
+
+    def _completion_for(self, prompt_text: str, sp: dict, rid: str, max_new: int, *, raw: bool,
+                        reasoning: bool = False) -> textgen.Completion:
+        return textgen.make_completion(
+            prompt_text, max_new_tokens=max_new, ignore_eos=bool(sp.get("ignore_eos", False)),
+            temperature=float(sp.get("temperature", 1.0) if sp.get("temperature") is not None else 1.0), rid=rid,
+            sampling_seed=sp.get("sampling_seed", sp.get("seed")), raw=raw, reasoning=reasoning,
+            garbage=self.garbage())
+
+    # /generate
+    async def h_generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._read_json(request, openai=False)
+            if isinstance(body.get("text"), list) and not body.get("stream"):
+                outs = await asyncio.gather(*(self._generate_one({**body, "text": t}) for t in body["text"]))
+                return _json(outs)
+            sp = body.get("sampling_params") or {}
+            if isinstance(sp, list):
+                sp = sp[0] if sp else {}
+            max_new = self._int(sp.get("max_new_tokens"), 128)
+            rid = str(body.get("rid") or self.new_rid())
+            if body.get("input_ids") is not None:
+                ids = list(body["input_ids"])
+                prompt_text, pieces = " ".join(map(str, ids)), ids
+            else:
+                prompt_text = str(body.get("text") or "")
+                pieces = textgen._PIECE_RE.findall(prompt_text)
+            self.validate(len(pieces), max_new)
+        except BadRequest as e:
+            return self._error(str(e), openai=False)
+        comp = self._completion_for(prompt_text, sp, rid, max_new, raw=True)
+        prio = int(body.get("priority") or 0) if self.args.enable_priority_scheduling else 0
+        req = self.submit(comp, prompt=pieces, max_new=max_new, priority=prio, rid=rid)
+        if not body.get("stream"):
+            await self._wait_done(req)
+            return _json(self._native_obj(req, comp.text(0, req.n_out), final=True))
+        return await self._stream_native(request, req, sp)
+
+    async def _generate_one(self, body: dict) -> dict:
+        sp = body.get("sampling_params") or {}
+        max_new = self._int(sp.get("max_new_tokens"), 128)
+        rid = self.new_rid()
+        text = str(body.get("text") or "")
+        comp = self._completion_for(text, sp, rid, max_new, raw=True)
+        req = self.submit(comp, prompt=text, max_new=max_new, rid=rid)
+        await self._wait_done(req)
+        return self._native_obj(req, comp.text(0, req.n_out), final=True)
+
+    def _meta(self, req: Req, final: bool) -> dict:
+        meta = {"id": req.rid, "finish_reason": self._finish_reason_native(req), "prompt_tokens": req.prompt_tokens,
+                "weight_version": "default"}
+        meta["num_retractions" if self.ver >= (0, 5, 23) else "total_retractions"] = 0
+        meta["completion_tokens"] = req.n_out
+        meta["cached_tokens"] = req.cached
+        if self.ver >= (0, 5, 23):
+            meta["reasoning_tokens"] = 0
+        if final:
+            meta["e2e_latency"] = round(self.mnow() - req.t_arrive, 6)
+        return meta
+
+    def _native_obj(self, req: Req, text: str, final: bool) -> dict:
+        comp = req.comp
+        return {"text": text, "output_ids": [comp.token_id(i) for i in range(req.n_out)],
+                "meta_info": self._meta(req, final)}
+
+    async def _stream_native(self, request: web.Request, req: Req, sp: dict) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=_sse_headers())
+        comp = req.comp
+        incremental = bool(self.args.stream_output)
+        interval = max(1, int(sp.get("stream_interval") or self.args.stream_interval))
+        text = ""
+        ids = ""
+        sent = 0
+        try:
+            await resp.prepare(request)
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                n = req.n_out
+                done = req.finished
+                if n - sent < interval and not done:
+                    continue
+                delta = comp.text(sent, n)
+                new_ids = ",".join(str(comp.token_id(i)) for i in range(sent, n))
+                if incremental:
+                    text, ids = delta, new_ids
+                else:
+                    text += delta
+                    ids = (ids + "," + new_ids if ids and new_ids else ids or new_ids)
+                sent = n
+                chunk = (f'data: {{"text":{json.dumps(text)},"output_ids":[{ids}],'
+                         f'"meta_info":{json.dumps(self._meta(req, done))}}}\n\n')
+                await resp.write(chunk.encode())
+                if done:
+                    break
+            await resp.write(b"data: [DONE]\n\n")
+        finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
+            if not req.finished:
+                self.abort(req)
+        return resp
+
+    # /v1/completions
+    async def h_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._read_json(request, openai=True)
+            prompt = body.get("prompt", "")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+                if len(prompt) != 1:
+                    raise BadRequest("The twin serves one prompt per /v1/completions request")
+                prompt = prompt[0]
+            if isinstance(prompt, list):
+                pieces, prompt_text = list(prompt), " ".join(map(str, prompt))
+            else:
+                prompt_text = str(prompt)
+                pieces = textgen._PIECE_RE.findall(prompt_text)
+            max_new = self._int(body.get("max_tokens"), 16)
+            self.validate(len(pieces), max_new)
+        except BadRequest as e:
+            return self._error(str(e), openai=True)
+        rid = self.new_rid()
+        comp = self._completion_for(prompt_text, body, rid, max_new, raw=True)
+        req = self.submit(comp, prompt=pieces, max_new=max_new, rid=rid)
+        cid = f"cmpl-{rid}"
+        created = int(time.time())
+        model = body.get("model") or self.args.served_model_name
+        so = body.get("stream_options") or {}
+        if not body.get("stream"):
+            await self._wait_done(req)
+            return _json({"id": cid, "object": "text_completion", "created": created, "model": model,
+                          "choices": [{"index": 0, "text": comp.text(0, req.n_out), "logprobs": None,
+                                       "finish_reason": self._oai_finish(req), "matched_stop": self._matched(req)}],
+                          "usage": self._usage(req), "metadata": {"weight_version": "default"}})
+        resp = web.StreamResponse(headers=_sse_headers())
+        pre = (f'data: {{"id":"{cid}","object":"text_completion","created":{created},"model":{json.dumps(model)},'
+               f'"choices":[{{"index":0,"text":')
+        sent = 0
+        try:
+            await resp.prepare(request)
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                n, done = req.n_out, req.finished
+                if n == sent and not done:
+                    continue
+                delta = comp.text(sent, n)
+                sent = n
+                fin = json.dumps(self._oai_finish(req)) if done else "null"
+                matched = json.dumps(self._matched(req)) if done else "null"
+                usage = json.dumps(self._usage(req)) if so.get("continuous_usage_stats") else "null"
+                await resp.write((f'{pre}{json.dumps(delta)},"logprobs":null,"finish_reason":{fin},'
+                                  f'"matched_stop":{matched}}}],"usage":{usage}}}\n\n').encode())
+                if done:
+                    break
+            if so.get("include_usage"):
+                await resp.write(self._usage_chunk(cid, "text_completion", created, model, req))
+            await resp.write(b"data: [DONE]\n\n")
+        finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
+            if not req.finished:
+                self.abort(req)
+        return resp
+
+    def _usage(self, req: Req, reasoning_tokens: int = 0) -> dict:
+        details = ({"cached_tokens": req.cached} if self.args.enable_cache_report and req.cached > 0 else None)
+        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.n_out,
+                "completion_tokens": req.n_out, "prompt_tokens_details": details, "reasoning_tokens": reasoning_tokens}
+
+    def _usage_chunk(self, cid: str, obj: str, created: int, model: str, req: Req, reasoning_tokens: int = 0) -> bytes:
+        usage = {k: v for k, v in self._usage(req, reasoning_tokens).items() if v is not None}
+        return ("data: " + json.dumps({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
+                                       "usage": usage}) + "\n\n").encode()
+
+    # /v1/chat/completions
+    async def h_chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await self._read_json(request, openai=True)
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("messages must be a non-empty list")
+            n_in = textgen.chat_prompt_tokens(messages)
+            max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+            max_new = self._int(max_new, max(1, self.context_len - n_in - 1))
+            self.validate(n_in, max_new)
+        except BadRequest as e:
+            return self._error(str(e), openai=True)
+        ctk = body.get("chat_template_kwargs") or {}
+        thinking = self.reasoning_model and ctk.get("enable_thinking", True) is not False
+        separate = bool(body.get("separate_reasoning", True)) and self.reasoning_model
+        rid = self.new_rid()
+        question = textgen.last_user_text(messages)
+        comp = self._completion_for(question, body, rid, max_new, raw=False, reasoning=thinking)
+        if thinking and not separate and comp.repeat is None:
+            comp.head = tuple("</think>" if p == "" and i == comp.reasoning - 1 else p
+                              for i, p in enumerate(comp.head))
+        pieces: list = []
+        for m in messages:
+            pieces.append(f"<|{m.get('role', 'user')}|>")
+            c = m.get("content")
+            pieces += textgen._PIECE_RE.findall(c if isinstance(c, str) else json.dumps(c))
+        req = self.submit(comp, prompt=pieces, prompt_tokens=n_in, max_new=max_new, rid=rid)
+        cid = f"chatcmpl-{rid}"
+        created = int(time.time())
+        model = body.get("model") or self.args.served_model_name
+        R = comp.reasoning if (separate and comp.repeat is None) else 0
+        if not body.get("stream"):
+            await self._wait_done(req)
+            n = req.n_out
+            reasoning = comp.text(0, min(n, R)) if R else ""
+            content = comp.text(min(n, R), n)
+            msg = {"role": "assistant", "content": content or None,
+                   "reasoning_content": (reasoning or None) if self.reasoning_model else None, "tool_calls": None}
+            return _json({"id": cid, "object": "chat.completion", "created": created, "model": model,
+                          "choices": [{"index": 0, "message": msg, "logprobs": None,
+                                       "finish_reason": self._oai_finish(req), "matched_stop": self._matched(req)}],
+                          "usage": self._usage(req, min(n, R)), "metadata": {"weight_version": "default"}})
+        so = body.get("stream_options") or {}
+        include_usage = bool(so.get("include_usage")) or bool(self.args.stream_response_default_include_usage)
+        resp = web.StreamResponse(headers=_sse_headers())
+        pre = (f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},'
+               f'"model":{json.dumps(model)},"choices":[{{"index":0,"delta":')
+        mid = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n'
+        sent = 0
+        try:
+            await resp.prepare(request)
+            await resp.write((pre + '{"role":"assistant","content":""}' + mid).encode())
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                n, done = req.n_out, req.finished
+                if n > sent:
+                    out = []
+                    if sent < R:
+                        rtext = comp.text(sent, min(n, R))
+                        if rtext:
+                            out.append(pre + '{"reasoning_content":' + json.dumps(rtext) + "}" + mid)
+                    ctext = comp.text(max(sent, R), n) if n > R else ""
+                    if ctext:
+                        out.append(pre + '{"content":' + json.dumps(ctext) + "}" + mid)
+                    sent = n
+                    if out:
+                        await resp.write("".join(out).encode())
+                if done:
+                    break
+            fin = json.dumps(self._oai_finish(req))
+            await resp.write((pre + "{}" + f',"logprobs":null,"finish_reason":{fin},"matched_stop":'
+                              f'{json.dumps(self._matched(req))}}}],"usage":null}}\n\n').encode())
+            if include_usage:
+                await resp.write(self._usage_chunk(cid, "chat.completion.chunk", created, model, req,
+                                                   min(req.n_out, R)))
+            await resp.write(b"data: [DONE]\n\n")
+        finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
+            if not req.finished:
+                self.abort(req)
+        return resp
+
+    # info endpoints
+    async def h_models(self, request: web.Request) -> web.Response:
+        name = self.args.served_model_name
+        return _json({"object": "list", "data": [
+            {"id": name, "object": "model", "created": int(self.unix0), "owned_by": "sglang", "root": name,
+             "parent": None, "max_model_len": self.context_len}]})
+
+    async def h_model_one(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name != self.args.served_model_name:
+            return _json({"error": {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
+                                    "param": "model", "code": "model_not_found"}}, 404)
+        return _json({"id": name, "object": "model", "created": int(self.unix0), "owned_by": "sglang", "root": name,
+                      "parent": None, "max_model_len": self.context_len})
+
+    def server_info(self) -> dict:
+        d = self.resolved_args()
+        m = self._mem()
+        max_req_input_len = max(1, min(self.context_len - 1, self.capacity - 1))
+        mrr = int(getattr(self.perf, "max_running_requests", 0) or 0)
+        state = {**d, "last_gen_throughput": self.last_gen_throughput,
+                 "memory_usage": {"weight": round(m["w"], 2), "kvcache": round(m["kv"], 2),
+                                  "token_capacity": self.capacity, "graph": round(m["g"], 2)},
+                 "effective_max_running_requests_per_dp": mrr}
+        info = {**d, "status": "ready" if self.ready else "starting", "max_total_num_tokens": self.capacity,
+                "max_req_input_len": max_req_input_len, "internal_states": [state], "version": self.version,
+                "time_scale": self.serve_scale, "startup_time_scale": self.startup_scale}
+        if self.ver >= (0, 5, 23):
+            info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
+                        startup_time=round(self.ready_at, 3), frontend="python")
+            state.update(world_size=self.args.tp_size * self.args.pp_size,
+                         decode_cuda_graph_bs=list(getattr(self.perf, "cuda_graph_batch_sizes", []) or []))
+        return info
+
+    def argv_redacted(self) -> list[str]:
+        out, skip = [], False
+        for a in sys.argv[1:]:
+            if skip:
+                out.append("***")
+                skip = False
+                continue
+            out.append(a)
+            skip = a == "--api-key"
+        return out
+
+    async def h_server_info(self, request: web.Request) -> web.Response:
+        if request.path == "/get_server_info":
+            self.log.info("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                          "Please use '/server_info' instead.", level="warning")
+        return _json(self.server_info())
+
+    async def h_model_info(self, request: web.Request) -> web.Response:
+        if request.path == "/get_model_info":
+            self.log.info("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                          "Please use '/model_info' instead.", level="warning")
+        info = {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path,
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": self.model.model_type, "architectures": [self.model.architecture]}
+        if self.ver >= (0, 5, 23):
+            info.update(served_model_name=self.args.served_model_name, load_format=self.args.load_format,
+                        reasoning_parser=self.args.reasoning_parser, tool_call_parser=self.args.tool_call_parser,
+                        disaggregation_mode="null")
+        return _json(info)
+
+    async def h_flush(self, request: web.Request) -> web.Response:
+        if self.sched.has_work():
+            return web.Response(text="Flush cache failed.\n" if self.ver >= (0, 5, 23) else "", status=400)
+        self.cache.flush()
+        self.log.sched("Cache flushed successfully!")
+        return web.Response(text=FLUSH_OK)
+
+    async def h_telemetry(self, request: web.Request) -> web.Response:
+        """Twin-only (no SGLang route): modelled per-GPU telemetry for the running batch (PerfModel.decode_telemetry)
+        plus cumulative busy time, so a sampler can scale by the busy fraction between two polls. Modelled seconds."""
+        running = len(self.sched.running)
+        hw = self.hw
+        return _json({
+            "modelled": True, "mnow_s": self.mnow(), "busy_s": self.busy_s, "running": running,
+            "queued": len(self.sched.waiting), "used_tokens": self.sched.used_tokens(),
+            "decode": self.perf.decode_telemetry(running, self.sched.used_tokens()) if running else None,
+            "gpu": hw.gpu, "gpu_count": hw.gpu_count, "tdp_w": hw.tdp_w, "memory_total_gb": hw.memory_gb,
+            "memory_bandwidth_gbps": hw.memory_bandwidth_gbps, "interconnect": hw.interconnect, "p2p": hw.p2p,
+            "pcie_gbps": hw.pcie_gbps, "allreduce_bus_gbps": hw.allreduce_bus_gbps,
+            "memory_used_gb": self.perf.weight_gb_per_gpu + self.perf.kv_gb_per_gpu + self.perf.graph_gb_per_gpu,
+        })
+
+    async def h_metrics(self, request: web.Request) -> web.Response:
+        assert self.metrics is not None
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+# --- entry point -------------------------------------------------------------------------------------------------------
