@@ -377,6 +377,12 @@ def run_load_point_sync(
     stall_timeout_s: float | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> LoadPointResult:
-    """``asyncio.run`` wrapper around ``run_load_point`` (for callers without an event loop)."""
-    return asyncio.run(run_load_point(target, point, prompts, read_timeout_s=read_timeout_s,
-                                      stall_timeout_s=stall_timeout_s, on_request_done=on_request_done))
+    """Run ``run_load_point`` on a fresh event loop (for callers without one): uvloop's when it is importable (less
+    CPU per streamed token), else asyncio's default loop."""
+    coro = run_load_point(target, point, prompts, read_timeout_s=read_timeout_s, stall_timeout_s=stall_timeout_s,
+                          on_request_done=on_request_done)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)

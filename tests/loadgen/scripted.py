@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,8 +47,9 @@ class ScriptedServer:
         self.url = ""
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        # the real clock, not loop.time(): uvloop's loop time is cached per iteration in whole ms, and its timers can
+        # fire up to ~1 ms early, so offsets are kept by re-checking time.monotonic() after each sleep
+        t0 = time.monotonic()
         body = await request.json()
         index = len(self.requests)
         self.requests.append(body)
@@ -60,8 +62,7 @@ class ScriptedServer:
         resp = web.StreamResponse(status=200, headers={"Content-Type": reply.content_type})
         await resp.prepare(request)
         for offset, data in reply.writes:
-            delay = t0 + offset - loop.time()
-            if delay > 0:
+            while (delay := t0 + offset - time.monotonic()) > 0:
                 await asyncio.sleep(delay)
             await resp.write(data)
         if reply.hang_after_s:

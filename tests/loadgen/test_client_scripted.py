@@ -19,6 +19,23 @@ from .scripted import DONE, Reply, ScriptedServer, chat_event, cmpl_event, gen_e
 
 TOL = 8.0  # ms; scheduling jitter of a shared CI machine. Exact arithmetic is tested with integer stamps.
 
+try:
+    import uvloop
+except ImportError:  # optional: the suite then runs on asyncio's loop only
+    uvloop = None
+
+_LOOPS = ["asyncio"] + (["uvloop"] if uvloop is not None else [])
+_arun = asyncio.run
+
+
+@pytest.fixture(autouse=True, params=_LOOPS)
+def event_loop_kind(request):
+    """Every test here runs on asyncio's loop and, when installed, on uvloop (what ``run_load_point_sync`` uses)."""
+    global _arun
+    _arun = asyncio.run if request.param == "asyncio" else uvloop.run
+    yield request.param
+    _arun = asyncio.run
+
 
 def prompts(n: int, output_len: int = 16, text: bool = False) -> list[Prompt]:
     """Prompt i carries i in its ids/text so the server script can tell requests apart."""
@@ -44,7 +61,7 @@ def run(script, api="generate", point=None, n=1, *, text=False, target_kw=None, 
             res = await run_load_point(target, point, prompts(max(n, point.num_prompts), output_len, text), **kw)
             return res, srv
 
-    return asyncio.run(main())
+    return _arun(main())
 
 
 # 1 ------------------------------------------------------------------------------------------------------------
@@ -289,7 +306,7 @@ def test_connection_refused_is_conn_error_and_counted():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    res = asyncio.run(run_load_point(Target(f"http://127.0.0.1:{port}"), LoadPoint("concurrency", 2, 4), prompts(4)))
+    res = _arun(run_load_point(Target(f"http://127.0.0.1:{port}"), LoadPoint("concurrency", 2, 4), prompts(4)))
     assert [r.error_class for r in res.records] == ["conn_error"] * 4
     s = summarize(res)
     assert s["failed_conn_error"] == 4 and s["requests_per_s"] is None and s["ttft_p99_ms"] is None
@@ -359,7 +376,7 @@ def test_closed_loop_holds_exactly_the_concurrency_with_warmup_excluded():
 
     ScriptedServer._handle = counting
     try:
-        res, srv = asyncio.run(main())
+        res, srv = _arun(main())
     finally:
         ScriptedServer._handle = orig_handle
     assert len(srv.requests) == 15 and len(res.records) == 12 and len(res.warmup_records) == 3
@@ -426,3 +443,38 @@ def test_open_loop_with_poisson_schedule_and_warmup():
     assert len(srv.requests) == 22 and len(res.records) == 20
     assert [r.scheduled_offset_ns for r in res.records] == offsets_to_ns(send_offsets(20, 100.0, "poisson", seed=11))
     assert summarize(res)["completed"] == 20
+
+
+def _refused_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _sync_loop_type() -> type:
+    from grid.loadgen.runner import run_load_point_sync
+
+    seen: list[type] = []
+    res = run_load_point_sync(Target(_refused_url()), LoadPoint("concurrency", 1, 2), prompts(2),
+                              on_request_done=lambda rec: seen.append(type(asyncio.get_running_loop())))
+    assert [r.error_class for r in res.records] == ["conn_error"] * 2
+    assert len(set(seen)) == 1
+    return seen[0]
+
+
+def test_sync_runner_uses_uvloop_when_importable(event_loop_kind):
+    if event_loop_kind != "asyncio":
+        pytest.skip("checks the loop choice of run_load_point_sync itself; once is enough")
+    if uvloop is None:
+        pytest.skip("uvloop not installed")
+    assert issubclass(_sync_loop_type(), uvloop.Loop)
+
+
+def test_sync_runner_falls_back_to_asyncio_without_uvloop(event_loop_kind, monkeypatch):
+    if event_loop_kind != "asyncio":
+        pytest.skip("checks the loop choice of run_load_point_sync itself; once is enough")
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop -> ImportError
+    loop_type = _sync_loop_type()
+    assert issubclass(loop_type, asyncio.BaseEventLoop) and "uvloop" not in loop_type.__module__
