@@ -36,13 +36,12 @@ import ctypes
 import json
 import os
 import resource
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

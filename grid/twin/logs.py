@@ -45,20 +45,6 @@ def decode_line(version: str | Version, *, running_req: int, num_token: int, tok
 
 
 _PREFIX_RE = r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)(?P<ranks>(?: [A-Z_]+\d+)*)\] "
-_KV = re.compile(r"(#?[a-z][a-z /()-]*?[a-z)]): (-?[\d.]+|True|False)")
-
-
-def _fields(msg: str) -> dict[str, float | int | bool]:
-    out: dict[str, float | int | bool] = {}
-    for key, val in _KV.findall(msg):
-        key = key.strip()
-        if val in ("True", "False"):
-            out[key] = val == "True"
-        elif "." in val:
-            out[key] = float(val)
-        else:
-            out[key] = int(val)
-    return out
 
 
 def parse_line(line: str) -> tuple[str | None, str, str]:
@@ -67,17 +53,6 @@ def parse_line(line: str) -> tuple[str | None, str, str]:
     if not m:
         return None, "", line
     return m.group("ts"), m.group("ranks").strip(), line[m.end():]
-
-
-def parse_batch_line(line: str) -> dict | None:
-    """Parse a ``Prefill batch``/``Decode batch`` line (any 0.5.x form) into ``{"kind": ..., field: value}``."""
-    ts, ranks, msg = parse_line(line)
-    m = re.match(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ", msg)
-    if not m:
-        return None
-    out: dict = {"kind": m.group(1).lower(), "ts": ts, "ranks": ranks}
-    out.update(_fields(msg[m.end():]))
-    return out
 
 
 CAPACITY_RE = re.compile(

@@ -73,7 +73,6 @@ def test_connections_stamp_socket_deliveries():
         wakes = 0
 
         def arm():
-            nonlocal wakes
             fut = asyncio.get_running_loop().create_future()
             fut.add_done_callback(lambda _: None)
             conn.waiter = fut

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from grid.server.logparse import parse_batch_line
 from grid.twin import logs
 
 DECODE_0410 = ("[2026-04-05 20:02:51] Decode batch, #running-req: 32, #token: 11179, token usage: 0.08, cuda graph: True, "
@@ -48,16 +49,17 @@ def test_prefill_line_per_version():
 
 
 def test_parse_batch_lines_verbatim():
-    d = logs.parse_batch_line(DECODE_TP)
-    assert d["kind"] == "decode" and d["ranks"] == "TP0" and d["ts"] == "2026-04-08 14:05:21"
-    assert d["#running-req"] == 5 and d["#token"] == 20800 and d["gen throughput (token/s)"] == 144.95
-    assert d["cuda graph"] is True
-    p = logs.parse_batch_line(PREFILL_HYBRID)
-    assert p["ranks"] == "TP0 EP0" and p["#pending-token"] == 46401 and p["swa token usage"] == 0.01
-    assert p["input throughput (token/s)"] == 8072.80 and p["cuda graph"] is False
-    o = logs.parse_batch_line(PREFILL_OLD)
-    assert o["kind"] == "prefill" and o["#new-token"] == 103 and o["#cached-token"] == 1
-    assert logs.parse_batch_line(CAPACITY) is None
+    # grid reads server logs with grid.server.logparse; the twin's own lines must parse there too
+    d = parse_batch_line(DECODE_TP)
+    assert d["kind"] == "decode" and d["prefix"] == "TP0" and d["ts"] == "2026-04-08 14:05:21"
+    assert d["running_req"] == 5 and d["token"] == 20800 and d["gen_throughput_tok_per_s"] == 144.95
+    assert d["cuda_graph"] is True
+    p = parse_batch_line(PREFILL_HYBRID)
+    assert p["prefix"] == "TP0 EP0" and p["pending_token"] == 46401 and p["swa_token_usage"] == 0.01
+    assert p["input_throughput_tok_per_s"] == 8072.80 and p["cuda_graph"] is False
+    o = parse_batch_line(PREFILL_OLD)
+    assert o["kind"] == "prefill" and o["new_token"] == 103 and o["cached_token"] == 1
+    assert parse_batch_line(CAPACITY) is None
 
 
 def test_roundtrip_generated_lines():
@@ -65,10 +67,10 @@ def test_roundtrip_generated_lines():
         line = "[2026-01-01 00:00:00 TP0] " + logs.prefill_line(
             ver, new_seq=3, new_token=4096, cached_token=128, token_usage=0.42, running_req=7, queue_req=2,
             input_throughput=12345.678, cuda_graph=False, pending_token=99)
-        d = logs.parse_batch_line(line)
-        assert (d["#new-seq"], d["#new-token"], d["#cached-token"], d["token usage"]) == (3, 4096, 128, 0.42)
-        assert d["input throughput (token/s)"] == 12345.68
-        assert ("#pending-token" in d) == (ver in ("0.5.11", "0.5.23"))
+        d = parse_batch_line(line)
+        assert (d["new_seq"], d["new_token"], d["cached_token"], d["token_usage"]) == (3, 4096, 128, 0.42)
+        assert d["input_throughput_tok_per_s"] == 12345.68
+        assert ("pending_token" in d) == (ver in ("0.5.11", "0.5.23"))
 
 
 def test_capacity_and_kv_lines():

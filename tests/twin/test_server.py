@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from grid.config.specs import HardwareSpec, ModelSpec
+from grid.server.logparse import parse_batch_line
 from grid.twin import logs
 
 pytest.importorskip("grid.twin.perf")
@@ -223,8 +224,8 @@ def test_completions_stream(twin):
 def test_decode_log_server_info_and_metrics(twin):
     twin.sse("/generate", {"text": "Go on.", "stream": True,
                            "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}, AUTH)
-    decode = [logs.parse_batch_line(line) for line in twin.log().splitlines() if "Decode batch" in line]
-    assert decode and decode[-1]["gen throughput (token/s)"] > 0 and decode[-1]["#running-req"] >= 1
+    decode = [parse_batch_line(line) for line in twin.log().splitlines() if "Decode batch" in line]
+    assert decode and decode[-1]["gen_throughput_tok_per_s"] > 0 and decode[-1]["running_req"] >= 1
     status, body = twin.request("GET", "/server_info", headers=AUTH)
     info = json.loads(body)
     assert info["version"] == "0.5.9" and info["time_scale"] == 5.0 and info["tp_size"] == 1
@@ -304,8 +305,8 @@ def test_faults_startup_oom_and_repeat_token(tmp_path):
         text = t.log()
         assert "KV Cache is allocated. dtype: torch.bfloat16, #tokens:" in text
         assert "Capture target decode cuda graph end." in text
-        prefill = [logs.parse_batch_line(x) for x in text.splitlines() if "Prefill batch" in x]
-        assert prefill and "#pending-token" in prefill[-1]
+        prefill = [parse_batch_line(x) for x in text.splitlines() if "Prefill batch" in x]
+        assert prefill and "pending_token" in prefill[-1]
     finally:
         t.stop()
 

@@ -1,5 +1,3 @@
-import os
-import signal
 import socket
 import sys
 import time
