@@ -51,6 +51,7 @@ static volatile sig_atomic_t g_stop = 0;
 static FILE *g_log; static long g_next_id = 0;
 static Conn **heap; static int heap_n, heap_cap;
 static int g_ep;
+static int g_debug;
 
 static int64_t now_ns(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec; }
 static int64_t due_of(Conn *c) { return c->due0 + (int64_t)c->next * g_itl; }
@@ -179,7 +180,7 @@ static int handle_requests(Conn *c) {
     }
     if (c->in_len < hlen + clen) return 0;
     int64_t t = now_ns();
-    if (getenv("GT_DEBUG")) fprintf(stderr, "REQ %.*s\n", (int)(hlen + clen > 600 ? 600 : hlen + clen), c->in);
+    if (g_debug) fprintf(stderr, "REQ %.*s\n", (int)(hlen + clen > 600 ? 600 : hlen + clen), c->in);
     char method[8] = {0}, path[256] = {0};
     sscanf(c->in, "%7s %255s", method, path);
     char *q = strchr(path, '?'); if (q) *q = 0;
@@ -206,6 +207,7 @@ static void on_stop(int s) { (void)s; g_stop = 1; }
 int main(int argc, char **argv) {
   if (argc < 5) { fprintf(stderr, "usage: %s PORT_FILE LOG_FILE TTFT_US ITL_US [DEFAULT_TOKENS]\n", argv[0]); return 2; }
   g_ttft = atoll(argv[3]) * 1000; g_itl = atoll(argv[4]) * 1000; if (argc > 5) g_default_tokens = atoi(argv[5]);
+  g_debug = getenv("GT_DEBUG") != NULL;
   g_log = fopen(argv[2], "w"); if (!g_log) { perror("log"); return 1; }
   setvbuf(g_log, NULL, _IOFBF, 1 << 22);
   prctl(PR_SET_TIMERSLACK, 1UL);
@@ -265,7 +267,7 @@ int main(int argc, char **argv) {
         }
         if (!dead && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
           for (;;) {
-            if (c->in_len + 65536 > c->in_cap) { c->in_cap *= 2; c->in = realloc(c->in, c->in_cap + 1); }
+            if (c->in_len == c->in_cap) { c->in_cap *= 2; c->in = realloc(c->in, c->in_cap + 1); }
             ssize_t k = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
             if (k > 0) { c->in_len += k; continue; }
             if (k == 0) { dead = 1; break; }
