@@ -94,3 +94,19 @@ def test_connections_stamp_socket_deliveries():
     assert wakes == 2 and done
     assert [d for _, d in payload] == [b"data: %d\n\n" % k for k in range(10)]
     assert [t for t, _ in payload] == sorted({t for t, _ in payload})  # one stamp per read, in order
+
+
+def test_sync_entry_point_never_formats_the_records(server, monkeypatch):
+    """``run_load_point_sync`` returns the result without ``repr`` of it: CPython 3.11's ``asyncio.Runner.run``
+    formats its main task (and so the task's result) when it restores the SIGINT handler, which for a load point's
+    records would cost a ``repr`` of every request."""
+    from grid.loadgen.records import RequestRecord
+
+    formatted = []  # counted, not raised: reprlib swallows exceptions from __repr__
+    monkeypatch.setattr(RequestRecord, "__repr__", lambda self: formatted.append(self) or "RequestRecord(...)")
+    prompts = [Prompt(i, 4, EVENTS, input_ids=(i, 1, 2, 3)) for i in range(4)]
+    res = run_load_point_sync(Target(server, api="completions"), LoadPoint("concurrency", 4, 4), prompts,
+                              read_timeout_s=30)
+    assert [r.status for r in res.records] == ["ok"] * 4
+    assert [r.output_tokens for r in res.records] == [EVENTS] * 4
+    assert formatted == []
