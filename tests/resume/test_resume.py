@@ -60,8 +60,9 @@ def test_sigkill_driver_then_resume(tmp_path):
     driver = subprocess.Popen(command(tmp_path), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
-        # 4 completed + 1 failed recorded, and the 6th configuration launching
-        wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 5 and len(list(logs.glob("*.log"))) >= 6
+        # 4 completed + 1 failed recorded, and the 6th configuration launching: its supervisor has written the
+        # group's state (the log file alone is opened before the supervisor starts)
+        wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 5 and len(list(logs.glob("*.log.state"))) >= 6
                  or driver.poll() is not None, 300, "5 recorded trials and a 6th launching")
         assert driver.poll() is None, driver.stdout.read()
         os.kill(driver.pid, signal.SIGKILL)
