@@ -86,7 +86,14 @@ class LoadSpec(_Spec):
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         if any(c < 1 for c in v):
-            raise ValueError("every concurrency level must be >= 1")
+            raise ValueError(f"every concurrency level must be an integer >= 1, got {v}")
+        return v
+
+    @field_validator("request_rate")
+    @classmethod
+    def _positive_rate(cls, v: list[float]) -> list[float]:
+        if any(not r > 0 for r in v):  # also refuses NaN
+            raise ValueError(f"every request rate must be > 0 req/s (inf: all at once), got {v}")
         return v
 
     @model_validator(mode="after")
@@ -170,6 +177,8 @@ def _format_validation(err: ValidationError) -> str:
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif e["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
         elif e["type"] == "literal_error":
             msg = f"{msg} (got {e.get('input')!r})"
         lines.append(f"{key}: {msg}")
@@ -184,6 +193,11 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
         spec = RunSpec.model_validate(cfg)
     except ValidationError as err:
         raise ConfigError(_format_validation(err)) from None
+    from grid.report.select import OBJECTIVES  # the registry lives with the objectives; imported late (it imports us)
+
+    if spec.objective.kind not in OBJECTIVES:
+        raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
+                          f"{', '.join(sorted(OBJECTIVES))}")
     version = parse_version(spec.version)
     try:
         for key, value in spec.server.items():

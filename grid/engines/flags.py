@@ -45,6 +45,24 @@ def parse_version(text: str) -> Version:
     return tuple(parts)
 
 
+#: The releases this catalog's facts cover (../shared/reference/sglang.md §0-§1.1); others are planned as the nearest.
+OLDEST_KNOWN, NEWEST_KNOWN = "0.5.0", "0.5.23"
+
+
+def catalog_note(version: str) -> str | None:
+    """A note for the user when ``version`` lies outside the releases the catalog knows (None inside). Raises
+    ``ValueError`` for a text that is not a version."""
+    v = parse_version(version)
+    if v > parse_version(NEWEST_KNOWN) and v[:3] != parse_version(NEWEST_KNOWN):
+        return (f"SGLang {version} is newer than the newest release grid's flag catalog knows ({NEWEST_KNOWN}): "
+                f"flags and allowed values are planned as for {NEWEST_KNOWN}; a renamed flag shows up as a "
+                "failed launch")
+    if v < parse_version(OLDEST_KNOWN):
+        return (f"SGLang {version} is older than the oldest release grid's flag catalog knows ({OLDEST_KNOWN}): "
+                f"flags are planned as for {OLDEST_KNOWN}")
+    return None
+
+
 def _by_version(table: dict[str, Any], version: Version) -> Any:
     """The entry of the newest release in ``table`` that is not newer than ``version``."""
     best = None

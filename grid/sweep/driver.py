@@ -26,6 +26,7 @@ from pathlib import Path
 
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
+from grid.engines.flags import catalog_note
 from grid.storage.parquet import recorded_hashes, set_aside_corrupt
 from grid.sweep.space import TrialPlan, expand
 
@@ -129,7 +130,8 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
-    for note in engine.notes:
+    catalog = catalog_note(version)
+    for note in [*engine.notes, *([catalog] if catalog else [])]:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:
         from grid.sweep.trial import dry_run_nodes

@@ -87,13 +87,26 @@ def test_ordinary_overrides(tmp_path):
     (["engine=sglang", "model.path=null"], "model.path: required with engine=sglang"),
     (["engine.kind=tpu"], "engine.kind"),
     (["+load.bogus=3"], "load.bogus: unknown key"),
-    (["load.concurrency=[0]"], "concurrency level must be >= 1"),
+    (["load.concurrency=[0]"], "load.concurrency: every concurrency level must be an integer >= 1, got [0]"),
+    (["load.request_rate=[4,-2]"], "load.request_rate: every request rate must be > 0 req/s"),
+    (["load.request_rate=[nan]"], "load.request_rate: every request rate must be > 0 req/s"),
+    (["objective.kind=nope"], "objective.kind: unknown objective 'nope'; allowed: max_goodput, max_output_throughput, "
+                              "min_tpot"),
     (["objective.slo.ttft_ms=-1"], "objective.slo.ttft_ms"),
     (["+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[]"], "sweep.grid.mem_fraction_static"),
 ])
 def test_bad_input_is_refused_with_key(overrides, message, tmp_path):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         spec_for(overrides, tmp_path)
+
+
+def test_versions_outside_the_catalog_get_a_note():
+    from grid.engines.flags import NEWEST_KNOWN, catalog_note
+
+    assert catalog_note("0.5.9") is None and catalog_note(NEWEST_KNOWN) is None
+    assert catalog_note(f"{NEWEST_KNOWN}.post1") is None
+    assert "newer than the newest release" in catalog_note("9.9.9")
+    assert "older than the oldest release" in catalog_note("0.4.10")
 
 
 def test_unwritable_run_dir(tmp_path):
