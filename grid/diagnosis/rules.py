@@ -17,11 +17,15 @@ never matches):
    grid/twin/perf.py), so a GPU at or above 0.6 is spending its time streaming memory.
 5. ``compute-bound``: SM busy >= ``SM_BUSY`` and board power >= ``POWER_BOUND`` of its limit (tensor cores at full
    rate draw the board to its cap; NVIDIA reports no tensor-core utilisation through NVML).
-6. ``launch/CPU-overhead-bound``: either the GPUs idle more than ``1 - SM_IDLE_BELOW`` of the time (the CPU, i.e.
-   scheduling, Python and kernel launches, sets the pace), or they are busy yet neither memory bandwidth, power nor
-   the link is near its limit: many small per-step kernels and collective latency dominate each step. This is the
-   seed session's case (hardware_models_calibration.md §0: SM 100%, memory 52-53%, 328 of 600 W, PCIe 0.6-0.7 MB/s).
-7. ``unknown``: no GPU telemetry to judge from (or only a busy fraction, without memory or power readings).
+6. ``launch/CPU-overhead-bound``: the GPUs idle more than ``1 - SM_IDLE_BELOW`` of the time: the CPU (scheduling,
+   Python, kernel launches) sets the pace. CUDA graphs and the overlap scheduler attack exactly this.
+7. ``latency-bound``: the GPUs are busy, yet neither memory bandwidth, power nor the link is near its limit: each
+   step is the fixed latency of many small kernels and of the per-layer collectives (small all-reduces whose cost is
+   the link's latency, not its bandwidth). CUDA graphs do not remove it (the kernels already run back to back);
+   more requests per step amortise it, fewer collectives per step shorten it. This is the seed session's case
+   (hardware_models_calibration.md §0: SM 100%, memory 52-53%, 328 of 600 W, PCIe 0.6-0.7 MB/s; CUDA graphs
+   changed decode throughput little, §0 rows with and without graphs), which was misread there as a PCIe bottleneck.
+8. ``unknown``: no GPU telemetry to judge from (or only a busy fraction, without memory or power readings).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ POWER_BOUND = 0.85
 SM_IDLE_BELOW = 0.70
 
 VERDICTS = ("client-bound", "kv-capacity/queue-bound", "interconnect-bound", "memory-bandwidth-bound",
-            "compute-bound", "launch/CPU-overhead-bound", "unknown")
+            "compute-bound", "launch/CPU-overhead-bound", "latency-bound", "unknown")
 
 
 def _bytes(x: float) -> str:
@@ -127,9 +131,11 @@ def classify(row: dict[str, Any]) -> tuple[str, str]:
                                   "set the pace") if x)
     if mem is None and power is None:
         return "unknown", f"GPUs busy {_pct(sm)} of the time; no memory-bandwidth or power reading to say why"
-    return "launch/CPU-overhead-bound", "; ".join(
-        x for x in (not_link, "GPUs busy but neither memory bandwidth nor power near their limits: small per-step "
-                              "kernels and collective latency dominate") if x)
+    collectives = f"small all-reduces over {name}" if link is not None else "small collectives"
+    return "latency-bound", "; ".join(
+        x for x in (not_link, "GPUs busy but neither memory bandwidth nor power near their limits: each step is the "
+                              f"fixed latency of many small kernels and of the per-layer {collectives}, which CUDA "
+                              "graphs do not remove; more requests per step amortise it") if x)
 
 
 def diagnose(row: dict[str, Any]) -> dict[str, Any]:

@@ -163,7 +163,8 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
      "the node's GPU topology (count, P2P matrix, NVLink/PCIe, nvidia-smi topo -m), read once per node"),
     ("bottleneck", "string", "",
      "what limits throughput: client-bound | kv-capacity/queue-bound | interconnect-bound | memory-bandwidth-bound | "
-     "compute-bound | launch/CPU-overhead-bound | unknown (grid/diagnosis/rules.py); null: nothing measured"),
+     "compute-bound | launch/CPU-overhead-bound | latency-bound | unknown (grid/diagnosis/rules.py); null: nothing "
+     "measured"),
     ("bottleneck_evidence", "string", "", "the evidence behind the verdict, then the reason"),
 ]
 

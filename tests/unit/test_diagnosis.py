@@ -15,10 +15,11 @@ SEED = {"status": "ok", "completed": 64, "point_kind": "concurrency", "point_val
 
 def test_seed_session_telemetry_is_not_interconnect_bound():
     out = diagnose(SEED)
-    assert out["bottleneck"] == "launch/CPU-overhead-bound"
+    assert out["bottleneck"] == "latency-bound"
     ev = out["bottleneck_evidence"]
     assert ev.startswith("PCIe 700 KB/s of 63 GB/s, SM 100%, memory bandwidth 52%, power 55% of 600 W")
-    assert "not interconnect-bound" in ev and "small per-step kernels" in ev
+    assert "not interconnect-bound" in ev and "small all-reduces over PCIe" in ev
+    assert "CUDA graphs do not remove" in ev
 
 
 def test_each_verdict():
@@ -37,7 +38,7 @@ def test_each_verdict():
 
 
 def test_a_small_queue_against_a_large_batch_is_not_queue_bound():
-    assert classify({**SEED, "srv_queue_mean": 2.0, "srv_running_mean": 60.0})[0] == "launch/CPU-overhead-bound"
+    assert classify({**SEED, "srv_queue_mean": 2.0, "srv_running_mean": 60.0})[0] == "latency-bound"
 
 
 def test_no_evidence_and_nothing_measured():

@@ -25,7 +25,7 @@ def test_twin_trial_records_metrics_telemetry_and_diagnosis(tmp_path):
     for row in rows:
         assert row["srv_scrapes"] >= 2 and row["gpu_telemetry_source"] == "modelled"
         assert 0 < row["gpu_sm_util_mean"] <= 1 and row["gpu_power_limit_w"] == 700.0  # H100 SXM TDP
-        assert row["bottleneck"] in ("launch/CPU-overhead-bound", "memory-bandwidth-bound")
+        assert row["bottleneck"] in ("launch/CPU-overhead-bound", "latency-bound", "memory-bandwidth-bound")
         assert "GPU figures modelled by the twin" in row["bottleneck_evidence"]
         assert '"modelled": true' in row["gpu_topology_json"]
     stored = pq.read_table(tmp_path / "parquet" / "load_points" / f"{plan.config_hash}.parquet").to_pylist()
