@@ -65,3 +65,17 @@ def peak_gen_throughput(text: str) -> tuple[float | None, int | None]:
         if isinstance(g, (int, float)) and (best[0] is None or g > best[0]):
             best = (float(g), row.get("running_req"))
     return best
+
+
+_ERR_LINE = re.compile(r"(\w*Error\b|error:|Exception\b|\bNaN\b|Unsupported|out of memory|refuse)")
+_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+
+
+def error_headline(log_tail: str | None) -> str:
+    """The most telling line of a server log tail: the last one that names an error, without its ``[time ...]``
+    prefix, at most 160 characters ("" when none does). The ``server_args=...`` dump is never chosen."""
+    lines = [_PREFIX.sub("", ln.strip()) for ln in (log_tail or "").splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if not line.startswith("server_args=") and _ERR_LINE.search(line):
+            return line[:160]
+    return ""

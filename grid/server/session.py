@@ -24,6 +24,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grid.server.logparse import error_headline
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 
@@ -130,9 +131,10 @@ class ServerSession:
                     port = new_port
                     continue
                 status = "skipped" if err.error_class == "port_in_use" else "failed"
-                return LaunchResult(status, err.error_class, str(err), port, base_url, exit_code=code,
-                                    log_tail=self._redact(err.log_tail or self.server.log_tail()),
-                                    infra_retries=notes).to_dict()
+                tail = self._redact(err.log_tail or self.server.log_tail())
+                cause = error_headline(tail)  # the server's own words say more than "exited before ready"
+                return LaunchResult(status, err.error_class, f"{err}: {cause}" if cause else str(err), port, base_url,
+                                    exit_code=code, log_tail=tail, infra_retries=notes).to_dict()
         verdict = probe(base_url, api, model, api_key, self.server.log_tail, timeout_s=max(10.0, 600 / time_scale))
         if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.server.alive():
             verdict.error_class = "server_hang"  # alive, port open, yet no answer: not the configuration's output

@@ -89,6 +89,7 @@ def test_cuda_graph_oom_at_startup(tmp_path, trial):
     assert [r["status"] for r in rows] == ["not_run"] * 3
     assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] == "startup_oom"
     assert "exited with code 1" in rows[0]["trial_error_message"]
+    assert "CUDA out of memory" in rows[0]["trial_error_message"]  # the server's own words, not only the exit code
     assert "CUDA out of memory" in rows[0]["log_tail"] and rows[0]["startup_s"] is None
     assert session.launches[0]["exit_code"] == 1
     assert_no_leftovers(session)

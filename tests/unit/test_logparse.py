@@ -36,3 +36,16 @@ def test_peak():
     assert len(decode_stats(text)) == 2
     assert peak_gen_throughput(text) == (1635.11, 32)
     assert peak_gen_throughput("nothing") == (None, None)
+
+
+def test_error_headline_is_the_last_error_line_without_prefix():
+    from grid.server.logparse import error_headline
+
+    tail = ("[2026-02-20 10:00:00 TP0] Load weight begin\n"
+            "[2026-02-20 10:00:01 TP0] server_args=ServerArgs(enable_nan_detection=False, error=1)\n"
+            "[2026-02-20 10:00:02 TP0] ModuleNotFoundError: No module named 'aiter'\n"
+            "[2026-02-20 10:00:02] Received sigquit from a child process. It usually means the child failed.\n")
+    assert error_headline(tail) == "ModuleNotFoundError: No module named 'aiter'"
+    assert error_headline("[t] server_args=ServerArgs(error=1)") == ""
+    assert error_headline(None) == "" and error_headline("") == ""
+    assert len(error_headline("RuntimeError: " + "x" * 500)) == 160
