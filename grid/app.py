@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,20 +12,38 @@ from grid.config.schema import ConfigError, RunSpec, load_run_spec
 from grid.engines.base import EngineUnavailable
 
 
+PIPED_WIDTH = 160  # console columns when stdout is not a terminal and COLUMNS is unset
+
+# The requests columns the report needs to judge the SLOs (grid.report.select.rejudge).
+REQUEST_COLUMNS = ("config_hash", "point_index", "status", "ttft_ms", "tpot_ms", "e2e_ms")
+
+
 def report(spec: RunSpec, console: Console) -> list:
-    """Rank every recorded configuration, print the verdicts, write report.md and plots. Returns the verdicts."""
+    """Rank every recorded configuration, print the verdicts, write report.md and plots. Returns the verdicts.
+
+    Every recorded load point is judged against the current objective's SLOs from its stored requests (a resumed
+    sweep may have measured it under other SLOs); nothing stored is rewritten. A sweep with planned configurations
+    not yet recorded (an interrupted run) is reported as incomplete.
+    """
     from grid.experiments import run_experiment
-    from grid.report.render import markdown, plot, print_report
-    from grid.report.select import rank
+    from grid.report.render import incomplete_note, markdown, plot, print_report
+    from grid.report.select import rank, rejudge
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
 
     wanted = {p.config_hash for p in expand(spec)}
-    rows = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if r["config_hash"] in wanted]
+    stored = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if r["config_hash"] in wanted]
+    requests = read_table(spec.run_dir, "requests")
+    columns = [c for c in (*REQUEST_COLUMNS, "warmup") if c in requests.column_names]
+    requests = [r for r in requests.select(columns).to_pylist() if r["config_hash"] in wanted]
+    rows = rejudge(stored, requests, spec.objective.slo)
     verdicts = rank(rows, spec.objective)
-    print_report(verdicts, console)
+    # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
+    note = incomplete_note(len(wanted), len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
+    notes = [note] if note else []
+    print_report(verdicts, console, notes)
     run_dir = Path(spec.run_dir)
-    (run_dir / "report.md").write_text(markdown(verdicts, f"grid: {spec.name}"))
+    (run_dir / "report.md").write_text(markdown(verdicts, f"grid: {spec.name}", notes))
     png = plot(verdicts, run_dir / "throughput.png")
     if spec.experiment:
         out = run_experiment(spec, rows, console)
@@ -35,7 +54,10 @@ def report(spec: RunSpec, console: Console) -> list:
 
 
 def main(cfg: dict[str, Any], console: Console | None = None) -> int:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console.width = PIPED_WIDTH  # piped or logged: keep table rows on one line instead of rich's 80 columns
     try:
         spec = load_run_spec(cfg)
     except ConfigError as err:

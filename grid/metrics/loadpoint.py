@@ -15,7 +15,9 @@ Conventions:
 * SLOs: a request is *good* when it is ``ok`` and meets every given threshold (TPOT of a 1-token output counts as
   met). ``goodput`` = good / duration; ``slo_attainment`` = good / all measured requests; per-metric attainment
   likewise. ``slo_met``: for every given metric, at least ``percentile`` % of all measured requests meet it (failed
-  requests count as misses), i.e. the nearest-rank p<percentile> is within the SLO.
+  requests count as misses), i.e. the nearest-rank p<percentile> is within the SLO. ``slo_values`` computes these
+  from per-request rows (the stored ``requests`` table or the records of a load point): the report re-judges every
+  recorded load point with it under the current objective, and ``summarize`` uses it too, so both agree exactly.
 * A value that was not measured is null, never 0: no ``ok`` request means null throughputs and latencies (the
   counts say why); no SLO means null goodput/attainment.
 """
@@ -23,8 +25,9 @@ Conventions:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,12 +40,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SLO:
+    """Latency targets (modelled ms; None: no target) that ``percentile`` % (in (0, 100]) of requests must meet."""
+
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     percentile: float = 99.0
 
     def given(self) -> dict[str, float]:
+        """The targets that are set, by metric name (``ttft``, ``tpot``, ``e2e``) -> threshold in ms."""
         pairs = (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2e", self.e2e_ms))
         return {k: v for k, v in pairs if v is not None}
 
@@ -105,6 +111,16 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
 ]
 METRIC_COLUMN_NAMES: list[str] = [c[0] for c in METRIC_COLUMNS]
 
+#: The load-point columns whose value depends on the SLOs (``slo_values`` computes them).
+SLO_COLUMNS: list[str] = [
+    "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "slo_percentile", "goodput_req_per_s", "slo_attainment",
+    "slo_attainment_ttft", "slo_attainment_tpot", "slo_attainment_e2e", "slo_met",
+]
+#: Keys ``slo_values`` adds besides ``SLO_COLUMNS`` (never stored): each given SLO metric at the SLO's percentile
+#: over ok requests (modelled ms, ``numpy.percentile`` linear interpolation, as the stored p90/p95/p99 columns).
+SLO_LATENCY_KEYS: dict[str, str] = {"ttft": "slo_ttft_at_pct_ms", "tpot": "slo_tpot_at_pct_ms",
+                                    "e2e": "slo_e2e_at_pct_ms"}
+
 
 def _stats(prefix: str, values: list[float]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
@@ -140,15 +156,57 @@ def peak_concurrency(intervals: list[tuple[int, int]]) -> int:
     return peak
 
 
-def _meets(m: RequestMetrics, metric: str, limit: float) -> bool:
+def _meets(metric: str, value: float | None, limit: float) -> bool:
     if metric == "tpot":
-        return m.tpot_ms is None or m.tpot_ms <= limit  # a 1-token output has no TPOT: counts as met
-    value = m.ttft_ms if metric == "ttft" else m.e2e_ms
+        return value is None or value <= limit  # a 1-token output has no TPOT: counts as met
     return value is not None and value <= limit
 
 
+def slo_values(requests: Iterable[Mapping[str, Any]], duration_s: float | None,
+               slo: SLO | None) -> dict[str, float | bool | None]:
+    """The SLO-dependent values of one load point, from its measured requests (pure).
+
+    ``requests``: one mapping per measured request with ``status`` (ok | failed) and ``ttft_ms``, ``tpot_ms``,
+    ``e2e_ms`` (modelled ms, null when not measured), i.e. rows of the ``requests`` table of one
+    (config_hash, point_index); a row whose ``warmup`` is true is left out. ``duration_s``: the load point's measured
+    window in modelled seconds. ``slo``: thresholds in ms and the percentile in (0, 100]; None or no threshold means
+    no SLO.
+
+    Returns ``SLO_COLUMNS`` (the thresholds and percentile, ``goodput_req_per_s`` in req/s, ``slo_attainment*`` as
+    fractions of all measured requests, ``slo_met``) with the module's definitions, plus ``SLO_LATENCY_KEYS``: the
+    p<percentile> (ms) of each given metric over ok requests. Values that are not defined (no SLO, no request, no ok
+    request with that metric) are None. ``summarize`` uses this function, so values computed here from the stored
+    rows equal the stored ones for the same SLO.
+    """
+    rows = [r for r in requests if not r.get("warmup")]
+    given = slo.given() if slo is not None else {}
+    out: dict[str, float | bool | None] = {
+        "slo_ttft_ms": given.get("ttft"), "slo_tpot_ms": given.get("tpot"), "slo_e2e_ms": given.get("e2e"),
+        "slo_percentile": slo.percentile if given and slo is not None else None,
+        "goodput_req_per_s": None, "slo_attainment": None, "slo_met": None,
+        **{f"slo_attainment_{k}": None for k in ("ttft", "tpot", "e2e")},
+        **dict.fromkeys(SLO_LATENCY_KEYS.values()),
+    }
+    if not given or slo is None:
+        return out
+    ok = [r for r in rows if r.get("status") == "ok"]
+    for k in given:
+        out[SLO_LATENCY_KEYS[k]] = _pct([r[f"{k}_ms"] for r in ok if r.get(f"{k}_ms") is not None], slo.percentile)
+    if rows:
+        n = len(rows)
+        meets = {k: [r.get("status") == "ok" and _meets(k, r.get(f"{k}_ms"), lim) for r in rows]
+                 for k, lim in given.items()}
+        good = sum(1 for i in range(n) if all(meets[k][i] for k in given))
+        out["goodput_req_per_s"] = good / duration_s if duration_s else None
+        out["slo_attainment"] = good / n
+        for k, flags in meets.items():
+            out[f"slo_attainment_{k}"] = sum(flags) / n
+        out["slo_met"] = all(sum(flags) / n >= slo.percentile / 100.0 for flags in meets.values())
+    return out
+
+
 def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, float | int | str | bool | None]:
-    """One load point's metrics; keys are exactly ``METRIC_COLUMN_NAMES``."""
+    """One load point's metrics; keys are exactly ``METRIC_COLUMN_NAMES`` (units: ``METRIC_COLUMNS``)."""
     ts = result.time_scale
     check_time_scale(ts)
     records = result.records
@@ -212,26 +270,9 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     out["client_queue_mean_ms"], out["client_queue_p99_ms"] = _mean(queue), _pct(queue, 99)
     out["client_queue_max_ms"] = max(queue) if queue else None
 
-    given = slo.given() if slo is not None else {}
-    out["slo_ttft_ms"] = given.get("ttft")
-    out["slo_tpot_ms"] = given.get("tpot")
-    out["slo_e2e_ms"] = given.get("e2e")
-    out["slo_percentile"] = slo.percentile if given else None
-    out["goodput_req_per_s"] = out["slo_attainment"] = out["slo_met"] = None
-    for k in ("ttft", "tpot", "e2e"):
-        out[f"slo_attainment_{k}"] = None
-    if given and records:
-        assert slo is not None
-        n = len(records)
-        meets = {
-            k: [r.status == "ok" and _meets(m, k, lim) for r, m in zip(records, metrics)] for k, lim in given.items()
-        }
-        good = sum(1 for i in range(n) if all(meets[k][i] for k in given))
-        out["goodput_req_per_s"] = good / duration_s if duration_s else None
-        out["slo_attainment"] = good / n
-        for k, flags in meets.items():
-            out[f"slo_attainment_{k}"] = sum(flags) / n
-        out["slo_met"] = all(sum(flags) / n >= slo.percentile / 100.0 for flags in meets.values())
+    judged = slo_values([{"status": r.status, "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms}
+                         for r, m in zip(records, metrics)], duration_s, slo)
+    out.update({k: judged[k] for k in SLO_COLUMNS})
     if set(out) != set(METRIC_COLUMN_NAMES):  # keep summarize and METRIC_COLUMNS in step
         raise AssertionError(f"summary keys differ from METRIC_COLUMNS: {set(out) ^ set(METRIC_COLUMN_NAMES)}")
     return {k: out[k] for k in METRIC_COLUMN_NAMES}

@@ -1,6 +1,7 @@
 """Render the verdicts: a console table (rich), ``report.md`` and a throughput/latency plot in the run directory.
 
-Every number shown is read from the load-points Parquet table; nothing is recomputed here.
+Every number shown is read from the load-point rows given (the load-points Parquet table, with the SLO-dependent
+values re-judged for the current objective by grid.report.select.rejudge); nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -80,9 +81,25 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
     return t
 
 
-def print_report(verdicts: list[Verdict], console) -> None:
+def incomplete_note(planned: int, recorded: int) -> str | None:
+    """The warning for a sweep with configurations still to run (counts of configurations), None when complete."""
+    missing = planned - recorded
+    if missing <= 0:
+        return None
+    among = (f"the best below is among the {recorded} recorded" if recorded
+             else "nothing is recorded yet")
+    return (f"Incomplete: {missing} of {planned} configuration{'s' if planned != 1 else ''} "
+            f"{'have' if missing != 1 else 'has'} no result yet (interrupted?); run the same command again to run "
+            f"{'them' if missing != 1 else 'it'} — {among}.")
+
+
+def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str, ...] = ()) -> None:
+    """Print the best configuration, its load points and diagnosis, then every verdict. ``notes`` (e.g.
+    :func:`incomplete_note`) are printed first, in yellow."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
     console.print()
+    for note in notes:
+        console.print(f"[bold yellow]{note}[/]", highlight=False, soft_wrap=True)
     if best is None:
         console.print("[bold red]No configuration qualified.[/]")
     else:
@@ -97,8 +114,11 @@ def print_report(verdicts: list[Verdict], console) -> None:
     console.print(verdict_table(verdicts))
 
 
-def markdown(verdicts: list[Verdict], title: str) -> str:
+def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """``report.md``: the ``notes`` (each its own paragraph), the best configuration and every verdict."""
     lines = [f"# {title}", ""]
+    for note in notes:
+        lines += [f"**{note}**", ""]
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best:
         lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```", best.rows[0]["command"], "```", "",

@@ -4,15 +4,24 @@ Input is the load-points table as a list of row dicts (grid.storage.schema.LOAD_
 eligible only if its trial is ``ok``; a load point counts only if every request succeeded (``status == ok``) and its
 latency percentiles meet the SLOs. The objective scores each eligible load point; a configuration's score is the
 best of its points.
+
+The SLO-dependent columns stored with a load point (goodput, attainment, ``slo_met``) were computed with the SLOs of
+the run that measured it, which need not be the current objective's (a resumed sweep does not measure again). The
+report therefore first passes the rows through :func:`rejudge`, which recomputes those values, and each SLO metric at
+the SLO's percentile, from the stored per-request rows (``grid.metrics.loadpoint.slo_values``). :func:`rank` reads
+the recomputed keys when present and falls back to the stored percentile columns (p50 = median, p90, p95, p99).
 """
 
 from __future__ import annotations
 
-import re
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from grid.config.schema import ObjectiveSpec
+from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
+from grid.server.logparse import error_headline
 
 
 @dataclass(frozen=True)
@@ -21,8 +30,14 @@ class Objective:
     metric: str              # load-point column the score comes from
     higher_is_better: bool
     unit: str
-    describe: str
+    describe: str            # "{meeting}" is replaced by " meeting the SLOs (...)" when SLOs are set, else by ""
     points: Callable[[list[dict]], list[dict]] = lambda rows: rows
+    noun: str = "score"      # what the score is, for notes ("throughput still rising ...")
+
+    def description(self, slo) -> str:
+        """``describe`` for an objective's ``slo`` (thresholds in ms): names the SLOs only when some are set."""
+        text = slo_text(slo)
+        return self.describe.format(meeting=f" meeting the SLOs ({text})" if text else "")
 
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -38,11 +53,89 @@ def register(obj: Objective) -> Objective:
 
 
 register(Objective("max_output_throughput", "output_tok_per_s", True, "tok/s",
-                   "highest output throughput at any load point meeting the SLOs"))
+                   "highest output throughput at any load point{meeting}", noun="throughput"))
 register(Objective("max_goodput", "goodput_req_per_s", True, "req/s",
-                   "highest goodput (requests/s meeting every SLO) at any load point"))
-register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPOT at the lowest load level",
-                   points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)]))
+                   "highest goodput (requests/s within every SLO) at any load point{meeting}", noun="goodput"))
+register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPOT at the lowest load level{meeting}",
+                   points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)],
+                   noun="median TPOT"))
+
+# The stored per-percentile latency columns: p50 is stored as the median.
+_STORED_PCT = {50.0: "median", 90.0: "p90", 95.0: "p95", 99.0: "p99"}
+_LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
+
+
+def _pct_label(percentile: float) -> str:
+    return f"{percentile:g}"
+
+
+def slo_text(slo) -> str:
+    """The SLOs that are set, e.g. ``p99 TTFT <= 2000 ms, p99 TPOT <= 150 ms`` (thresholds in modelled ms); "" when
+    none is set. ``slo``: anything with ``ttft_ms``, ``tpot_ms``, ``e2e_ms`` and ``percentile`` (or None)."""
+    if slo is None:
+        return ""
+    pct = _pct_label(slo.percentile)
+    return ", ".join(f"p{pct} {name.upper()} <= {target:g} ms"
+                     for name, target in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2e", slo.e2e_ms))
+                     if target is not None)
+
+
+def fmt_score(value: float, figures: int = 3) -> str:
+    """A score (any unit) with ``figures`` significant figures, never in exponent form (integer digits are kept):
+    0.312, 12.3, 180, 12345."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, figures - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def fmt_scores(value: float, best: float) -> tuple[str, str]:
+    """``value`` and ``best`` with 3 significant figures, or more (up to 6) until they print differently."""
+    for figures in range(3, 7):
+        a, b = fmt_score(value, figures), fmt_score(best, figures)
+        if a != b or value == best:
+            break
+    return a, b
+
+
+def fmt_delta(percent: float) -> str:
+    """A signed difference in percent: one decimal, two significant figures below 0.1 %, never in exponent form:
+    -10.0%, -0.043%, -<0.0001%."""
+    if percent == 0 or abs(percent) >= 0.1:
+        return f"{percent:+.1f}%"
+    if abs(percent) < 1e-4:
+        return f"{'-' if percent < 0 else '+'}<0.0001%"
+    return f"{percent:+.2g}%"
+
+
+def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, Any]], slo) -> list[dict]:
+    """Copies of the load-point ``rows`` with their SLO-dependent values recomputed for ``slo`` (pure).
+
+    ``requests``: rows of the ``requests`` table (``config_hash``, ``point_index``, ``status``, ``ttft_ms``,
+    ``tpot_ms``, ``e2e_ms`` in modelled ms; rows marked ``warmup`` are ignored). ``slo``: thresholds in ms and a
+    percentile in (0, 100] (``SLOSpec`` or ``grid.metrics.loadpoint.SLO``). Every row gets ``SLO_COLUMNS``
+    (goodput in req/s over the row's ``duration_s``, attainment fractions, ``slo_met``) and ``SLO_LATENCY_KEYS``
+    (ms) from ``grid.metrics.loadpoint.slo_values`` over its own requests. A row whose stored requests do not
+    number ``requests_total`` (files lost or damaged) cannot be judged under SLOs: its SLO values are null and
+    ``slo_unjudged`` says why. The input rows are not modified.
+    """
+    target = SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile)
+    by_point: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for r in requests:
+        if not r.get("warmup"):
+            by_point.setdefault((r["config_hash"], r["point_index"]), []).append(r)
+    out = []
+    for row in rows:
+        new = dict(row)
+        mine = by_point.get((row["config_hash"], row["point_index"]), [])
+        total = row.get("requests_total") or 0
+        if len(mine) == total or not target.given():
+            new.update(slo_values(mine, row.get("duration_s"), target))
+        else:
+            new.update(slo_values([], None, target))
+            new["slo_unjudged"] = (f"SLOs not judged: {len(mine)} of its {total} requests are in parquet/requests")
+        out.append(new)
+    return out
 
 
 @dataclass
@@ -57,41 +150,83 @@ class Verdict:
 
 
 def _slo_misses(row: dict, slo) -> list[str]:
-    pct = int(slo.percentile) if float(slo.percentile).is_integer() else slo.percentile
+    """Each SLO the row misses, as text; the percentile value comes from ``rejudge`` (else a stored column)."""
+    pct = _pct_label(slo.percentile)
     misses = []
     for name, target in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2e", slo.e2e_ms)):
         if target is None:
             continue
-        value = row.get(f"{name}_p{pct}_ms")
-        if value is None or value > target:
-            misses.append(f"p{pct} {name.upper()} {'-' if value is None else f'{value:.0f}'} ms > {target:g}")
+        key = SLO_LATENCY_KEYS[name]
+        stored = _STORED_PCT.get(float(slo.percentile))
+        if key in row:
+            value = row[key]
+        elif stored is not None:
+            value = row.get(f"{name}_{stored}_ms")
+        else:
+            misses.append(f"p{pct} {name.upper()} not stored (re-judge from parquet/requests)")
+            continue
+        if value is None:
+            misses.append(f"p{pct} {name.upper()} not measured (SLO {target:g} ms)")
+        elif value > target:
+            misses.append(f"p{pct} {name.upper()} {fmt_score(value)} ms > {target:g}")
     return misses
 
 
-_ERR_LINE = re.compile(r"(\w*Error\b|error:|Exception\b|\bNaN\b|Unsupported|out of memory|refuse)")
-_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+def _no_score(obj: Objective, slo) -> str:
+    if obj.metric == "goodput_req_per_s" and not slo_text(slo):
+        return "goodput needs an SLO (set objective.slo.ttft_ms, tpot_ms or e2e_ms)"
+    return f"{obj.metric} not measured"
 
 
-def headline(log_tail: str | None) -> str:
-    """The most telling log line of a failed launch: the last one that names an error ("" if none)."""
-    lines = [_PREFIX.sub("", ln.strip()) for ln in (log_tail or "").splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if not line.startswith("server_args=") and _ERR_LINE.search(line):
-            return line[:160]
-    return ""
+def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
+    """A note when ``best`` (the chosen load point of a configuration whose load points are ``rows``) is the
+    highest load level tested of its kind and its score (``obj.metric``) rose from the level below by more than
+    ``TIE_PERCENT`` %: the peak may lie beyond the levels tested. None otherwise (and for lower-is-better
+    objectives)."""
+    if not obj.higher_is_better:
+        return None
+    kind = best.get("point_kind")
+    same = [r for r in rows if r.get("point_kind") == kind]
+    level = best["point_value"]
+    if any(r["point_value"] > level for r in same):
+        return None
+    below = [r for r in same if r["point_value"] < level]
+    if not below:
+        return None
+    prev = max(below, key=lambda r: r["point_value"])
+    score, before = best.get(obj.metric), prev.get(obj.metric)
+    if score is None or before is None:
+        return None
+    if before > 0:
+        rise = (score - before) / before * 100
+        if rise <= TIE_PERCENT:
+            return None
+        by = f"+{rise:.1f}% over level {prev['point_value']:g}"
+    elif score > before:
+        by = f"from {fmt_score(before)} at level {prev['point_value']:g}"
+    else:
+        return None
+    knob = _LOAD_FIELD.get(kind or "", "load.concurrency")
+    return (f"{obj.noun} still rising at the highest level tested ({level:g}, {by}): the peak may lie beyond; "
+            f"add higher {knob} levels")
 
 
 def _failure_reason(first: dict) -> str:
     cls = first.get("trial_error_class") or "failed"
     msg = first.get("trial_error_message") or ""
-    line = headline(first.get("log_tail"))
+    line = error_headline(first.get("log_tail"))
     if line and cls.startswith("startup"):
         return f"{cls}: {line}"            # the server's own error says more than "exited before ready"
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 
 
 def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
-    """Verdicts, best first, then losers by score, then invalid and failed configurations."""
+    """Verdicts, best first, then losers by score, then invalid and failed configurations (pure).
+
+    ``rows``: load-point rows, passed through :func:`rejudge` for ``objective.slo`` first (otherwise the stored
+    p50/p90/p95/p99 columns are used for the SLO check and the stored goodput for ``max_goodput``). A verdict's
+    ``score`` is in the objective's unit (tok/s, req/s or ms); ``reason`` says why it won, lost or failed.
+    """
     obj = OBJECTIVES.get(objective.kind)
     if obj is None:
         raise ValueError(f"objective.kind={objective.kind!r}; allowed: {', '.join(sorted(OBJECTIVES))}")
@@ -99,6 +234,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
     for row in rows:
         by_config.setdefault(row["config_hash"], []).append(row)
     verdicts: list[Verdict] = []
+    excluded: dict[str, list[str]] = {}    # per configuration: its load points not counted, and why
     for h, group in by_config.items():
         group.sort(key=lambda r: r["point_index"])
         first = group[0]
@@ -107,42 +243,61 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
             outcome = "invalid" if status == "invalid" else "failed"
             verdicts.append(Verdict(h, first["label"], outcome, None, _failure_reason(first), None, group))
             continue
-        best, misses = None, []
+        best, misses, slo_missed = None, [], False
         for row in obj.points(group):
-            if row["status"] != "ok" or row.get(obj.metric) is None:
-                misses.append(f"level {row['point_value']:g}: {row['status']}"
+            level = f"level {row['point_value']:g}"
+            if row["status"] != "ok":
+                misses.append(f"{level}: {row['status']}"
                               + (f" ({row['error_class']})" if row.get("error_class") else ""))
+                continue
+            if row.get("slo_unjudged"):
+                misses.append(f"{level}: {row['slo_unjudged']}")
                 continue
             slo_miss = _slo_misses(row, objective.slo)
             if slo_miss:
-                misses.append(f"level {row['point_value']:g}: " + ", ".join(slo_miss))
+                slo_missed = True
+                misses.append(f"{level}: " + ", ".join(slo_miss))
+                continue
+            if row.get(obj.metric) is None:
+                misses.append(f"{level}: {_no_score(obj, objective.slo)}")
                 continue
             better = best is None or (row[obj.metric] > best[obj.metric] if obj.higher_is_better
                                       else row[obj.metric] < best[obj.metric])
             if better:
                 best = row
         if best is None:
+            head = "no load point met the SLOs" if slo_missed else "no eligible load point"
             verdicts.append(Verdict(h, first["label"], "no_eligible_point", None,
-                                    "no load point met the SLOs: " + "; ".join(misses), None, group))
+                                    f"{head}: " + "; ".join(misses), None, group))
         else:
             verdicts.append(Verdict(h, first["label"], "lost", best[obj.metric], "", best, group))
+            excluded[h] = misses
     scored = sorted((v for v in verdicts if v.score is not None),
                     key=lambda v: v.score, reverse=obj.higher_is_better)
     if scored:
         top = scored[0]
         top.outcome = "best"
-        top.reason = f"{obj.describe}: {top.score:.1f} {obj.unit} at level {top.best_point['point_value']:g}"
+        top.reason = (f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit} "
+                      f"at level {top.best_point['point_value']:g}")
         ties = 0
         for v in scored[1:]:
             delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
-            v.reason = (f"{v.score:.1f} {obj.unit} at level {v.best_point['point_value']:g} vs best "
-                        f"{top.score:.1f} ({delta:+.1f}%)")
+            mine, theirs = fmt_scores(v.score, top.score)
+            v.reason = (f"{mine} {obj.unit} at level {v.best_point['point_value']:g} vs best {theirs} "
+                        f"({fmt_delta(delta)})")
             if abs(delta) < TIE_PERCENT:
                 ties += 1
                 v.reason += f": a tie (within {TIE_PERCENT:g}%, the measurement's repeatability)"
+            if excluded.get(v.config_hash):
+                v.reason += "; not counted: " + "; ".join(excluded[v.config_hash])
         if ties:
             top.reason += (f"; {ties} other configuration{'s' if ties > 1 else ''} within {TIE_PERCENT:g}% "
                            "(a tie: any of them will do)")
+        if excluded.get(top.config_hash):
+            top.reason += "; not counted: " + "; ".join(excluded[top.config_hash])
+        note = rising_note(obj, top.rows, top.best_point)
+        if note:
+            top.reason += f"; {note}"
     order = {"best": 0, "lost": 1, "no_eligible_point": 2, "invalid": 3, "failed": 4}
     rest = [v for v in verdicts if v.score is None]
     rest.sort(key=lambda v: (order[v.outcome], v.label))

@@ -8,8 +8,21 @@ import numpy as np
 import pytest
 
 from grid.loadgen.runner import LoadPointResult
-from grid.metrics.loadpoint import METRIC_COLUMN_NAMES, SLO, load_point_status, peak_concurrency, summarize
+from grid.config.schema import SLOSpec
+from grid.metrics.loadpoint import (
+    METRIC_COLUMN_NAMES,
+    SLO,
+    SLO_COLUMNS,
+    SLO_LATENCY_KEYS,
+    load_point_status,
+    peak_concurrency,
+    slo_values,
+    summarize,
+)
 from grid.metrics.request import TimingError
+from grid.report.select import rejudge
+from grid.storage.parquet import read_table, write_trial
+from grid.storage.schema import load_point_row, request_rows
 
 from .test_request_metrics import MS, SEND, record
 
@@ -138,3 +151,78 @@ def test_window_errors_raise():
         summarize(result(recs, end_ms=20 * 86_400_000))
     with pytest.raises(TimingError):  # a request before the window
         summarize(LoadPointResult(recs, T0 + 1, T0 + 400 * MS, 1.0))
+
+
+# SLO values recomputed from the stored per-request rows (the report re-judges every load point this way) --------------
+def mixed_point():
+    """Eight requests with spread TTFTs and TPOTs, one 1-token output (no TPOT) and one failure."""
+    recs = []
+    for i in range(6):
+        ttft, gap = 10 + 7 * i, 3 + 2 * (i % 3)
+        recs.append(shifted(record([(ttft + gap * k, 1) for k in range(10)], index=i), 100 * i))
+    recs.append(shifted(record([(25, 1)], index=6), 600))                    # 1 token: TPOT counts as met
+    recs.append(shifted(record([], status="failed", end_ms=7, index=7), 700))  # a failure never meets an SLO
+    return result(recs, end_ms=800, time_scale=1.5)
+
+
+SLOS = [SLO(ttft_ms=30.0), SLO(ttft_ms=40.0, tpot_ms=6.0, percentile=50.0), SLO(e2e_ms=90.0, percentile=37.5),
+        SLO(tpot_ms=5.0, e2e_ms=150.0, percentile=100.0), SLO(ttft_ms=25.0, percentile=90.0), SLO(), None]
+
+
+@pytest.mark.parametrize("slo", SLOS, ids=str)
+def test_slo_values_from_stored_requests_equal_summarize(slo):
+    res = mixed_point()
+    s = summarize(res, slo)
+    rows = request_rows(res, config_hash="h", trial_id="t", point_index=0)
+    v = slo_values(rows, s["duration_s"], slo)
+    assert {k: v[k] for k in SLO_COLUMNS} == {k: s[k] for k in SLO_COLUMNS}  # exactly, not approximately
+    given = slo.given() if slo else {}
+    for metric, key in SLO_LATENCY_KEYS.items():
+        if metric not in given:
+            assert v[key] is None
+            continue
+        values = [r[f"{metric}_ms"] for r in rows if r["status"] == "ok" and r[f"{metric}_ms"] is not None]
+        assert v[key] == float(np.percentile(values, slo.percentile))
+        stored = {50.0: "median", 90.0: "p90", 99.0: "p99"}.get(slo.percentile)
+        if stored:  # the same definition as the stored percentile columns
+            assert v[key] == s[f"{metric}_{stored}_ms"]
+
+
+def test_slo_values_definitions():
+    rows = [{"status": "ok", "ttft_ms": 10.0, "tpot_ms": None, "e2e_ms": 10.0},
+            {"status": "ok", "ttft_ms": 30.0, "tpot_ms": 4.0, "e2e_ms": 100.0},
+            {"status": "failed", "ttft_ms": 5.0, "tpot_ms": None, "e2e_ms": None},
+            {"status": "ok", "ttft_ms": 1.0, "tpot_ms": 1.0, "e2e_ms": 1.0, "warmup": True}]  # left out
+    v = slo_values(rows, 2.0, SLO(ttft_ms=20.0, tpot_ms=5.0, percentile=50.0))
+    assert v["goodput_req_per_s"] == 0.5            # only the first: ok, TTFT 10 <= 20, no TPOT (1 token) = met
+    assert v["slo_attainment"] == pytest.approx(1 / 3) and v["slo_attainment_tpot"] == pytest.approx(2 / 3)
+    assert v["slo_attainment_ttft"] == pytest.approx(1 / 3) and v["slo_attainment_e2e"] is None
+    assert v["slo_met"] is False                    # TTFT: 1/3 < 50 %
+    assert v["slo_ttft_at_pct_ms"] == 20.0 and v["slo_tpot_at_pct_ms"] == 4.0 and v["slo_e2e_at_pct_ms"] is None
+    assert v["slo_percentile"] == 50.0 and v["slo_ttft_ms"] == 20.0 and v["slo_e2e_ms"] is None
+    none = slo_values(rows, 2.0, SLO())
+    assert set(none) == set(SLO_COLUMNS) | set(SLO_LATENCY_KEYS.values()) and set(none.values()) == {None}
+    empty = slo_values([], None, SLO(ttft_ms=20.0))
+    assert empty["goodput_req_per_s"] is None and empty["slo_met"] is None and empty["slo_ttft_ms"] == 20.0
+
+
+def test_report_rejudges_through_parquet_exactly(tmp_path):
+    """Measured under one SLO, stored, read back and re-judged under another: the values equal a measurement under
+    the other SLO, and re-judging under the measuring SLO gives back exactly the stored values."""
+    res = mixed_point()
+    measured_slo, other = SLO(ttft_ms=2000.0, tpot_ms=150.0), SLO(ttft_ms=30.0, percentile=50.0)
+    stored_summary = summarize(res, measured_slo)
+    write_trial(tmp_path, "h", {
+        "requests": request_rows(res, config_hash="h", trial_id="t", point_index=0),
+        "load_points": [load_point_row(stored_summary, config_hash="h", trial_id="t", point_index=0, status="ok")]})
+    rows = read_table(tmp_path, "load_points").to_pylist()
+    requests = read_table(tmp_path, "requests").to_pylist()
+    same = rejudge(rows, requests, SLOSpec(ttft_ms=2000.0, tpot_ms=150.0))[0]
+    assert {k: same[k] for k in SLO_COLUMNS} == {k: rows[0][k] for k in SLO_COLUMNS}
+    assert same["slo_ttft_at_pct_ms"] == rows[0]["ttft_p99_ms"] and same["slo_tpot_at_pct_ms"] == rows[0]["tpot_p99_ms"]
+    again = rejudge(rows, requests, SLOSpec(ttft_ms=30.0, percentile=50.0))[0]
+    fresh = summarize(res, other)
+    assert {k: again[k] for k in SLO_COLUMNS} == {k: fresh[k] for k in SLO_COLUMNS}
+    assert again["slo_ttft_at_pct_ms"] == fresh["ttft_median_ms"]
+    assert rows[0]["goodput_req_per_s"] != again["goodput_req_per_s"]  # it did change, and nothing was rewritten
+    assert read_table(tmp_path, "load_points").to_pylist() == rows

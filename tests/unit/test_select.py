@@ -1,7 +1,8 @@
 import pytest
 
 from grid.config.schema import ObjectiveSpec, SLOSpec
-from grid.report.select import headline, rank
+from grid.report.render import incomplete_note, markdown
+from grid.report.select import OBJECTIVES, fmt_delta, fmt_score, rank, rejudge, rising_note
 
 
 def row(h, label, idx, level, out, status="ok", trial="ok", ttft99=100.0, err=None, log=None):
@@ -24,7 +25,7 @@ def test_rank_max_throughput_no_slo():
     v = rank(ROWS, ObjectiveSpec())
     assert [x.label for x in v] == ["A", "B", "D", "C"]
     assert v[0].outcome == "best" and v[0].score == 200.0
-    assert v[1].reason == "180.0 tok/s at level 64 vs best 200.0 (-10.0%)"
+    assert v[1].reason == "180 tok/s at level 64 vs best 200 (-10.0%)"
     tied = rank([*ROWS, row("e", "E", 0, 64, 199.0)], ObjectiveSpec())
     assert tied[0].label == "A" and "1 other configuration within 1%" in tied[0].reason
     assert tied[1].label == "E" and "a tie" in tied[1].reason and "a tie" not in tied[2].reason
@@ -36,8 +37,12 @@ def test_rank_with_slo_excludes_points():
     v = rank(ROWS, ObjectiveSpec(slo=SLOSpec(ttft_ms=1000)))
     best = v[0]
     assert best.label == "A" and best.score == 200.0
+    assert "not counted" not in best.reason
     b = next(x for x in v if x.label == "B")
     assert b.score == 12.0            # its 64-stream point missed the TTFT SLO
+    v = rank(ROWS[2:4], ObjectiveSpec(slo=SLOSpec(ttft_ms=1000)))          # B alone: best, at its lower level
+    assert v[0].reason.endswith("12.0 tok/s at level 1; not counted: level 64: p99 TTFT 5000 ms > 1000")
+    assert b.reason == "12.0 tok/s at level 1 vs best 200 (-94.0%); not counted: level 64: p99 TTFT 5000 ms > 1000"
 
 
 def test_rank_unknown_objective():
@@ -45,7 +50,127 @@ def test_rank_unknown_objective():
         rank(ROWS, ObjectiveSpec(kind="fastest"))
 
 
-def test_headline():
-    assert headline("[2026 TP0] loading\n[2026 TP0] ValueError: bad\n[2026] exit") == "ValueError: bad"
-    assert headline("[t] server_args=ServerArgs(enable_nan_detection=False, error=1)") == ""
-    assert headline(None) == ""
+# The report re-judges every load point under the current SLOs, from the stored requests ---------------------------
+def point(h, level, idx, ttfts, tpot=20.0, duration_s=10.0, stored_slo=None, status="ok", out=100.0):
+    """A load point measured with `stored_slo` (its stored goodput is whatever that run computed) and its requests."""
+    lp = {**row(h, h.upper(), idx, level, out, status=status, ttft99=max(ttfts)), "requests_total": len(ttfts),
+          "duration_s": duration_s, "ttft_median_ms": sorted(ttfts)[len(ttfts) // 2], "tpot_p99_ms": tpot,
+          "goodput_req_per_s": stored_slo, "slo_ttft_ms": None, "slo_percentile": None, "point_kind": "concurrency"}
+    reqs = [{"config_hash": h, "point_index": idx, "status": "ok", "ttft_ms": t, "tpot_ms": tpot, "e2e_ms": t + 1000}
+            for t in ttfts]
+    return lp, reqs
+
+
+def table(*points):
+    return [p[0] for p in points], [r for p in points for r in p[1]]
+
+
+def test_slo_percentile_50_and_any_other_is_judged():
+    # bug: p50 looked up a column "ttft_p50_ms" that does not exist, so every point missed "p50 TTFT - ms > 5000"
+    rows, reqs = table(point("a", 1, 0, [100.0, 200.0, 9000.0]), point("b", 1, 0, [6000.0, 7000.0, 100.0]))
+    spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=5000, percentile=50))
+    v = rank(rows, spec)                                  # stored columns only: p50 is the stored median
+    assert v[0].label == "A" and v[0].outcome == "best"
+    assert next(x for x in v if x.label == "B").reason == "no load point met the SLOs: level 1: p50 TTFT 6000 ms > 5000"
+    v = rank(rejudge(rows, reqs, spec.slo), spec)         # from the requests
+    assert v[0].label == "A" and "p50 TTFT 6000 ms > 5000" in v[1].reason
+    spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=5000, percentile=37.5))
+    v = rank(rejudge(rows, reqs, spec.slo), spec)
+    assert [x.outcome for x in v] == ["best", "lost"]     # p37.5 (linear interpolation): A 175 ms, B 4525 ms
+    spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=100, percentile=37.5))
+    v = rank(rejudge(rows, reqs, spec.slo), spec)
+    assert v[0].outcome == "no_eligible_point" and "p37.5 TTFT 175 ms > 100" in v[0].reason
+    v = rank(rows, spec)                                  # without re-judging there is no p37.5 column: says so
+    assert "p37.5 TTFT not stored" in v[0].reason
+
+
+def test_max_goodput_rejudged_for_configurations_measured_under_other_slos():
+    # measured under the default objective (no SLO: goodput null), or under other SLOs (a stale goodput)
+    rows, reqs = table(point("a", 1, 0, [100.0] * 4, duration_s=10.0), point("a", 8, 1, [100.0] * 8, duration_s=4.0),
+                       point("b", 1, 0, [100.0] * 4, duration_s=8.0, stored_slo=99.0),
+                       point("c", 1, 0, [4000.0] * 4), point("c", 8, 1, [5000.0] * 8))
+    spec = ObjectiveSpec(kind="max_goodput", slo=SLOSpec(ttft_ms=3000, percentile=50))
+    naive = rank(rows, spec)
+    assert naive[0].label == "B"                          # the stale 99 req/s of other SLOs would win
+    v = rank(rejudge(rows, reqs, spec.slo), spec)
+    assert [(x.label, x.outcome) for x in v] == [("A", "best"), ("B", "lost"), ("C", "no_eligible_point")]
+    assert v[0].score == 2.0 and v[1].score == 0.5      # 8 good requests / 4 s; 4 / 8 s
+    assert v[0].reason.startswith("highest goodput (requests/s within every SLO) at any load point meeting the SLOs "
+                                  "(p50 TTFT <= 3000 ms): 2.00 req/s at level 8")
+    # every point of C is ok but misses the SLO: the reason names the misses, never "level 1: ok"
+    assert v[2].reason == ("no load point met the SLOs: level 1: p50 TTFT 4000 ms > 3000; "
+                           "level 8: p50 TTFT 5000 ms > 3000")
+    assert ": ok" not in " ".join(x.reason for x in v)
+
+
+def test_rejudge_is_pure_and_flags_points_whose_requests_are_missing():
+    rows, reqs = table(point("a", 1, 0, [100.0] * 4), point("a", 8, 1, [100.0] * 8))
+    before = [dict(r) for r in rows]
+    out = rejudge(rows, reqs[:4], SLOSpec(ttft_ms=3000))  # the requests of level 8 are gone
+    assert rows == before
+    assert out[0]["goodput_req_per_s"] == 0.4 and out[0]["slo_met"] is True and "slo_unjudged" not in out[0]
+    assert out[1]["goodput_req_per_s"] is None and "0 of its 8 requests" in out[1]["slo_unjudged"]
+    v = rank(out, ObjectiveSpec(kind="max_goodput", slo=SLOSpec(ttft_ms=3000)))
+    assert v[0].score == 0.4
+    v = rank(rejudge(rows, [], SLOSpec(ttft_ms=3000)), ObjectiveSpec(slo=SLOSpec(ttft_ms=3000)))
+    assert v[0].outcome == "no_eligible_point" and "SLOs not judged: 0 of its 4 requests" in v[0].reason
+
+
+def test_max_goodput_without_slo_says_what_is_missing():
+    rows, reqs = table(point("a", 1, 0, [100.0] * 4))
+    v = rank(rejudge(rows, reqs, SLOSpec()), ObjectiveSpec(kind="max_goodput"))
+    assert v[0].reason == ("no eligible load point: level 1: goodput needs an SLO (set objective.slo.ttft_ms, "
+                           "tpot_ms or e2e_ms)")
+
+
+def test_best_reason_names_slos_only_when_set_and_scores_have_three_figures():
+    v = rank(ROWS, ObjectiveSpec())
+    assert "SLO" not in v[0].reason
+    assert v[0].reason.startswith("highest output throughput at any load point: 200 tok/s at level 64")
+    v = rank([{**r, "tpot_p99_ms": 60.0} for r in ROWS], ObjectiveSpec(slo=SLOSpec(ttft_ms=1000, tpot_ms=80)))
+    assert v[0].reason.startswith("highest output throughput at any load point meeting the SLOs "
+                                  "(p99 TTFT <= 1000 ms, p99 TPOT <= 80 ms): 200 tok/s")
+    v = rank([row("a", "A", 0, 1, 1.0), row("b", "B", 0, 1, 1.0)], ObjectiveSpec(kind="min_tpot"))
+    assert v[0].reason.startswith("lowest median TPOT at the lowest load level: 50.0 ms")
+    close = [{**row("a", "A", 0, 8, 1.0), "goodput_req_per_s": 0.3131},
+             {**row("b", "B", 0, 8, 1.0), "goodput_req_per_s": 0.3125}]
+    v = rank(close, ObjectiveSpec(kind="max_goodput", slo=SLOSpec(ttft_ms=1000)))
+    assert v[1].reason == "0.312 req/s at level 8 vs best 0.313 (-0.2%): a tie (within 1%, the measurement's " \
+                          "repeatability)"
+    assert [fmt_score(x) for x in (0.0, 0.31249, 1.0, 12.34, 180.0, 1234.5, 98765.4)] == \
+        ["0", "0.312", "1.00", "12.3", "180", "1234", "98765"]
+    near = [row("a", "A", 0, 8, 75.4912), row("b", "B", 0, 8, 75.4601), row("c", "C", 0, 8, 75.4911)]
+    v = rank(near, ObjectiveSpec())                       # more figures until the scores print differently
+    assert [fmt_delta(x) for x in (-10.0, 0.0, -0.0413, 0.00004)] == ["-10.0%", "+0.0%", "-0.041%", "+<0.0001%"]
+    assert v[1].reason.startswith("75.4911 tok/s at level 8 vs best 75.4912 (-0.00013%): a tie")
+    assert v[2].reason.startswith("75.46 tok/s at level 8 vs best 75.49 (-0.041%): a tie")
+
+
+def test_rising_note_when_the_best_is_the_highest_level_and_still_climbing():
+    v = rank(ROWS, ObjectiveSpec())                       # A: 10 -> 200 tok/s from level 1 to 64
+    assert v[0].reason.endswith("; throughput still rising at the highest level tested (64, +1900.0% over level 1): "
+                                "the peak may lie beyond; add higher load.concurrency levels")
+    assert "still rising" not in v[1].reason
+    obj = OBJECTIVES["max_output_throughput"]
+    flat = [row("a", "A", 0, 32, 100.0), row("a", "A", 1, 64, 100.9)]   # within the tie threshold: a plateau
+    assert rising_note(obj, flat, flat[1]) is None
+    peak = [row("a", "A", 0, 32, 100.0), row("a", "A", 1, 64, 150.0), row("a", "A", 2, 128, 140.0)]
+    assert rising_note(obj, peak, peak[1]) is None                      # a higher level was tested (and fell)
+    failed_above = [*peak[:2], row("a", "A", 2, 128, None, status="failed")]
+    assert rising_note(obj, failed_above, failed_above[1]) is None      # it was tested; it failed
+    assert rising_note(obj, peak[:1], peak[0]) is None                  # one level: nothing to compare with
+    rate = [{**r, "point_kind": "rate"} for r in peak[:2]] + [{**peak[2], "point_kind": "concurrency"}]
+    assert rising_note(obj, rate, rate[1]).endswith("add higher load.request_rate levels")
+    assert rising_note(OBJECTIVES["min_tpot"], peak, peak[1]) is None
+    v = rank(peak, ObjectiveSpec())
+    assert "still rising" not in v[0].reason and v[0].reason.endswith("150 tok/s at level 64")
+
+
+def test_incomplete_note():
+    assert incomplete_note(6, 6) is None
+    assert incomplete_note(6, 4) == ("Incomplete: 2 of 6 configurations have no result yet (interrupted?); run the "
+                                     "same command again to run them — the best below is among the 4 recorded.")
+    assert incomplete_note(3, 2).startswith("Incomplete: 1 of 3 configurations has no result yet")
+    assert "nothing is recorded yet" in incomplete_note(2, 0)
+    md = markdown(rank([{**r, "command": "x"} for r in ROWS], ObjectiveSpec()), "t", [incomplete_note(6, 4)])
+    assert md.splitlines()[2] == f"**{incomplete_note(6, 4)}**"

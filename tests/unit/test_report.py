@@ -1,0 +1,89 @@
+"""grid.app.report on a run directory written by hand: every load point is re-judged under the current objective's
+SLOs from the stored requests (nothing stored is rewritten), and an interrupted sweep is reported as incomplete."""
+
+from pathlib import Path
+
+from test_measure import run_one, spec_for
+from rich.console import Console
+
+from grid.app import report
+from grid.metrics.loadpoint import SLO_COLUMNS
+from grid.report.select import rejudge
+from grid.storage.parquet import read_table, write_trial
+from grid.storage.schema import load_point_row
+from grid.sweep.space import expand
+
+
+def write_config(run_dir, plan, ttfts_by_level, stored_goodput=None):
+    """One recorded trial: a load point per level (closed loop), 1 s long, with one request per TTFT (ms)."""
+    points, requests = [], []
+    for idx, (level, ttfts) in enumerate(ttfts_by_level.items()):
+        points.append(load_point_row(
+            {"requests_total": len(ttfts), "completed": len(ttfts), "failed": 0, "duration_s": 1.0,
+             "output_tok_per_s": 100.0 * level, "ttft_median_ms": sorted(ttfts)[len(ttfts) // 2],
+             "ttft_p99_ms": max(ttfts), "goodput_req_per_s": stored_goodput},
+            config_hash=plan.config_hash, trial_id="t", label=plan.label, command="python -m sglang...",
+            trial_status="ok", point_index=idx, point_kind="concurrency", point_value=float(level),
+            num_prompts=len(ttfts), status="ok"))
+        requests += [{"config_hash": plan.config_hash, "point_index": idx, "request_index": i, "status": "ok",
+                      "ttft_ms": t, "tpot_ms": 10.0, "e2e_ms": t + 500.0} for i, t in enumerate(ttfts)]
+    write_trial(run_dir, plan.config_hash, {"requests": requests, "load_points": points})
+
+
+def run_report(spec):
+    console = Console(record=True, width=300)
+    verdicts = report(spec, console)
+    return verdicts, console.export_text(), (Path(spec.run_dir) / "report.md").read_text()
+
+
+def test_interrupted_sweep_is_reported_incomplete(tmp_path):
+    spec = spec_for(tmp_path, "+sweep=mem_fraction")
+    plans = expand(spec)
+    assert len(plans) == 5
+    write_config(tmp_path, plans[0], {1: [100.0, 100.0], 8: [200.0] * 8})
+    write_config(tmp_path, plans[1], {1: [100.0, 100.0], 8: [300.0] * 8})
+    verdicts, out, md = run_report(spec)
+    line = ("Incomplete: 3 of 5 configurations have no result yet (interrupted?); run the same command again to run "
+            "them — the best below is among the 2 recorded.")
+    assert line in out and f"**{line}**" in md
+    assert out.index("Incomplete:") < out.index("Best configuration:")
+    assert [v.outcome for v in verdicts] == ["best", "lost"]
+    for plan in plans[2:]:
+        write_config(tmp_path, plan, {1: [100.0], 8: [100.0]})
+    _, out, md = run_report(spec)
+    assert "Incomplete" not in out and "Incomplete" not in md
+
+
+def test_resumed_sweep_is_judged_under_the_new_objective(tmp_path):
+    spec = spec_for(tmp_path, "+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85]")
+    a, b = expand(spec)
+    # measured under the default objective (no SLO: goodput null) and under other SLOs (a stale goodput)
+    write_config(tmp_path, a, {1: [100.0] * 4, 8: [1000.0] * 6 + [9000.0] * 2})
+    write_config(tmp_path, b, {1: [4000.0] * 4, 8: [5000.0] * 8}, stored_goodput=50.0)
+    before = {t: read_table(tmp_path, t).to_pylist() for t in ("load_points", "requests")}
+    spec = spec_for(tmp_path, "+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85]",
+                    "objective=max_goodput", "objective.slo.ttft_ms=3000", "objective.slo.tpot_ms=null",
+                    "objective.slo.percentile=50")
+    verdicts, out, md = run_report(spec)
+    assert [(v.config_hash, v.outcome, v.score) for v in verdicts] == [
+        (a.config_hash, "best", 6.0), (b.config_hash, "no_eligible_point", None)]
+    assert verdicts[0].reason.startswith("highest goodput (requests/s within every SLO) at any load point meeting "
+                                         "the SLOs (p50 TTFT <= 3000 ms): 6.00 req/s at level 8")
+    assert "throughput" not in verdicts[0].reason and "goodput still rising at the highest level tested (8" \
+        in verdicts[0].reason
+    assert verdicts[1].reason == ("no load point met the SLOs: level 1: p50 TTFT 4000 ms > 3000; "
+                                  "level 8: p50 TTFT 5000 ms > 3000")
+    assert "level 1: ok" not in out and "level 1: ok" not in md
+    assert {t: read_table(tmp_path, t).to_pylist() for t in before} == before   # nothing stored was rewritten
+
+
+def test_report_time_slo_values_equal_measured_ones_on_a_twin_trial(tmp_path):
+    spec = spec_for(tmp_path, "objective=max_goodput", "objective.slo.percentile=90", "objective.slo.e2e_ms=5000")
+    run_one(spec)                                          # a real trial: summarize() under these SLOs, stored
+    stored = read_table(tmp_path, "load_points").to_pylist()
+    again = rejudge(stored, read_table(tmp_path, "requests").to_pylist(), spec.objective.slo)
+    assert [r["status"] for r in stored] == ["ok", "ok"] and all(r["goodput_req_per_s"] > 0 for r in stored)
+    for s, a in zip(stored, again):
+        assert {k: a[k] for k in SLO_COLUMNS} == {k: s[k] for k in SLO_COLUMNS}   # exactly
+        assert (a["slo_ttft_at_pct_ms"], a["slo_tpot_at_pct_ms"], a["slo_e2e_at_pct_ms"]) == \
+            (s["ttft_p90_ms"], s["tpot_p90_ms"], s["e2e_p90_ms"])
