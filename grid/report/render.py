@@ -6,6 +6,7 @@ values re-judged for the current objective by grid.report.select.rejudge); nothi
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich import box
@@ -93,6 +94,26 @@ def incomplete_note(planned: int, recorded: int) -> str | None:
             f"{'them' if missing != 1 else 'it'} — {among}.")
 
 
+def deploy_command(command: str) -> str:
+    """The stored launch command without its ``--port`` (a free port picked for that trial; SGLang's own default
+    applies without it), for users to copy. The Parquet row keeps the command exactly as run."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:  # not shell syntax: show it as stored
+        return command
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--port":
+            skip = True
+            continue
+        if not arg.startswith("--port="):
+            out.append(arg)
+    return shlex.join(out)
+
+
 def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str, ...] = ()) -> None:
     """Print the best configuration, its load points and diagnosis, then every verdict. ``notes`` (e.g.
     :func:`incomplete_note`) are printed first, in yellow."""
@@ -104,7 +125,7 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
         console.print("[bold red]No configuration qualified.[/]")
     else:
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
-        console.print(f"  {best.rows[0]['command']}", markup=False, soft_wrap=True)
+        console.print(f"  {deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
         console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
         lines = diagnosis_lines(best)
         if lines:
@@ -121,7 +142,8 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
         lines += [f"**{note}**", ""]
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best:
-        lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```", best.rows[0]["command"], "```", "",
+        lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```", deploy_command(best.rows[0]["command"]),
+                  "```", "",
                   "| " + " | ".join(n for n, _, _ in POINT_COLUMNS) + " |",
                   "|" + "---|" * len(POINT_COLUMNS)]
         for row in best.rows:

@@ -87,3 +87,12 @@ def test_report_time_slo_values_equal_measured_ones_on_a_twin_trial(tmp_path):
         assert {k: a[k] for k in SLO_COLUMNS} == {k: s[k] for k in SLO_COLUMNS}   # exactly
         assert (a["slo_ttft_at_pct_ms"], a["slo_tpot_at_pct_ms"], a["slo_e2e_at_pct_ms"]) == \
             (s["ttft_p90_ms"], s["tpot_p90_ms"], s["e2e_p90_ms"])
+
+
+def test_deploy_command_drops_the_trial_port():
+    from grid.report.render import deploy_command
+
+    cmd = "python -m sglang.launch_server --model-path /m --port 53453 --tp-size 8 --api-key '***'"
+    assert deploy_command(cmd) == "python -m sglang.launch_server --model-path /m --tp-size 8 --api-key '***'"
+    assert deploy_command("x --port=1234 --host 0.0.0.0") == "x --host 0.0.0.0"
+    assert deploy_command("x 'unbalanced") == "x 'unbalanced"
