@@ -70,6 +70,20 @@ def points_table(v: Verdict, title: str) -> Table:
     return t
 
 
+TAIL_SAMPLE_MIN = 100  # below this many completed requests a p99 is within one request of the maximum
+
+
+def sample_note(rows: list[dict]) -> str | None:
+    """A caution when some load point's percentiles rest on fewer than ``TAIL_SAMPLE_MIN`` completed requests
+    (None otherwise): with n requests, p99 interpolates between the two largest values once n < 100."""
+    counts = [r["completed"] for r in rows if r.get("completed")]
+    if not counts or min(counts) >= TAIL_SAMPLE_MIN:
+        return None
+    return (f"Percentiles rest on {min(counts)}-{max(counts)} completed requests per load point; below "
+            f"{TAIL_SAMPLE_MIN}, p99 is about the maximum. For tighter tails raise load.prompts_per_stream or "
+            "load.min_prompts.")
+
+
 def verdict_table(verdicts: list[Verdict]) -> Table:
     t = Table(title="All configurations", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("#", "configuration", "outcome", "why"):
@@ -127,6 +141,9 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
         console.print(f"  {deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
         console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
+        caution = sample_note(best.rows)
+        if caution:
+            console.print(f"  {caution}", markup=False, highlight=False, soft_wrap=True)
         lines = diagnosis_lines(best)
         if lines:
             console.print("[bold]What limits each load point[/] (grid/diagnosis/rules.py):")

@@ -96,3 +96,13 @@ def test_deploy_command_drops_the_trial_port():
     assert deploy_command(cmd) == "python -m sglang.launch_server --model-path /m --tp-size 8 --api-key '***'"
     assert deploy_command("x --port=1234 --host 0.0.0.0") == "x --host 0.0.0.0"
     assert deploy_command("x 'unbalanced") == "x 'unbalanced"
+
+
+def test_sample_note_only_for_thin_tails():
+    from grid.report.render import sample_note
+
+    assert sample_note([{"completed": 8}, {"completed": 128}]) == (
+        "Percentiles rest on 8-128 completed requests per load point; below 100, p99 is about the maximum. "
+        "For tighter tails raise load.prompts_per_stream or load.min_prompts.")
+    assert sample_note([{"completed": 100}, {"completed": 500}]) is None
+    assert sample_note([{"completed": None}, {"completed": 0}]) is None
