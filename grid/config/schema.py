@@ -132,6 +132,8 @@ class SweepSpec(_Spec):
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     configs: list[dict[str, Any]] = Field(default_factory=list)
     base: dict[str, Any] = Field(default_factory=dict, description="settings fixed for this sweep")
+    load: dict[str, Any] = Field(default_factory=dict,
+                                 description="load settings for this sweep, over the run's load (configs[].load over it)")
 
     @field_validator("grid")
     @classmethod
@@ -203,6 +205,8 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
         for key, value in spec.server.items():
             check_setting(key, value, version)
         if spec.sweep is not None:
+            if spec.sweep.load:
+                _load_override(spec.load, spec.sweep.load, "sweep.load")
             for key, value in spec.sweep.base.items():
                 check_setting(key, value, version)
             for key, values in spec.sweep.grid.items():
@@ -223,14 +227,14 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
     return spec
 
 
-def _load_override(base: LoadSpec, override: Any) -> LoadSpec:
-    """A sweep entry's ``load:`` block applied over the run's load spec. Raises ``ConfigError``."""
+def _load_override(base: LoadSpec, override: Any, key: str = "sweep.configs[].load") -> LoadSpec:
+    """A sweep's (or a sweep entry's) ``load:`` block applied over ``base``. Raises ``ConfigError`` naming ``key``."""
     if not isinstance(override, dict):
-        raise ConfigError(f"sweep.configs[].load: expected a mapping of load settings, got {override!r}")
+        raise ConfigError(f"{key}: expected a mapping of load settings, got {override!r}")
     try:
         return LoadSpec.model_validate({**base.model_dump(), **override})
     except ValidationError as err:
-        raise ConfigError("sweep.configs[].load." + _format_validation(err)) from None
+        raise ConfigError(f"{key}." + _format_validation(err)) from None
 
 
 def _check_writable(run_dir: str) -> None:

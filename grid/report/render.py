@@ -79,7 +79,8 @@ def sample_note(rows: list[dict]) -> str | None:
     counts = [r["completed"] for r in rows if r.get("completed")]
     if not counts or min(counts) >= TAIL_SAMPLE_MIN:
         return None
-    return (f"Percentiles rest on {min(counts)}-{max(counts)} completed requests per load point; below "
+    span = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+    return (f"Percentiles rest on {span} completed requests per load point; below "
             f"{TAIL_SAMPLE_MIN}, p99 is about the maximum. For tighter tails raise load.prompts_per_stream or "
             "load.min_prompts.")
 

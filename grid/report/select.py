@@ -182,8 +182,9 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
     """A note when ``best`` (the chosen load point of a configuration whose load points are ``rows``) is the
     highest load level tested of its kind and its score (``obj.metric``) rose from the level below by more than
     ``TIE_PERCENT`` %: the peak may lie beyond the levels tested. None otherwise (and for lower-is-better
-    objectives)."""
-    if not obj.higher_is_better:
+    objectives, and when requests already queue at the server at that point: it is saturated, see
+    ``grid.diagnosis.rules``)."""
+    if not obj.higher_is_better or best.get("bottleneck") == "kv-capacity/queue-bound":
         return None
     kind = best.get("point_kind")
     same = [r for r in rows if r.get("point_kind") == kind]

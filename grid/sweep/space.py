@@ -76,11 +76,13 @@ def _label(settings: dict[str, Any], varying: list[str]) -> str:
 def expand(spec: RunSpec) -> list[TrialPlan]:
     """All trials of the run in sweep order. Duplicate configurations are kept once. Raises ``ConfigError``."""
     base = {**spec.server, **(spec.sweep.base if spec.sweep else {})}
+    sweep_load = _load_override(spec.load, spec.sweep.load, "sweep.load") if spec.sweep and spec.sweep.load \
+        else spec.load
     raw = []
     for point in _points(spec):
         overrides = {k: v for k, v in point.items() if k not in RESERVED_KEYS}
         settings = {k: v for k, v in {**base, **overrides}.items() if v is not None}
-        load = _load_override(spec.load, point["load"]) if "load" in point else spec.load
+        load = _load_override(sweep_load, point["load"]) if "load" in point else sweep_load
         raw.append((settings, load, point.get("label")))
     keys = list(dict.fromkeys(k for s, _, _ in raw for k in s))
     varying = [k for k in keys if len({json.dumps(s.get(k)) for s, _, _ in raw}) > 1]

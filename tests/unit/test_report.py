@@ -106,3 +106,4 @@ def test_sample_note_only_for_thin_tails():
         "For tighter tails raise load.prompts_per_stream or load.min_prompts.")
     assert sample_note([{"completed": 100}, {"completed": 500}]) is None
     assert sample_note([{"completed": None}, {"completed": 0}]) is None
+    assert sample_note([{"completed": 96}, {"completed": 96}]).startswith("Percentiles rest on 96 completed")

@@ -159,6 +159,8 @@ def test_rising_note_when_the_best_is_the_highest_level_and_still_climbing():
     failed_above = [*peak[:2], row("a", "A", 2, 128, None, status="failed")]
     assert rising_note(obj, failed_above, failed_above[1]) is None      # it was tested; it failed
     assert rising_note(obj, peak[:1], peak[0]) is None                  # one level: nothing to compare with
+    queued = [row("a", "A", 0, 32, 100.0), {**row("a", "A", 1, 64, 150.0), "bottleneck": "kv-capacity/queue-bound"}]
+    assert rising_note(obj, queued, queued[1]) is None                  # requests queue: the server is saturated
     rate = [{**r, "point_kind": "rate"} for r in peak[:2]] + [{**peak[2], "point_kind": "concurrency"}]
     assert rising_note(obj, rate, rate[1]).endswith("add higher load.request_rate levels")
     assert rising_note(OBJECTIVES["min_tpot"], peak, peak[1]) is None
