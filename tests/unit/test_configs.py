@@ -114,3 +114,20 @@ def test_unwritable_run_dir(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(ConfigError, match="run_dir: .*a-file/run cannot be written"):
         spec_for([], blocker / "run")
+
+
+def test_sweep_level_load_applies_under_each_entrys_load(tmp_path):
+    from grid.sweep.space import expand
+
+    spec = spec_for(["+sweep=schedule_policy"], tmp_path)
+    plans = expand(spec)
+    assert len(plans) == 5 and {p.settings["max_running_requests"] for p in plans} == {16}
+    for p in plans:
+        assert p.load.concurrency == [] and p.load.request_rate == [0.5, 1.5]
+        assert p.load.range_ratio == 0.25 and p.load.num_prompts == 96
+    over = spec_for(["+sweep=schedule_policy", "~sweep.grid",
+                     "+sweep.configs=[{label: x, schedule_policy: lof, load: {num_prompts: 8}}]"], tmp_path)
+    (only,) = expand(over)
+    assert only.load.num_prompts == 8 and only.load.request_rate == [0.5, 1.5] and only.label == "x"
+    with pytest.raises(ConfigError, match=r"sweep\.load\.request_rate: every request rate must be > 0"):
+        spec_for(["+sweep=schedule_policy", "sweep.load.request_rate=[0]"], tmp_path)
