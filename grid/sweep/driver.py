@@ -59,6 +59,19 @@ def _clear_previous(spec: RunSpec) -> None:
         shutil.rmtree(Path(spec.run_dir) / sub, ignore_errors=True)
 
 
+class _NoTuneResumeAdvice(logging.Filter):
+    """Drops what Ray Tune logs after Ctrl-C about its own state: "Resume experiment with: Tuner.restore(...)"
+    (ray/tune/tune.py) and "Failed to fetch metrics" for the trials it cut short (ray/tune/analysis/
+    experiment_analysis.py). grid resumes from its Parquet tables when the same command runs again, and the report
+    says what is missing."""
+
+    DROP = ("Experiment has been interrupted", "Failed to fetch metrics")
+    LOGGERS = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.DROP)
+
+
 def run_trials(spec: RunSpec, plan: Plan, console) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     import ray
@@ -68,6 +81,11 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
     from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ServerActor, actor_name
     from grid.sweep.progress import ProgressCallback
     from grid.sweep.trial import run_trial
+
+    for name in _NoTuneResumeAdvice.LOGGERS:
+        tune_log = logging.getLogger(name)
+        if not any(isinstance(f, _NoTuneResumeAdvice) for f in tune_log.filters):
+            tune_log.addFilter(_NoTuneResumeAdvice())
 
     init = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
                 include_dashboard=spec.ray.dashboard, configure_logging=True)

@@ -51,3 +51,18 @@ def test_bad_value_exits_2_naming_key_and_choices(tmp_path):
     assert out.returncode == 2
     msg = out.stdout.replace("\n", " ")
     assert "server.dsa_decode_backend='flashmla'" in msg and "allowed values: flashmla_sparse, flashmla_kv" in msg
+
+
+def test_tune_resume_advice_is_filtered_and_other_warnings_kept():
+    import logging
+
+    from grid.sweep.driver import _NoTuneResumeAdvice
+
+    f = _NoTuneResumeAdvice()
+
+    def rec(msg):
+        return logging.LogRecord("ray.tune.tune", logging.WARNING, "tune.py", 1, msg, None, None)
+
+    assert not f.filter(rec("Experiment has been interrupted, but the most recent state was saved.\nResume ..."))
+    assert not f.filter(rec("Failed to fetch metrics for 3 trial(s):"))
+    assert f.filter(rec("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."))
