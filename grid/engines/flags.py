@@ -50,9 +50,12 @@ OLDEST_KNOWN, NEWEST_KNOWN = "0.5.0", "0.5.23"
 
 
 def catalog_note(version: str) -> str | None:
-    """A note for the user when ``version`` lies outside the releases the catalog knows (None inside). Raises
-    ``ValueError`` for a text that is not a version."""
-    v = parse_version(version)
+    """A note for the user when ``version`` lies outside the releases the catalog knows (None inside, and for a
+    text that is not a version, such as an external server's ``"external"``: no command line is planned there)."""
+    try:
+        v = parse_version(version)
+    except ValueError:
+        return None
     if v > parse_version(NEWEST_KNOWN) and v[:3] != parse_version(NEWEST_KNOWN):
         return (f"SGLang {version} is newer than the newest release grid's flag catalog knows ({NEWEST_KNOWN}): "
                 f"flags and allowed values are planned as for {NEWEST_KNOWN}; a renamed flag shows up as a "

@@ -39,6 +39,14 @@ def test_dry_run_without_sglang_or_version_plans_for_default(tmp_path):
     assert "-m sglang.launch_server" in text and "--nsa-prefill-backend trtllm" in text
 
 
+def test_external_server_dry_run_without_a_version(tmp_path):
+    """engine=openai as README shows it (no engine.version): the server's version is "external", not an error."""
+    out = grid_run("engine=openai", "engine.base_url=http://127.0.0.1:9", "load.concurrency=[1]", "dry_run=true",
+                   tmp_path=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
 def test_sglang_without_sglang_fails_at_once(tmp_path):
     out = grid_run("engine=sglang", "+sweep=nsa_backends", tmp_path=tmp_path)
     assert out.returncode == 2

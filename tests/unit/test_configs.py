@@ -107,6 +107,7 @@ def test_versions_outside_the_catalog_get_a_note():
     assert catalog_note(f"{NEWEST_KNOWN}.post1") is None
     assert "newer than the newest release" in catalog_note("9.9.9")
     assert "older than the oldest release" in catalog_note("0.4.10")
+    assert catalog_note("external") is None  # engine=openai without a version: nothing is planned from the catalog
 
 
 def test_unwritable_run_dir(tmp_path):
