@@ -110,6 +110,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     }
     points = load_points(plan)
     rows: list[dict] = []
+    point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
     target = Target(result["base_url"], spec.engine.api, spec.model.name, api_key, launch.time_scale)
     samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
@@ -144,6 +145,10 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
         tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
                                            point_index=index)
+        first_error = next((r for r in outcome.records if r.status != "ok"), None)
+        if first_error is not None:
+            point_errors.append(f"point {index}: {summary['failed']} of {summary['requests_total']} requests failed, "
+                                f"first {first_error.error_class}: {first_error.error_message or ''}".rstrip(": "))
         if status != "ok" and server.alive():
             server.wait_exit(EXIT_SETTLE_S)  # a crash surfaces to the client before the exit is recorded
         if not server.alive():
@@ -174,8 +179,10 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
             row[key] = base[key]
     if base["trial_status"] == "ok" and not any(r["status"] in ("ok", "partial") for r in rows):
+        message = redact_secrets("every load point failed; " + "; ".join(point_errors), secrets)[:2000]
         for row in rows:
-            row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed")
+            row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed",
+                       trial_error_message=message)
     rows = [load_point_row({}, **row) for row in rows]
     write_trial(spec.run_dir, plan.config_hash, {**tables, "load_points": rows})
     return rows

@@ -63,3 +63,15 @@ def test_failed_start_records_not_run_points(tmp_path):
     assert rows[0]["log_tail"] and rows[0]["output_tok_per_s"] is None
     t = pq.read_table(tmp_path / "parquet" / "load_points" / f"{plan.config_hash}.parquet")
     assert t.num_rows == 2
+
+
+def test_every_point_failing_fails_the_trial_with_the_requests_error(tmp_path):
+    # prompts longer than Llama 3.1's 131072-token context: the server answers HTTP 400 to every request
+    spec = spec_for(tmp_path, "load.input_len=140000", "load.concurrency=[1]", "load.min_prompts=2",
+                    "load.warmup_requests=0")
+    plan, rows, reported = run_one(spec)
+    assert [r["status"] for r in rows] == ["failed"] and rows[0]["error_class"] == "http_error"
+    assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] == "http_error"
+    msg = rows[0]["trial_error_message"]
+    assert msg.startswith("every load point failed; point 0: 2 of 2 requests failed, first http_error: HTTP 400")
+    assert "context length" in msg
