@@ -131,11 +131,16 @@ def classify(row: dict[str, Any]) -> tuple[str, str]:
                                   "set the pace") if x)
     if mem is None and power is None:
         return "unknown", f"GPUs busy {_pct(sm)} of the time; no memory-bandwidth or power reading to say why"
-    collectives = f"small all-reduces over {name}" if link is not None else "small collectives"
+    if used:  # traffic on the link: GPUs exchange activations every layer
+        latency = f"many small kernels and of the per-layer small all-reduces over {name}"
+    elif used is None:
+        latency = "many small kernels (and of any per-layer collectives)"
+    else:  # an idle link, e.g. one GPU: no collectives to blame
+        latency = "many small kernels"
     return "latency-bound", "; ".join(
         x for x in (not_link, "GPUs busy but neither memory bandwidth nor power near their limits: each step is the "
-                              f"fixed latency of many small kernels and of the per-layer {collectives}, which CUDA "
-                              "graphs do not remove; more requests per step amortise it") if x)
+                              f"fixed latency of {latency}, which CUDA graphs do not remove; more requests per step "
+                              "amortise it") if x)
 
 
 def diagnose(row: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,15 @@ def test_each_verdict():
     assert classify(nv) == ("interconnect-bound", "NVLink carries 81% of its capacity")
 
 
+def test_latency_bound_names_collectives_only_when_the_link_carries_traffic():
+    one_gpu = {**SEED, "gpu_pcie_bytes_per_s": 0.0}
+    verdict, reason = classify(one_gpu)
+    assert verdict == "latency-bound" and "fixed latency of many small kernels, which" in reason
+    assert "all-reduce" not in reason
+    no_link = {k: v for k, v in SEED.items() if not k.startswith("gpu_pcie")}
+    assert "any per-layer collectives" in classify(no_link)[1]
+
+
 def test_a_small_queue_against_a_large_batch_is_not_queue_bound():
     assert classify({**SEED, "srv_queue_mean": 2.0, "srv_running_mean": 60.0})[0] == "latency-bound"
 
