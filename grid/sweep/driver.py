@@ -137,6 +137,19 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
         ray.shutdown()
 
 
+def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
+    """A note when configurations differing in server settings are to be measured on an external server, which
+    grid cannot reconfigure (None otherwise)."""
+    if spec.engine.kind != "openai":
+        return None
+    keys = sorted({k for p in plans for k in p.settings if len({repr(q.settings.get(k)) for q in plans}) > 1})
+    if not keys:
+        return None
+    return (f"engine=openai measures the server at {spec.engine.base_url} as it runs: the swept server settings "
+            f"({', '.join(keys)}) cannot be applied to it, so every configuration measures the same server. Sweep "
+            "load settings instead, or launch the servers with engine=sglang")
+
+
 def run(spec: RunSpec, console) -> Plan:
     """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
     engine = get_engine(spec)
@@ -148,8 +161,8 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
-    catalog = catalog_note(version)
-    for note in [*engine.notes, *([catalog] if catalog else [])]:
+    notes = [*engine.notes, *filter(None, [catalog_note(version), external_note(spec, plan.all)])]
+    for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:
         from grid.sweep.trial import dry_run_nodes

@@ -45,6 +45,11 @@ def test_external_server_dry_run_without_a_version(tmp_path):
                    tmp_path=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+    assert "cannot be applied" not in out.stdout  # nothing swept: no note
+    swept = grid_run("engine=openai", "engine.base_url=http://127.0.0.1:9", "+sweep=mem_fraction", "dry_run=true",
+                     tmp_path=tmp_path)
+    assert swept.returncode == 0 and "the swept server settings (mem_fraction_static) cannot be applied to it" in \
+        swept.stdout.replace("\n", " ")
 
 
 def test_sglang_without_sglang_fails_at_once(tmp_path):
