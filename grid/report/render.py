@@ -80,7 +80,7 @@ def sample_note(rows: list[dict]) -> str | None:
     if not counts or min(counts) >= TAIL_SAMPLE_MIN:
         return None
     span = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
-    return (f"Percentiles rest on {span} completed requests per load point; below "
+    return (f"Percentiles rest on {span} completed request{'s' if max(counts) != 1 else ''} per load point; below "
             f"{TAIL_SAMPLE_MIN}, p99 is about the maximum. For tighter tails raise load.prompts_per_stream or "
             "load.min_prompts.")
 

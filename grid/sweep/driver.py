@@ -137,6 +137,16 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
         ray.shutdown()
 
 
+def thin_level_note(plans: list[TrialPlan]) -> str | None:
+    """A note when a concurrency level gets fewer requests than it has streams (it is never reached), else None."""
+    thin = sorted({(c, p.load.prompts_for(c)) for p in plans for c in p.load.concurrency if p.load.prompts_for(c) < c})
+    if not thin:
+        return None
+    levels = ", ".join(f"concurrency {c} with {n} request{'s' if n != 1 else ''}" for c, n in thin)
+    return (f"{levels}: fewer requests than streams, so that level is never reached (raise load.num_prompts, "
+            "load.prompts_per_stream or load.min_prompts)")
+
+
 def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
     """A note when configurations differing in server settings are to be measured on an external server, which
     grid cannot reconfigure (None otherwise)."""
@@ -161,7 +171,8 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
-    notes = [*engine.notes, *filter(None, [catalog_note(version), external_note(spec, plan.all)])]
+    notes = [*engine.notes, *filter(None, [catalog_note(version), external_note(spec, plan.all),
+                                           thin_level_note(plan.all)])]
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:

@@ -79,3 +79,11 @@ def test_tune_resume_advice_is_filtered_and_other_warnings_kept():
     assert not f.filter(rec("Experiment has been interrupted, but the most recent state was saved.\nResume ..."))
     assert not f.filter(rec("Failed to fetch metrics for 3 trial(s):"))
     assert f.filter(rec("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."))
+
+
+def test_a_level_with_fewer_requests_than_streams_gets_a_note(tmp_path):
+    out = grid_run("+sweep=mem_fraction", "load.num_prompts=2", "load.concurrency=[1,4]", "dry_run=true",
+                   tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "concurrency 4 with 2 requests: fewer requests than streams, so that level is never reached" in \
+        out.stdout.replace("\n", " ")
