@@ -65,6 +65,18 @@ _STORED_PCT = {50.0: "median", 90.0: "p90", 95.0: "p95", 99.0: "p99"}
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
 
 
+def level_name(row: Mapping[str, Any]) -> str:
+    """A load point's level as users set it: ``concurrency 8``, ``1.5 req/s`` (``inf req/s``: all at once), or
+    ``level 8`` when the row does not say which kind it is."""
+    value = row["point_value"]
+    kind = row.get("point_kind")
+    if kind == "concurrency":
+        return f"concurrency {value:g}"
+    if kind == "rate":
+        return f"{value:g} req/s"
+    return f"level {value:g}"
+
+
 def _pct_label(percentile: float) -> str:
     return f"{percentile:g}"
 
@@ -202,13 +214,13 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
         rise = (score - before) / before * 100
         if rise <= TIE_PERCENT:
             return None
-        by = f"+{rise:.1f}% over level {prev['point_value']:g}"
+        by = f"+{rise:.1f}% over {level_name(prev)}"
     elif score > before:
-        by = f"from {fmt_score(before)} at level {prev['point_value']:g}"
+        by = f"from {fmt_score(before)} at {level_name(prev)}"
     else:
         return None
     knob = _LOAD_FIELD.get(kind or "", "load.concurrency")
-    return (f"{obj.noun} still rising at the highest level tested ({level:g}, {by}): the peak may lie beyond; "
+    return (f"{obj.noun} still rising at the highest level tested ({level_name(best)}, {by}): the peak may lie beyond; "
             f"add higher {knob} levels")
 
 
@@ -246,7 +258,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
             continue
         best, misses, slo_missed = None, [], False
         for row in obj.points(group):
-            level = f"level {row['point_value']:g}"
+            level = level_name(row)
             if row["status"] != "ok":
                 misses.append(f"{level}: {row['status']}"
                               + (f" ({row['error_class']})" if row.get("error_class") else ""))
@@ -279,12 +291,12 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
         top = scored[0]
         top.outcome = "best"
         top.reason = (f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit} "
-                      f"at level {top.best_point['point_value']:g}")
+                      f"at {level_name(top.best_point)}")
         ties = 0
         for v in scored[1:]:
             delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
             mine, theirs = fmt_scores(v.score, top.score)
-            v.reason = (f"{mine} {obj.unit} at level {v.best_point['point_value']:g} vs best {theirs} "
+            v.reason = (f"{mine} {obj.unit} at {level_name(v.best_point)} vs best {theirs} "
                         f"({fmt_delta(delta)})")
             if abs(delta) < TIE_PERCENT:
                 ties += 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ray import tune
 
+from grid.report.select import level_name
+
 
 def _fmt(v, unit: str = "", nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}{unit}"
@@ -39,7 +41,7 @@ class ProgressCallback(tune.Callback):
         if "point_value" not in result:
             return
         self.console.print(
-            f"   point {result.get('point_index')} (level {result.get('point_value'):g}): {result.get('status')}  "
+            f"   point {result.get('point_index')} ({level_name(result)}): {result.get('status')}  "
             f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_median_ms'), ' ms', 0)}"
             f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}")
 

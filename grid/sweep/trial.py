@@ -16,7 +16,7 @@ from grid.engines.base import get_engine
 from grid.sweep.measure import measure_trial
 from grid.sweep.space import TrialPlan
 
-REPORTED = ("point_index", "point_value", "status", "output_tok_per_s", "total_tok_per_s", "ttft_median_ms",
+REPORTED = ("point_index", "point_kind", "point_value", "status", "output_tok_per_s", "total_tok_per_s", "ttft_median_ms",
             "tpot_median_ms", "e2e_median_ms", "completed", "failed")
 
 

@@ -68,11 +68,11 @@ def test_resumed_sweep_is_judged_under_the_new_objective(tmp_path):
     assert [(v.config_hash, v.outcome, v.score) for v in verdicts] == [
         (a.config_hash, "best", 6.0), (b.config_hash, "no_eligible_point", None)]
     assert verdicts[0].reason.startswith("highest goodput (requests/s within every SLO) at any load point meeting "
-                                         "the SLOs (p50 TTFT <= 3000 ms): 6.00 req/s at level 8")
-    assert "throughput" not in verdicts[0].reason and "goodput still rising at the highest level tested (8" \
+                                         "the SLOs (p50 TTFT <= 3000 ms): 6.00 req/s at concurrency 8")
+    assert "throughput" not in verdicts[0].reason and "goodput still rising at the highest level tested (concurrency 8" \
         in verdicts[0].reason
-    assert verdicts[1].reason == ("no load point met the SLOs: level 1: p50 TTFT 4000 ms > 3000; "
-                                  "level 8: p50 TTFT 5000 ms > 3000")
+    assert verdicts[1].reason == ("no load point met the SLOs: concurrency 1: p50 TTFT 4000 ms > 3000; "
+                                  "concurrency 8: p50 TTFT 5000 ms > 3000")
     assert "level 1: ok" not in out and "level 1: ok" not in md
     assert {t: read_table(tmp_path, t).to_pylist() for t in before} == before   # nothing stored was rewritten
 

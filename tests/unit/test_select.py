@@ -71,7 +71,7 @@ def test_slo_percentile_50_and_any_other_is_judged():
     spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=5000, percentile=50))
     v = rank(rows, spec)                                  # stored columns only: p50 is the stored median
     assert v[0].label == "A" and v[0].outcome == "best"
-    assert next(x for x in v if x.label == "B").reason == "no load point met the SLOs: level 1: p50 TTFT 6000 ms > 5000"
+    assert next(x for x in v if x.label == "B").reason == "no load point met the SLOs: concurrency 1: p50 TTFT 6000 ms > 5000"
     v = rank(rejudge(rows, reqs, spec.slo), spec)         # from the requests
     assert v[0].label == "A" and "p50 TTFT 6000 ms > 5000" in v[1].reason
     spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=5000, percentile=37.5))
@@ -96,10 +96,10 @@ def test_max_goodput_rejudged_for_configurations_measured_under_other_slos():
     assert [(x.label, x.outcome) for x in v] == [("A", "best"), ("B", "lost"), ("C", "no_eligible_point")]
     assert v[0].score == 2.0 and v[1].score == 0.5      # 8 good requests / 4 s; 4 / 8 s
     assert v[0].reason.startswith("highest goodput (requests/s within every SLO) at any load point meeting the SLOs "
-                                  "(p50 TTFT <= 3000 ms): 2.00 req/s at level 8")
+                                  "(p50 TTFT <= 3000 ms): 2.00 req/s at concurrency 8")
     # every point of C is ok but misses the SLO: the reason names the misses, never "level 1: ok"
-    assert v[2].reason == ("no load point met the SLOs: level 1: p50 TTFT 4000 ms > 3000; "
-                           "level 8: p50 TTFT 5000 ms > 3000")
+    assert v[2].reason == ("no load point met the SLOs: concurrency 1: p50 TTFT 4000 ms > 3000; "
+                           "concurrency 8: p50 TTFT 5000 ms > 3000")
     assert ": ok" not in " ".join(x.reason for x in v)
 
 
@@ -119,7 +119,7 @@ def test_rejudge_is_pure_and_flags_points_whose_requests_are_missing():
 def test_max_goodput_without_slo_says_what_is_missing():
     rows, reqs = table(point("a", 1, 0, [100.0] * 4))
     v = rank(rejudge(rows, reqs, SLOSpec()), ObjectiveSpec(kind="max_goodput"))
-    assert v[0].reason == ("no eligible load point: level 1: goodput needs an SLO (set objective.slo.ttft_ms, "
+    assert v[0].reason == ("no eligible load point: concurrency 1: goodput needs an SLO (set objective.slo.ttft_ms, "
                            "tpot_ms or e2e_ms)")
 
 
@@ -148,7 +148,7 @@ def test_best_reason_names_slos_only_when_set_and_scores_have_three_figures():
 
 def test_rising_note_when_the_best_is_the_highest_level_and_still_climbing():
     v = rank(ROWS, ObjectiveSpec())                       # A: 10 -> 200 tok/s from level 1 to 64
-    assert v[0].reason.endswith("; throughput still rising at the highest level tested (64, +1900.0% over level 1): "
+    assert v[0].reason.endswith("; throughput still rising at the highest level tested (level 64, +1900.0% over level 1): "
                                 "the peak may lie beyond; add higher load.concurrency levels")
     assert "still rising" not in v[1].reason
     obj = OBJECTIVES["max_output_throughput"]
