@@ -90,7 +90,6 @@ def test_ordinary_overrides(tmp_path):
     (["load.concurrency=[0]"], "load.concurrency: every concurrency level must be an integer >= 1, got [0]"),
     (["load.request_rate=[4,-2]"], "load.request_rate: every request rate must be > 0 req/s"),
     (["load.request_rate=[nan]"], "load.request_rate: every request rate must be > 0 req/s"),
-    (["load.concurrency=[8,1,8]"], "load.concurrency: levels listed more than once: [8] in [8, 1, 8]"),
     (["objective.kind=nope"], "objective.kind: unknown objective 'nope'; allowed: max_goodput, max_output_throughput, "
                               "min_tpot"),
     (["objective.slo.ttft_ms=-1"], "objective.slo.ttft_ms"),
