@@ -406,20 +406,6 @@ class StreamParser:
                 # SSE comments (":" keep-alive) and other fields (event:, id:, retry:) are ignored
         self._buf = buf
 
-    def _line(self, ts: int, line: bytes) -> None:
-        if not line:
-            self._dispatch()
-        elif line.startswith(b":"):
-            return  # SSE comment (keep-alive)
-        elif line.startswith(b"data:"):
-            payload = line[5:]
-            if payload.startswith(b" "):
-                payload = payload[1:]
-            if self._event_ts is None:
-                self._event_ts = ts
-            self._event_data.append(payload)
-        # other SSE fields (event:, id:, retry:) are ignored
-
     def _dispatch(self) -> None:
         if self._event_ts is None:
             return
@@ -473,11 +459,10 @@ class StreamParser:
         self.consume()
         rec = self.rec
         if rec.stream:
-            if self._buf:  # a last line without a newline
-                line = self._buf.rstrip(b"\r")
-                self._buf = b""
+            if self._buf:  # a last line without a newline ends with the stream: parse it as if one followed
                 last_ts = rec.raw_reads[-1][0] if rec.raw_reads else rec.end_perf_ns
-                self._line(last_ts, line)
+                rec.raw_reads.append((last_ts, b"\n"))
+                self.consume()
             self._dispatch()
         elif rec.error_class is None and rec.http_status == 200:
             self._finish_body()

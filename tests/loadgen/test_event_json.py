@@ -75,3 +75,22 @@ def test_request_bodies_round_trip():
     assert json.loads(dumps_body(body)) == body
     with pytest.raises((TypeError, ValueError)):
         dumps_body({"x": object()})
+
+
+def test_a_last_line_without_newline_is_parsed_with_the_last_reads_stamp():
+    from grid.loadgen.client import StreamParser, get_endpoint
+    from grid.loadgen.records import RequestRecord
+
+    def parse(reads):
+        rec = RequestRecord(0, 0, "completions", True, 8, 4)
+        rec.http_status, rec.end_perf_ns = 200, 900
+        rec.raw_reads = list(reads)
+        return StreamParser(get_endpoint("completions"), rec).finish()
+
+    ev = b'data: {"choices":[{"index":0,"text":"%s","finish_reason":null}]}'
+    rec = parse([(100, ev % b"a" + b"\n\n"), (200, ev % b"b" + b"\n\ndata: [DO"), (300, b"NE]")])
+    assert rec.chunk_perf_ns == [100, 200] and rec.chunk_tokens == [1, 1] and rec.text == "ab"
+    assert rec.done_marker and rec.status == "ok" and rec.output_tokens == 2
+    cut = parse([(100, ev % b"a" + b"\n\n"), (250, ev % b"b")])  # the stream ends inside an event, no newline
+    assert cut.chunk_perf_ns == [100, 250] and cut.text == "ab"
+    assert cut.status == "failed" and cut.error_class == "truncated_stream"
