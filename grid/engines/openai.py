@@ -9,12 +9,16 @@ is the one /server_info reports (SGLang), else ``engine.version``, else ``"exter
 from __future__ import annotations
 
 import json
+import socket
 import urllib.request
 from typing import ClassVar
 from urllib.parse import urlparse
 
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.sweep.space import TrialPlan
+
+
+CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take
 
 
 @register
@@ -41,9 +45,20 @@ class OpenAIEngine(Engine):
             return "external"
 
     def check_runnable(self) -> None:
+        """Raises ``EngineUnavailable`` for a malformed URL, and when nothing listens at its host and port (the
+        connection is refused or times out within ``CONNECT_CHECK_S``): every configuration would otherwise wait
+        ``engine.startup_timeout_s`` for it in turn."""
         url = urlparse(self._url())
         if url.scheme not in ("http", "https") or not url.hostname:
             raise EngineUnavailable(f"engine.base_url={self._url()!r}: expected http://HOST:PORT")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname, port), timeout=CONNECT_CHECK_S).close()
+        except OSError as err:
+            raise EngineUnavailable(
+                f"engine.base_url={self._url()}: nothing answers at {url.hostname}:{port} ({err}); start the server "
+                "first (grid measures it as it runs), or use engine=sim / engine=sglang to have grid launch one"
+            ) from None
 
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         url = urlparse(self._url())

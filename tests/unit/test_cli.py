@@ -87,3 +87,11 @@ def test_a_level_with_fewer_requests_than_streams_gets_a_note(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "concurrency 4 with 2 requests: fewer requests than streams, so that level is never reached" in \
         out.stdout.replace("\n", " ")
+
+
+def test_external_server_that_is_not_there_fails_at_once(tmp_path):
+    out = grid_run("engine=openai", "engine.base_url=http://127.0.0.1:9", "load.concurrency=[1]", tmp_path=tmp_path)
+    assert out.returncode == 2
+    assert "Cannot run: engine.base_url=http://127.0.0.1:9: nothing answers at 127.0.0.1:9" in \
+        out.stdout.replace("\n", " ")
+    assert not (tmp_path / "parquet").exists()
