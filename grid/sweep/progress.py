@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from ray import tune
 
 from grid.report.select import level_name
@@ -11,12 +13,30 @@ def _fmt(v, unit: str = "", nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}{unit}"
 
 
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def eta_text(elapsed_s: float, done: int, total: int) -> str:
+    """``2m10s elapsed, ~31m00s left`` for a sweep ``elapsed_s`` seconds in with ``done`` of ``total`` trials
+    finished (the time left assumes the remaining trials take as long on average; none is given before the first)."""
+    text = f"{_duration(elapsed_s)} elapsed"
+    if done > 0 and total > done:
+        text += f", ~{_duration(elapsed_s / done * (total - done))} left"
+    return text
+
+
 class ProgressCallback(tune.Callback):
     def __init__(self, plans: dict, total: int, console) -> None:
         self.plans = plans
         self.total = total
         self.console = console
         self.started = 0
+        self.finished = 0
+        self.t0: float | None = None  # time.monotonic() at the first trial's start
 
     def __getstate__(self) -> dict:  # Tune pickles callbacks with the experiment; a console holds locks
         state = dict(self.__dict__)
@@ -35,7 +55,11 @@ class ProgressCallback(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.started += 1
-        self.console.print(f"[cyan]▶ trial {self.started}/{len(self.plans)}[/] {self._label(trial)}")
+        if self.t0 is None:
+            self.t0 = time.monotonic()
+        eta = eta_text(time.monotonic() - self.t0, self.finished, len(self.plans)) if self.started > 1 else ""
+        self.console.print(f"[cyan]▶ trial {self.started}/{len(self.plans)}[/] {self._label(trial)}"
+                           + (f"  [dim]({eta})[/]" if eta else ""))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if "point_value" not in result:
@@ -46,6 +70,7 @@ class ProgressCallback(tune.Callback):
             f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        self.finished += 1
         res = trial.last_result or {}
         status = res.get("trial_status", "?")
         color = {"ok": "green", "invalid": "yellow"}.get(status, "red")
@@ -54,4 +79,5 @@ class ProgressCallback(tune.Callback):
         self.console.print(f"   [{color}]{status}[/]{detail}", highlight=False)
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self.finished += 1
         self.console.print(f"   [red]trial error[/] {self._label(trial)}: see {trial.local_path}")

@@ -95,3 +95,12 @@ def test_external_server_that_is_not_there_fails_at_once(tmp_path):
     assert "Cannot run: engine.base_url=http://127.0.0.1:9: nothing answers at 127.0.0.1:9" in \
         out.stdout.replace("\n", " ")
     assert not (tmp_path / "parquet").exists()
+
+
+def test_eta_text():
+    from grid.sweep.progress import eta_text
+
+    assert eta_text(5.2, 0, 49) == "5s elapsed"
+    assert eta_text(130, 2, 49) == "2m10s elapsed, ~50m55s left"   # 65 s per trial x 47
+    assert eta_text(7200, 10, 12) == "2h00m elapsed, ~24m00s left"
+    assert eta_text(60, 12, 12) == "1m00s elapsed"
