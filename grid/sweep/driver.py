@@ -147,6 +147,18 @@ def thin_level_note(plans: list[TrialPlan]) -> str | None:
             "load.prompts_per_stream or load.min_prompts)")
 
 
+def inert_settings_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
+    """A note when the configurations set DSA/NSA backends for a model without DeepSeek Sparse Attention: SGLang
+    accepts the flags and ignores them, so configurations differing only there measure the same server."""
+    if spec.model.dsa is not None:
+        return None
+    keys = sorted({k for p in plans for k in p.settings if k.startswith("dsa_")})
+    if not keys:
+        return None
+    return (f"{', '.join(keys)} only matter for models with DeepSeek Sparse Attention; {spec.model.name} has none, "
+            "so SGLang ignores them")
+
+
 def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
     """A note when configurations differing in server settings are to be measured on an external server, which
     grid cannot reconfigure (None otherwise)."""
@@ -172,7 +184,7 @@ def run(spec: RunSpec, console) -> Plan:
     plan = plan_run(spec)
     version = engine.version()
     notes = [*engine.notes, *filter(None, [catalog_note(version), external_note(spec, plan.all),
-                                           thin_level_note(plan.all)])]
+                                           thin_level_note(plan.all), inert_settings_note(spec, plan.all)])]
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:

@@ -104,3 +104,12 @@ def test_eta_text():
     assert eta_text(130, 2, 49) == "2m10s elapsed, ~50m55s left"   # 65 s per trial x 47
     assert eta_text(7200, 10, 12) == "2h00m elapsed, ~24m00s left"
     assert eta_text(60, 12, 12) == "1m00s elapsed"
+
+
+def test_dsa_backends_on_a_model_without_dsa_get_a_note(tmp_path):
+    out = grid_run("+sweep=cuda_graph", "model=llama3_1_8b", "hardware=h100_x1", "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.replace("\n", " ")
+    assert "dsa_decode_backend, dsa_prefill_backend only matter for models with DeepSeek Sparse Attention" in text
+    glm = grid_run("+sweep=cuda_graph", "dry_run=true", tmp_path=tmp_path)
+    assert "only matter for models with DeepSeek Sparse Attention" not in glm.stdout
