@@ -8,8 +8,8 @@ best of its points.
 The SLO-dependent columns stored with a load point (goodput, attainment, ``slo_met``) were computed with the SLOs of
 the run that measured it, which need not be the current objective's (a resumed sweep does not measure again). The
 report therefore first passes the rows through :func:`rejudge`, which recomputes those values, and each SLO metric at
-the SLO's percentile, from the stored per-request rows (``grid.metrics.loadpoint.slo_values``). :func:`rank` reads
-the recomputed keys when present and falls back to the stored percentile columns (p50 = median, p90, p95, p99).
+the SLO's percentile, from the stored per-request rows (``grid.metrics.loadpoint.slo_values``); :func:`rank` judges
+SLOs from those recomputed values only.
 """
 
 from __future__ import annotations
@@ -60,8 +60,6 @@ register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPO
                    points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)],
                    noun="median TPOT"))
 
-# The stored per-percentile latency columns: p50 is stored as the median.
-_STORED_PCT = {50.0: "median", 90.0: "p90", 95.0: "p95", 99.0: "p99"}
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
 
 
@@ -162,21 +160,18 @@ class Verdict:
 
 
 def _slo_misses(row: dict, slo) -> list[str]:
-    """Each SLO the row misses, as text; the percentile value comes from ``rejudge`` (else a stored column)."""
+    """Each SLO the row misses, as text, from the percentile values :func:`rejudge` put on the row. Raises
+    ``ValueError`` for a row that did not pass through it (the stored goodput and percentiles belong to the SLOs of
+    the run that measured the point, not necessarily these)."""
     pct = _pct_label(slo.percentile)
     misses = []
     for name, target in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2e", slo.e2e_ms)):
         if target is None:
             continue
         key = SLO_LATENCY_KEYS[name]
-        stored = _STORED_PCT.get(float(slo.percentile))
-        if key in row:
-            value = row[key]
-        elif stored is not None:
-            value = row.get(f"{name}_{stored}_ms")
-        else:
-            misses.append(f"p{pct} {name.upper()} not stored (re-judge from parquet/requests)")
-            continue
+        if key not in row:
+            raise ValueError(f"rank() needs load-point rows judged for these SLOs by rejudge() (no {key!r})")
+        value = row[key]
         if value is None:
             misses.append(f"p{pct} {name.upper()} not measured (SLO {target:g} ms)")
         elif value > target:
@@ -236,8 +231,8 @@ def _failure_reason(first: dict) -> str:
 def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
     """Verdicts, best first, then losers by score, then invalid and failed configurations (pure).
 
-    ``rows``: load-point rows, passed through :func:`rejudge` for ``objective.slo`` first (otherwise the stored
-    p50/p90/p95/p99 columns are used for the SLO check and the stored goodput for ``max_goodput``). A verdict's
+    ``rows``: load-point rows, passed through :func:`rejudge` for ``objective.slo`` first when it sets any SLO
+    (``ValueError`` otherwise). A verdict's
     ``score`` is in the objective's unit (tok/s, req/s or ms); ``reason`` says why it won, lost or failed.
     """
     obj = OBJECTIVES.get(objective.kind)

@@ -9,7 +9,9 @@ def row(h, label, idx, level, out, status="ok", trial="ok", ttft99=100.0, err=No
     return {"config_hash": h, "label": label, "point_index": idx, "point_value": level, "status": status,
             "trial_status": trial, "trial_error_class": err, "trial_error_message": "m" if err else None,
             "log_tail": log, "output_tok_per_s": out, "ttft_p99_ms": ttft99, "tpot_median_ms": 50.0,
-            "goodput_req_per_s": None, "error_class": None}
+            "goodput_req_per_s": None, "error_class": None,
+            # as rejudge() leaves a row for p99 SLOs (TPOT p99 50 ms)
+            "slo_ttft_at_pct_ms": ttft99, "slo_tpot_at_pct_ms": 50.0, "slo_e2e_at_pct_ms": None}
 
 
 ROWS = [
@@ -45,6 +47,13 @@ def test_rank_with_slo_excludes_points():
     assert b.reason == "12.0 tok/s at level 1 vs best 200 (-94.0%); not counted: level 64: p99 TTFT 5000 ms > 1000"
 
 
+def test_rank_refuses_rows_not_judged_for_the_slos():
+    raw = [{k: v for k, v in r.items() if not k.startswith("slo_")} for r in ROWS]
+    assert [v.label for v in rank(raw, ObjectiveSpec())][:2] == ["A", "B"]      # no SLO: nothing to judge
+    with pytest.raises(ValueError, match="judged for these SLOs by rejudge"):
+        rank(raw, ObjectiveSpec(slo=SLOSpec(ttft_ms=1000)))
+
+
 def test_rank_unknown_objective():
     with pytest.raises(ValueError, match="allowed: max_goodput, max_output_throughput, min_tpot"):
         rank(ROWS, ObjectiveSpec(kind="fastest"))
@@ -56,6 +65,7 @@ def point(h, level, idx, ttfts, tpot=20.0, duration_s=10.0, stored_slo=None, sta
     lp = {**row(h, h.upper(), idx, level, out, status=status, ttft99=max(ttfts)), "requests_total": len(ttfts),
           "duration_s": duration_s, "ttft_median_ms": sorted(ttfts)[len(ttfts) // 2], "tpot_p99_ms": tpot,
           "goodput_req_per_s": stored_slo, "slo_ttft_ms": None, "slo_percentile": None, "point_kind": "concurrency"}
+    lp = {k: v for k, v in lp.items() if not k.endswith("_at_pct_ms")}  # as stored: not yet judged
     reqs = [{"config_hash": h, "point_index": idx, "status": "ok", "ttft_ms": t, "tpot_ms": tpot, "e2e_ms": t + 1000}
             for t in ttfts]
     return lp, reqs
@@ -69,19 +79,17 @@ def test_slo_percentile_50_and_any_other_is_judged():
     # bug: p50 looked up a column "ttft_p50_ms" that does not exist, so every point missed "p50 TTFT - ms > 5000"
     rows, reqs = table(point("a", 1, 0, [100.0, 200.0, 9000.0]), point("b", 1, 0, [6000.0, 7000.0, 100.0]))
     spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=5000, percentile=50))
-    v = rank(rows, spec)                                  # stored columns only: p50 is the stored median
-    assert v[0].label == "A" and v[0].outcome == "best"
-    assert next(x for x in v if x.label == "B").reason == "no load point met the SLOs: concurrency 1: p50 TTFT 6000 ms > 5000"
     v = rank(rejudge(rows, reqs, spec.slo), spec)         # from the requests
-    assert v[0].label == "A" and "p50 TTFT 6000 ms > 5000" in v[1].reason
+    assert v[0].label == "A" and v[0].outcome == "best"
+    assert v[1].reason == "no load point met the SLOs: concurrency 1: p50 TTFT 6000 ms > 5000"
     spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=5000, percentile=37.5))
     v = rank(rejudge(rows, reqs, spec.slo), spec)
     assert [x.outcome for x in v] == ["best", "lost"]     # p37.5 (linear interpolation): A 175 ms, B 4525 ms
     spec = ObjectiveSpec(slo=SLOSpec(ttft_ms=100, percentile=37.5))
     v = rank(rejudge(rows, reqs, spec.slo), spec)
     assert v[0].outcome == "no_eligible_point" and "p37.5 TTFT 175 ms > 100" in v[0].reason
-    v = rank(rows, spec)                                  # without re-judging there is no p37.5 column: says so
-    assert "p37.5 TTFT not stored" in v[0].reason
+    with pytest.raises(ValueError, match="rejudge"):     # stored rows carry no judgement for these SLOs
+        rank(rows, spec)
 
 
 def test_max_goodput_rejudged_for_configurations_measured_under_other_slos():
@@ -90,8 +98,8 @@ def test_max_goodput_rejudged_for_configurations_measured_under_other_slos():
                        point("b", 1, 0, [100.0] * 4, duration_s=8.0, stored_slo=99.0),
                        point("c", 1, 0, [4000.0] * 4), point("c", 8, 1, [5000.0] * 8))
     spec = ObjectiveSpec(kind="max_goodput", slo=SLOSpec(ttft_ms=3000, percentile=50))
-    naive = rank(rows, spec)
-    assert naive[0].label == "B"                          # the stale 99 req/s of other SLOs would win
+    with pytest.raises(ValueError, match="rejudge"):     # the stale 99 req/s of other SLOs is never ranked
+        rank(rows, spec)
     v = rank(rejudge(rows, reqs, spec.slo), spec)
     assert [(x.label, x.outcome) for x in v] == [("A", "best"), ("B", "lost"), ("C", "no_eligible_point")]
     assert v[0].score == 2.0 and v[1].score == 0.5      # 8 good requests / 4 s; 4 / 8 s
@@ -127,7 +135,7 @@ def test_best_reason_names_slos_only_when_set_and_scores_have_three_figures():
     v = rank(ROWS, ObjectiveSpec())
     assert "SLO" not in v[0].reason
     assert v[0].reason.startswith("highest output throughput at any load point: 200 tok/s at level 64")
-    v = rank([{**r, "tpot_p99_ms": 60.0} for r in ROWS], ObjectiveSpec(slo=SLOSpec(ttft_ms=1000, tpot_ms=80)))
+    v = rank([{**r, "slo_tpot_at_pct_ms": 60.0} for r in ROWS], ObjectiveSpec(slo=SLOSpec(ttft_ms=1000, tpot_ms=80)))
     assert v[0].reason.startswith("highest output throughput at any load point meeting the SLOs "
                                   "(p99 TTFT <= 1000 ms, p99 TPOT <= 80 ms): 200 tok/s")
     v = rank([row("a", "A", 0, 1, 1.0), row("b", "B", 0, 1, 1.0)], ObjectiveSpec(kind="min_tpot"))
