@@ -26,8 +26,8 @@ from pathlib import Path
 
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
-from grid.engines.flags import catalog_note
 from grid.storage.parquet import recorded_hashes, set_aside_corrupt
+from grid.sweep.notes import plan_notes
 from grid.sweep.space import TrialPlan, expand
 
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -137,41 +137,6 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
         ray.shutdown()
 
 
-def thin_level_note(plans: list[TrialPlan]) -> str | None:
-    """A note when a concurrency level gets fewer requests than it has streams (it is never reached), else None."""
-    thin = sorted({(c, p.load.prompts_for(c)) for p in plans for c in p.load.concurrency if p.load.prompts_for(c) < c})
-    if not thin:
-        return None
-    levels = ", ".join(f"concurrency {c} with {n} request{'s' if n != 1 else ''}" for c, n in thin)
-    return (f"{levels}: fewer requests than streams, so that level is never reached (raise load.num_prompts, "
-            "load.prompts_per_stream or load.min_prompts)")
-
-
-def inert_settings_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
-    """A note when the configurations set DSA/NSA backends for a model without DeepSeek Sparse Attention: SGLang
-    accepts the flags and ignores them, so configurations differing only there measure the same server."""
-    if spec.model.dsa is not None:
-        return None
-    keys = sorted({k for p in plans for k in p.settings if k.startswith("dsa_")})
-    if not keys:
-        return None
-    return (f"{', '.join(keys)} only matter for models with DeepSeek Sparse Attention; {spec.model.name} has none, "
-            "so SGLang ignores them")
-
-
-def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
-    """A note when configurations differing in server settings are to be measured on an external server, which
-    grid cannot reconfigure (None otherwise)."""
-    if spec.engine.kind != "openai":
-        return None
-    keys = sorted({k for p in plans for k in p.settings if len({repr(q.settings.get(k)) for q in plans}) > 1})
-    if not keys:
-        return None
-    return (f"engine=openai measures the server at {spec.engine.base_url} as it runs: the swept server settings "
-            f"({', '.join(keys)}) cannot be applied to it, so every configuration measures the same server. Sweep "
-            "load settings instead, or launch the servers with engine=sglang")
-
-
 def run(spec: RunSpec, console) -> Plan:
     """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
     engine = get_engine(spec)
@@ -183,8 +148,7 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
-    notes = [*engine.notes, *filter(None, [catalog_note(version), external_note(spec, plan.all),
-                                           thin_level_note(plan.all), inert_settings_note(spec, plan.all)])]
+    notes = [*engine.notes, *plan_notes(spec, plan.all, version)]
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:

@@ -45,9 +45,9 @@ def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan]) -> No
         tune.report(_metrics(row))
 
     rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point)
-    if reported and rows and rows[-1].get("trial_status") != reported[-1].get("trial_status"):
-        reported.clear()  # the verdict changed after the last point (e.g. every point failed): report it too
-    if not reported:  # nothing was measured, or the verdict changed: report the verdict only
+    final = rows[-1].get("trial_status") if rows else "failed"
+    # nothing was measured, or the verdict changed after the last point (e.g. every point failed): report the verdict
+    if not reported or final != reported[-1].get("trial_status"):
         first = rows[0] if rows else {}
         tune.report({"trial_status": first.get("trial_status", "failed"),
                      "error_class": first.get("trial_error_class") or "unknown",
