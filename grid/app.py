@@ -33,9 +33,8 @@ def report(spec: RunSpec, console: Console) -> list:
 
     wanted = {p.config_hash for p in expand(spec)}
     stored = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if r["config_hash"] in wanted]
-    requests = read_table(spec.run_dir, "requests")
-    columns = [c for c in (*REQUEST_COLUMNS, "warmup") if c in requests.column_names]
-    requests = [r for r in requests.select(columns).to_pylist() if r["config_hash"] in wanted]
+    requests = [r for r in read_table(spec.run_dir, "requests", list(REQUEST_COLUMNS)).to_pylist()
+                if r["config_hash"] in wanted]
     rows = rejudge(stored, requests, spec.objective.slo)
     verdicts = rank(rows, spec.objective)
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded

@@ -168,7 +168,7 @@ def slo_values(requests: Iterable[Mapping[str, Any]], duration_s: float | None,
 
     ``requests``: one mapping per measured request with ``status`` (ok | failed) and ``ttft_ms``, ``tpot_ms``,
     ``e2e_ms`` (modelled ms, null when not measured), i.e. rows of the ``requests`` table of one
-    (config_hash, point_index); a row whose ``warmup`` is true is left out. ``duration_s``: the load point's measured
+    (config_hash, point_index), which holds measured requests only. ``duration_s``: the load point's measured
     window in modelled seconds. ``slo``: thresholds in ms and the percentile in (0, 100]; None or no threshold means
     no SLO.
 
@@ -178,7 +178,7 @@ def slo_values(requests: Iterable[Mapping[str, Any]], duration_s: float | None,
     request with that metric) are None. ``summarize`` uses this function, so values computed here from the stored
     rows equal the stored ones for the same SLO.
     """
-    rows = [r for r in requests if not r.get("warmup")]
+    rows = list(requests)
     given = slo.given() if slo is not None else {}
     out: dict[str, float | bool | None] = {
         "slo_ttft_ms": given.get("ttft"), "slo_tpot_ms": given.get("tpot"), "slo_e2e_ms": given.get("e2e"),

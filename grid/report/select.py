@@ -122,7 +122,7 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
     """Copies of the load-point ``rows`` with their SLO-dependent values recomputed for ``slo`` (pure).
 
     ``requests``: rows of the ``requests`` table (``config_hash``, ``point_index``, ``status``, ``ttft_ms``,
-    ``tpot_ms``, ``e2e_ms`` in modelled ms; rows marked ``warmup`` are ignored). ``slo``: thresholds in ms and a
+    ``tpot_ms``, ``e2e_ms`` in modelled ms). ``slo``: thresholds in ms and a
     percentile in (0, 100] (``SLOSpec`` or ``grid.metrics.loadpoint.SLO``). Every row gets ``SLO_COLUMNS``
     (goodput in req/s over the row's ``duration_s``, attainment fractions, ``slo_met``) and ``SLO_LATENCY_KEYS``
     (ms) from ``grid.metrics.loadpoint.slo_values`` over its own requests. A row whose stored requests do not
@@ -132,8 +132,7 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
     target = SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile)
     by_point: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for r in requests:
-        if not r.get("warmup"):
-            by_point.setdefault((r["config_hash"], r["point_index"]), []).append(r)
+        by_point.setdefault((r["config_hash"], r["point_index"]), []).append(r)
     out = []
     for row in rows:
         new = dict(row)

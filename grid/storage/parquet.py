@@ -113,14 +113,18 @@ def _move_aside(f: Path, root: Path, stamp: str) -> None:
     os.replace(f, dest)
 
 
-def read_table(run_dir: str | Path, table: str) -> pa.Table:
+def read_table(run_dir: str | Path, table: str, columns: list[str] | None = None) -> pa.Table:
     """All readable files of ``table`` concatenated under the current schema (empty table if none); unreadable
-    ones are skipped (a resume sets them aside, see :func:`set_aside_corrupt`)."""
+    ones are skipped (a resume sets them aside, see :func:`set_aside_corrupt`). ``columns``: read only these (names
+    of the current schema; a file written before one existed gives nulls). Raises ``KeyError`` for an unknown name."""
     schema = TABLES[table]
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
     parts = []
     for f in sorted(table_dir(run_dir, table).glob("*.parquet")):
         try:
-            t = pq.read_table(f)
+            pf = pq.ParquetFile(f)
+            t = pf.read(columns=None if columns is None else [c for c in columns if c in pf.schema_arrow.names])
         except Exception:  # noqa: BLE001 - damaged file: see set_aside_corrupt
             continue
         parts.append(t.cast(schema) if t.schema == schema else _conform(t, schema))

@@ -191,8 +191,7 @@ def test_slo_values_from_stored_requests_equal_summarize(slo):
 def test_slo_values_definitions():
     rows = [{"status": "ok", "ttft_ms": 10.0, "tpot_ms": None, "e2e_ms": 10.0},
             {"status": "ok", "ttft_ms": 30.0, "tpot_ms": 4.0, "e2e_ms": 100.0},
-            {"status": "failed", "ttft_ms": 5.0, "tpot_ms": None, "e2e_ms": None},
-            {"status": "ok", "ttft_ms": 1.0, "tpot_ms": 1.0, "e2e_ms": 1.0, "warmup": True}]  # left out
+            {"status": "failed", "ttft_ms": 5.0, "tpot_ms": None, "e2e_ms": None}]
     v = slo_values(rows, 2.0, SLO(ttft_ms=20.0, tpot_ms=5.0, percentile=50.0))
     assert v["goodput_req_per_s"] == 0.5            # only the first: ok, TTFT 10 <= 20, no TPOT (1 token) = met
     assert v["slo_attainment"] == pytest.approx(1 / 3) and v["slo_attainment_tpot"] == pytest.approx(2 / 3)

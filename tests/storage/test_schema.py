@@ -188,3 +188,20 @@ def test_schema_doc_is_current():
     assert path.read_text() == SCHEMA_DOC_HEADER + describe_schema(), (
         "docs/schema.md is stale: python -c 'from tests.storage.test_schema import write_schema_doc; "
         "write_schema_doc()'")
+
+
+def test_read_table_reads_only_the_columns_asked_for(tmp_path):
+    from grid.storage.parquet import read_table, table_dir
+
+    d = table_dir(tmp_path, "requests")
+    d.mkdir(parents=True)
+    old = pa.table({"config_hash": ["a"], "point_index": [0], "status": ["ok"]})  # written before ttft_ms existed
+    pq.write_table(old, d / "a.parquet")
+    new = pa.table({"config_hash": ["b"], "point_index": [1], "status": ["failed"], "ttft_ms": [12.5]})
+    pq.write_table(new, d / "b.parquet")
+    t = read_table(tmp_path, "requests", ["config_hash", "status", "ttft_ms"])
+    assert t.column_names == ["config_hash", "status", "ttft_ms"]
+    assert t.to_pylist() == [{"config_hash": "a", "status": "ok", "ttft_ms": None},
+                             {"config_hash": "b", "status": "failed", "ttft_ms": 12.5}]
+    with pytest.raises(KeyError):
+        read_table(tmp_path, "requests", ["no_such_column"])
