@@ -329,28 +329,33 @@ def _check(fn: Callable[[argparse.Namespace, Version, Any], None]) -> Callable:
     return fn
 
 
-@_check
-def _tbo(args, ver, model):
-    if not args.enable_two_batch_overlap:
-        return
-    if ver < V516:
-        if args.moe_a2a_backend == "none":
-            raise ValueError("When enabling two batch overlap, moe_a2a_backend cannot be 'none'.")
-    elif args.moe_a2a_backend == "none" and not _dp_attention_on(args):
-        need = "attention DP (--attn-dp-size)" if ver >= V522 else "--enable-dp-attention"
-        raise ValueError("When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), "
-                         f"{need} is required (DeepSeek-V4 non-EP DP TBO path).")
-    if ver >= V523 and args.moe_a2a_backend == "deepep_v2":
-        raise ValueError("moe_a2a_backend='deepep_v2' has not implemented the TBO/SBO overlap hooks yet.")
-    if ver >= V523 and args.moe_a2a_backend == "megamoe":
-        raise ValueError("moe_a2a_backend='megamoe' has no two-batch / single-batch overlap decomposition.")
+def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
+    """The parsed arguments as grid's settings (grid/engines/flags.py names), for the shared launch rules."""
+    dp_attn = _dp_attention_on(args)
+    return {
+        "two_batch_overlap": args.enable_two_batch_overlap, "moe_a2a_backend": args.moe_a2a_backend,
+        "enable_dp_attention": dp_attn,
+        "dp_size": (args.attn_dp_size if ver >= V522 else args.dp_size) if dp_attn else args.dp_size,
+        "tp_size": args.tp_size, "ep_size": args.ep_size,
+        "enable_priority_scheduling": args.enable_priority_scheduling, "schedule_policy": args.schedule_policy,
+        "chunked_prefill_size": args.chunked_prefill_size, "page_size": args.page_size,
+        "quantization": args.quantization, "moe_runner_backend": args.moe_runner_backend,
+        "kv_cache_dtype": args.kv_cache_dtype, "dsa_prefill_backend": args.dsa_prefill_backend,
+        "dsa_decode_backend": args.dsa_decode_backend,
+    }
 
 
 @_check
-def _priority(args, ver, model):
-    if args.enable_priority_scheduling and args.schedule_policy not in ("fcfs", "lof"):
-        raise ValueError(f"The schedule policy {args.schedule_policy} is not supported with priority scheduling. "
-                         "Please use 'fcfs' or 'lof'.")
+def _shared_rules(args, ver, model):
+    """grid/engines/checks.py ``RULES``: the same table grid checks before launch (one place for launch facts)."""
+    from grid.engines.checks import RULES
+
+    settings = _settings(args, ver)
+    for rule in RULES:
+        why = rule.refuses(settings, ver, model, getattr(args, "_hardware", None))
+        if why is not None:
+            src = rule.source(ver)  # SGLang raises AssertionError where the catalog says the check is an assert
+            raise (AssertionError if src is not None and src["kind"] == "assert" else ValueError)(why)
 
 
 @_check
@@ -360,9 +365,6 @@ def _conservativeness(args, ver, model):
 
 @_check
 def _dp(args, ver, model):
-    if _dp_attention_on(args):
-        dp = args.attn_dp_size if ver >= V522 else args.dp_size
-        assert args.tp_size % dp == 0, "tp_size must be divisible by dp_size"
     if args.enable_dp_lm_head and not _dp_attention_on(args):
         raise ValueError("--enable-dp-lm-head requires --enable-dp-attention")
     if args.dp_size > 1 and args.nnodes > 1 and not _dp_attention_on(args):
@@ -389,52 +391,6 @@ def _pp(args, ver, model):
             raise ValueError("Pipeline parallelism is not compatible with mixed chunked prefill.")
     if args.speculative_algorithm is not None and args.enable_mixed_chunk:
         raise ValueError("Speculative decoding is not compatible with mixed chunked prefill.")
-
-
-@_check
-def _chunk_page(args, ver, model):
-    c, p = args.chunked_prefill_size, args.page_size
-    if c is not None and c > 0 and p:
-        assert c % p == 0, "chunked_prefill_size must be divisible by page_size"
-
-
-@_check
-def _moe(args, ver, model):
-    q = args.quantization or (getattr(model, "quantization", None) if model is not None else None)
-    if args.moe_runner_backend == "flashinfer_cutlass":
-        assert q in ("modelopt_fp4", "modelopt_fp8", None), (
-            f"Invalid quantization '{q}'. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', 'modelopt_fp8', or "
-            "bfloat16 (None).")
-        assert args.ep_size in (1, args.tp_size), "The expert parallel size must be 1 or the same as the tensor parallel size"
-    if args.moe_runner_backend == "flashinfer_trtllm":
-        assert q in ("modelopt_fp4", "fp8", "modelopt_fp8", "compressed-tensors", None), (
-            f"Invalid quantization '{q}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', "
-            "'modelopt_fp8', 'compressed-tensors', or bfloat16 (None).")
-    if args.moe_runner_backend == "cutlass" and q in ("fp8", "mxfp8"):
-        assert args.ep_size == 1, "FP8 Cutlass MoE is only supported with ep_size == 1"
-    if args.moe_a2a_backend == "flashinfer" and args.moe_runner_backend != "flashinfer_cutlass":
-        raise AssertionError("Flashinfer MoE A2A is only supported with flashinfer_cutlass moe runner backend")
-    if args.moe_a2a_backend == "mori" and args.chunked_prefill_size is not None and args.chunked_prefill_size > 4096:
-        raise AssertionError("SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (4096) should be larger or equal to "
-                             "chunked_prefill_size")
-
-
-@_check
-def _dsa(args, ver, model):
-    if model is None or getattr(model, "dsa", None) is None:
-        return
-    assert args.kv_cache_dtype in ("auto", "bf16", "bfloat16", "fp8_e4m3"), (
-        "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype")
-    backends = {args.dsa_prefill_backend, args.dsa_decode_backend} - {None}
-    if ver >= V523 and "triton" in backends:
-        raise ValueError("The triton DSA backend is only supported on ROCm/HIP.")
-    if "tilelang" in backends and args.kv_cache_dtype == "fp8_e4m3":
-        if V520 <= ver < V523:
-            raise ValueError("The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on ROCm/HIP; "
-                             "on CUDA they require a bfloat16 KV cache.")
-        if ver >= V523 and backends != {"tilelang"}:
-            raise ValueError("With an fp8_e4m3 KV cache on CUDA, the tilelang DSA backend must be used for both "
-                             "--dsa-prefill-backend and --dsa-decode-backend.")
 
 
 def check_server_args(args: argparse.Namespace, model: Any = None) -> None:
