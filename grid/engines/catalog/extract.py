@@ -225,7 +225,7 @@ def log_formats(root: Path) -> dict[str, list[str]]:
     scheduler function that prints ``Prefill batch`` / ``Decode batch`` (optional pieces included, in source order)."""
     out: dict[str, list[str]] = {}
     for key, needle in (("prefill", "Prefill batch"), ("decode", "Decode batch")):
-        for path, fn in _functions_with(root, ("srt/managers",), needle):
+        for path, fn in _functions_with(root, ("srt/managers", "srt/observability"), needle):
             start = next(n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign))
                          and any(needle in (_template(s) or "") for s in ast.walk(n)))
             target = start.targets[0] if isinstance(start, ast.Assign) else start.target
