@@ -264,12 +264,15 @@ def parse_args(argv: Sequence[str], version: str = DEFAULT_VERSION) -> argparse.
 
 
 def public_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The ServerArgs fields of the release (its dests, in its order; no private keys)."""
+    """The ServerArgs fields: the release's dests in its order, then the twin's canonical names (``tp_size`` where
+    0.5.9's argparse dest is ``tensor_parallel_size``: ServerArgs' field is ``tp_size``); no private keys."""
     rel = catalog.release(parse_version(args._version))
     out: dict[str, Any] = {}
     for opt in rel.options:
         if opt.dest != "config" and opt.dest not in out:
             out[opt.dest] = getattr(args, opt.dest, None)
+    for name in CANONICAL:
+        out.setdefault(name, getattr(args, name, None))
     return out
 
 
