@@ -14,6 +14,7 @@ tests/unit/test_checks.py compares the two on the same configurations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from grid.engines.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
@@ -38,102 +39,256 @@ def _ep_size(s: dict[str, Any]) -> int:
     return int(s.get("ep_size") or 1)
 
 
-def _tbo(s: dict[str, Any], ver: Version, model: Any) -> str | None:
-    """Two-batch overlap preconditions (≤0.5.14 ``check_server_args``; ≥0.5.16 ``check_two_batch_overlap``)."""
-    if not s.get("two_batch_overlap"):
+@dataclass(frozen=True)
+class Hardware:
+    """A hardware predicate: a vendor (``"nvidia"``, ``"amd"``; None = any) and an SM range (compute capability x10,
+    inclusive; None = unbounded). The same table answers "does SGLang refuse this here" and, for later work,
+    "which hardware does this setting need"."""
+
+    vendor: str | None = None
+    sm_min: int | None = None
+    sm_max: int | None = None
+
+    def matches(self, vendor: str | None, sm: int | None) -> bool:
+        """True when hardware ``(vendor, sm)`` is inside the predicate; an unknown vendor counts as NVIDIA (CUDA is
+        SGLang's default device) and an unknown SM matches only predicates without an SM range."""
+        vendor = vendor or "nvidia"
+        if self.vendor is not None and vendor != self.vendor:
+            return False
+        if self.sm_min is None and self.sm_max is None:
+            return True
+        if sm is None:
+            return False
+        return (self.sm_min is None or sm >= self.sm_min) and (self.sm_max is None or sm <= self.sm_max)
+
+
+ANY_HARDWARE = (Hardware(),)
+CUDA = (Hardware(vendor="nvidia"),)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One launch-time refusal of SGLang: releases ``since`` .. ``until`` (inclusive; None = still), the hardware it
+    applies on (any of ``hardware``), SGLang's own message (``{}`` filled from ``when``'s tuple), and ``when``:
+    settings, model -> None (accepted) or the tuple of message arguments (refused). ``where``: the SGLang function
+    that raises it (the catalog's ``refusals`` list, from which each message was copied; tests/unit/test_catalog.py
+    checks every message against it)."""
+
+    name: str
+    since: str
+    until: str | None
+    message: str
+    when: Callable[[dict[str, Any], Any], tuple | None]
+    where: str
+    hardware: tuple[Hardware, ...] = ANY_HARDWARE
+
+    def releases(self, version: Version) -> bool:
+        return parse_version(self.since) <= version[:3] and (self.until is None
+                                                            or version[:3] <= parse_version(self.until))
+
+    def source(self, version: Version) -> dict | None:
+        """The catalog's refusal entry (``function``, ``kind``, ``message``) of ``version`` this rule reproduces."""
+        from grid.engines import catalog
+
+        fixed = self.message.split("{}")[0].rstrip(".")
+        for entry in catalog.release(version).refusals:
+            if entry["message"].startswith(fixed):
+                return entry
         return None
-    a2a = s.get("moe_a2a_backend") or "none"
-    if ver < (0, 5, 16):
-        if a2a == "none":
-            return "When enabling two batch overlap, moe_a2a_backend cannot be 'none'."
-    elif a2a == "none" and not _dp_attention(s):
-        need = "attention DP (--attn-dp-size)" if ver >= (0, 5, 22) else "--enable-dp-attention"
-        return ("When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), "
-                f"{need} is required (DeepSeek-V4 non-EP DP TBO path).")
-    if ver >= (0, 5, 23) and a2a == "deepep_v2":
-        return "moe_a2a_backend='deepep_v2' has not implemented the TBO/SBO overlap hooks yet."
-    if ver >= (0, 5, 23) and a2a == "megamoe":
-        return "moe_a2a_backend='megamoe' has no two-batch / single-batch overlap decomposition."
-    return None
+
+    def refuses(self, settings: dict[str, Any], version: Version, model: Any = None, hardware: Any = None) -> str | None:
+        """SGLang's message when this rule refuses ``settings`` on ``version`` and ``hardware`` (a ``HardwareSpec``
+        or anything with ``vendor``/``sm_version``; None = unknown), else None."""
+        if not self.releases(version):
+            return None
+        vendor, sm = getattr(hardware, "vendor", None), getattr(hardware, "sm_version", None)
+        if not any(h.matches(vendor, sm) for h in self.hardware):
+            return None
+        args = self.when(settings, model)
+        return None if args is None else self.message.format(*args)
 
 
-def _priority(s: dict[str, Any], ver: Version, model: Any) -> str | None:
-    """Priority scheduling needs fcfs or lof (0.5.9 ``check_server_args``)."""
+def _tbo_a2a_none(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if s.get("two_batch_overlap") and (s.get("moe_a2a_backend") or "none") == "none" else None
+
+
+def _tbo_no_dp(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if _tbo_a2a_none(s, model) is not None and not _dp_attention(s) else None
+
+
+def _tbo_with(a2a: str) -> Callable[[dict[str, Any], Any], tuple | None]:
+    return lambda s, m: () if s.get("two_batch_overlap") and s.get("moe_a2a_backend") == a2a else None
+
+
+def _priority(s: dict[str, Any], model: Any) -> tuple | None:
     policy = s.get("schedule_policy") or "fcfs"
-    if s.get("enable_priority_scheduling") and policy not in ("fcfs", "lof"):
-        return (f"The schedule policy {policy} is not supported with priority scheduling. "
-                "Please use 'fcfs' or 'lof'.")
-    return None
+    return (policy,) if s.get("enable_priority_scheduling") and policy not in ("fcfs", "lof") else None
 
 
-def _dp(s: dict[str, Any], ver: Version, model: Any) -> str | None:
-    """``tp_size % dp_size == 0`` under attention DP (0.5.9 ``_handle_data_parallelism``)."""
-    if _dp_attention(s) and int(s.get("tp_size") or 1) % int(s["dp_size"]) != 0:
-        return "tp_size must be divisible by dp_size"
-    return None
+def _dp_divides(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if _dp_attention(s) and int(s.get("tp_size") or 1) % int(s["dp_size"]) else None
 
 
-def _chunk_page(s: dict[str, Any], ver: Version, model: Any) -> str | None:
-    """``chunked_prefill_size % page_size == 0`` (0.5.9 ``check_server_args``)."""
+def _chunk_page(s: dict[str, Any], model: Any) -> tuple | None:
     c, p = s.get("chunked_prefill_size"), s.get("page_size")
-    if c is not None and c > 0 and p and c % p:
-        return "chunked_prefill_size must be divisible by page_size"
-    return None
+    return () if c is not None and c > 0 and p and c % p else None
 
 
-def _moe(s: dict[str, Any], ver: Version, model: Any) -> str | None:
-    """MoE runner / a2a backend requirements (0.5.9 ``_handle_moe_kernel_config`` / ``_handle_a2a_moe``)."""
-    q = s.get("quantization") or (getattr(model, "quantization", None) if model is not None else None)
-    runner, a2a = s.get("moe_runner_backend") or "auto", s.get("moe_a2a_backend") or "none"
-    tp, ep = int(s.get("tp_size") or 1), _ep_size(s)
-    if runner == "flashinfer_cutlass":
-        if q not in ("modelopt_fp4", "modelopt_fp8", None):
-            return (f"Invalid quantization '{q}'. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', "
-                    "'modelopt_fp8', or bfloat16 (None).")
-        if ep not in (1, tp):
-            return "The expert parallel size must be 1 or the same as the tensor parallel size"
-    if runner == "flashinfer_trtllm" and q not in ("modelopt_fp4", "fp8", "modelopt_fp8", "compressed-tensors", None):
-        return (f"Invalid quantization '{q}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', "
-                "'modelopt_fp8', 'compressed-tensors', or bfloat16 (None).")
-    if runner == "cutlass" and q in ("fp8", "mxfp8") and ep != 1:
-        return "FP8 Cutlass MoE is only supported with ep_size == 1"
-    if a2a == "flashinfer" and runner != "flashinfer_cutlass":
-        return "Flashinfer MoE A2A is only supported with flashinfer_cutlass moe runner backend"
+def _quant(s: dict[str, Any], model: Any) -> str | None:
+    return s.get("quantization") or (getattr(model, "quantization", None) if model is not None else None)
+
+
+def _runner_quant(runner: str, allowed: tuple) -> Callable[[dict[str, Any], Any], tuple | None]:
+    def when(s: dict[str, Any], model: Any) -> tuple | None:
+        q = _quant(s, model)
+        return (q,) if (s.get("moe_runner_backend") or "auto") == runner and q not in allowed else None
+    return when
+
+
+def _cutlass_ep(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if s.get("moe_runner_backend") == "cutlass" and _quant(s, model) in ("fp8", "mxfp8") \
+        and _ep_size(s) != 1 else None
+
+
+def _fi_a2a_runner(runners: tuple) -> Callable[[dict[str, Any], Any], tuple | None]:
+    return lambda s, m: () if s.get("moe_a2a_backend") == "flashinfer" \
+        and (s.get("moe_runner_backend") or "auto") not in runners else None
+
+
+def _mori(s: dict[str, Any], model: Any) -> tuple | None:
     chunk = s.get("chunked_prefill_size")
-    if a2a == "mori" and chunk is not None and chunk > MORI_MAX_DISPATCH_TOKENS:
-        return (f"SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK ({MORI_MAX_DISPATCH_TOKENS}) should be larger or "
-                "equal to chunked_prefill_size")
-    return None
+    return () if s.get("moe_a2a_backend") == "mori" and chunk is not None and chunk > MORI_MAX_DISPATCH_TOKENS \
+        else None
 
 
-def _dsa(s: dict[str, Any], ver: Version, model: Any) -> str | None:
-    """DSA (GLM-5 / DeepSeek-V3.2) KV dtype and sub-backend constraints (sglang.md §1.3 "DSA")."""
-    if model is None or getattr(model, "dsa", None) is None:
-        return None
-    kv = s.get("kv_cache_dtype") or "auto"
-    if kv not in DSA_KV_DTYPES:
-        return "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype"
-    backends = {s.get("dsa_prefill_backend"), s.get("dsa_decode_backend")} - {None}
-    if ver >= (0, 5, 23) and "triton" in backends:
-        return "The triton DSA backend is only supported on ROCm/HIP."
-    if "tilelang" in backends and kv == "fp8_e4m3":
-        if (0, 5, 20) <= ver < (0, 5, 23):
-            return ("The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on ROCm/HIP; "
-                    "on CUDA they require a bfloat16 KV cache.")
-        if ver >= (0, 5, 23) and backends != {"tilelang"}:
-            return ("With an fp8_e4m3 KV cache on CUDA, the tilelang DSA backend must be used for both "
-                    "--dsa-prefill-backend and --dsa-decode-backend.")
-    return None
+def _is_dsa(model: Any) -> bool:
+    return model is not None and getattr(model, "dsa", None) is not None
 
 
-#: The launch-time combination rules, in the order SGLang checks them.
-RULES: list[Callable[[dict[str, Any], Version, Any], str | None]] = [_tbo, _priority, _dp, _chunk_page, _moe, _dsa]
+def _dsa_kv(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if _is_dsa(model) and (s.get("kv_cache_dtype") or "auto") not in DSA_KV_DTYPES else None
 
 
-def check_config(settings: dict[str, Any], version: str | Version, model: Any = None) -> list[str]:
+def _dsa_backends(s: dict[str, Any]) -> set:
+    return {s.get("dsa_prefill_backend"), s.get("dsa_decode_backend")} - {None}
+
+
+def _tilelang_fp8(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if _is_dsa(model) and s.get("kv_cache_dtype") == "fp8_e4m3" and "tilelang" in _dsa_backends(s) \
+        else None
+
+
+def _tilelang_fp8_mixed(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if _tilelang_fp8(s, model) is not None and _dsa_backends(s) != {"tilelang"} else None
+
+
+def _megamoe(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if s.get("moe_a2a_backend") == "megamoe" else None
+
+
+_FI_CUTLASS_Q = ("modelopt_fp4", "modelopt_fp8", None)
+_FI_TRTLLM_Q = ("modelopt_fp4", "fp8", "modelopt_fp8", "compressed-tensors", None)
+_NSA = "_handle_model_specific_adjustments / _set_default_nsa_kv_cache_dtype"
+
+#: The launch-time combination rules, in the order SGLang checks them. Messages are SGLang's own, copied from the
+#: catalog's ``refusals`` of each release in range (tests/unit/test_catalog.py checks them). Release ranges from the
+#: catalog: TBO without an a2a backend is refused as such until 0.5.14 and needs DP attention from 0.5.15 (not 0.5.16);
+#: tilelang with an fp8_e4m3 KV cache is refused on CUDA in 0.5.17-0.5.21 and from 0.5.22 needs both backends tilelang
+#: and SM >= 89.
+RULES: list[Rule] = [
+    Rule("tbo_needs_a2a", "0.5.9", "0.5.14", "When enabling two batch overlap, moe_a2a_backend cannot be 'none'.",
+         _tbo_a2a_none, "check_server_args"),
+    Rule("tbo_needs_dp_attention", "0.5.15", "0.5.21",
+         "When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), --enable-dp-attention "
+         "is required (DeepSeek-V4 non-EP DP TBO path).", _tbo_no_dp, "_check_two_batch_overlap"),
+    Rule("tbo_needs_attn_dp", "0.5.22", None,
+         "When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), attention DP "
+         "(--attn-dp-size) is required (DeepSeek-V4 non-EP DP TBO path).", _tbo_no_dp, "check_two_batch_overlap"),
+    Rule("tbo_deepep_v2", "0.5.19", None,
+         "DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet. Disable --enable-two-batch-overlap and "
+         "--enable-single-batch-overlap when using --moe-a2a-backend deepep_v2.", _tbo_with("deepep_v2"),
+         "handle_a2a_moe"),
+    Rule("tbo_megamoe", "0.5.21", None,
+         "--moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; disable "
+         "--enable-two-batch-overlap and --enable-single-batch-overlap.", _tbo_with("megamoe"), "a2a checks"),
+    Rule("megamoe_hardware", "0.5.21", None,
+         "--moe-a2a-backend megamoe needs a CUDA SM90 GPU (block-FP8 experts) or an SM100-class GPU (MXFP4 / NVFP4 "
+         "experts); it runs DeepGEMM kernels over CUDA symmetric memory. On ROCm, set "
+         "SGLANG_AMD_USE_FLYDSL_MEGA_MOE=1 to select aiter MegaMoEv2 instead.", _megamoe, "check_mega_moe_compat",
+         hardware=(Hardware("amd"), Hardware("nvidia", sm_max=89), Hardware("nvidia", 91, 99),
+                   Hardware("nvidia", sm_min=110))),
+    Rule("priority_policy", "0.5.9", None,
+         "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. '{}' is not supported.", _priority,
+         "check_server_args"),
+    Rule("dp_divides_tp", "0.5.9", "0.5.21", "tp_size must be divisible by dp_size * attn_cp_size", _dp_divides,
+         "_handle_data_parallelism"),
+    Rule("chunk_page", "0.5.9", None, "chunked_prefill_size must be divisible by page_size", _chunk_page,
+         "check_server_args"),
+    Rule("fi_cutlass_quant", "0.5.9", "0.5.9",
+         "Invalid quantization '{}'. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', 'modelopt_fp8', or "
+         "bfloat16 (None).", _runner_quant("flashinfer_cutlass", _FI_CUTLASS_Q), "_handle_moe_kernel_config"),
+    Rule("fi_cutlass_quant", "0.5.10", None,
+         "Invalid quantization '{}'. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', 'modelopt_fp8', "
+         "'modelopt_mixed', or bfloat16 (None).",
+         _runner_quant("flashinfer_cutlass", _FI_CUTLASS_Q + ("modelopt_mixed",)), "_handle_moe_kernel_config"),
+    Rule("fi_trtllm_quant", "0.5.9", "0.5.9",
+         "Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', 'modelopt_fp8', "
+         "'compressed-tensors', or bfloat16 (None).", _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q),
+         "_handle_moe_kernel_config"),
+    Rule("fi_trtllm_quant", "0.5.10", "0.5.13",
+         "Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', 'modelopt_fp8', "
+         "'modelopt_mixed', 'compressed-tensors', or bfloat16 (None).",
+         _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q + ("modelopt_mixed",)), "_handle_moe_kernel_config"),
+    Rule("fi_trtllm_quant", "0.5.14", None,
+         "Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'nvfp4_online', 'fp8', "
+         "'modelopt_fp8', 'modelopt_mixed', 'compressed-tensors', or bfloat16 (None).",
+         _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q + ("modelopt_mixed", "nvfp4_online")),
+         "_handle_moe_kernel_config"),
+    Rule("cutlass_fp8_ep", "0.5.9", None, "FP8/MXFP8 Cutlass MoE is only supported with ep_size == 1", _cutlass_ep,
+         "_handle_moe_kernel_config"),
+    Rule("fi_a2a_runner", "0.5.9", "0.5.12",
+         "Flashinfer MoE A2A is only supported with flashinfer_cutlass moe runner backend",
+         _fi_a2a_runner(("flashinfer_cutlass",)), "_handle_a2a_moe"),
+    Rule("fi_a2a_runner", "0.5.13", "0.5.14",
+         "Flashinfer MoE A2A is only supported with flashinfer_cutlass or flashinfer_cutedsl moe runner backend",
+         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl")), "_handle_a2a_moe"),
+    Rule("fi_a2a_runner", "0.5.15", "0.5.18",
+         "Flashinfer MoE A2A is only supported with flashinfer_cutlass, flashinfer_cutedsl or "
+         "flashinfer_trtllm_routed moe runner backend",
+         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm_routed")), "_handle_a2a_moe"),
+    Rule("fi_a2a_runner", "0.5.19", None,
+         "FlashInfer MoE A2A is supported with flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, "
+         "flashinfer_trtllm_routed, or deep_gemm.",
+         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm", "flashinfer_trtllm_routed",
+                         "deep_gemm")), "_handle_a2a_moe"),
+    Rule("mori_dispatch_tokens", "0.5.9", "0.5.14",
+         "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
+         "chunked_prefill_size", _mori, "_handle_a2a_moe"),
+    Rule("mori_dispatch_tokens", "0.5.15", None,
+         "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank MoRI dispatch tokens "
+         "(chunked_prefill_size by default)", _mori, "_handle_a2a_moe"),
+    Rule("dsa_kv_dtype", "0.5.9", None, "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype",
+         _dsa_kv, _NSA),
+    Rule("tilelang_fp8_cuda", "0.5.17", "0.5.21",
+         "The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on ROCm/HIP; on CUDA they "
+         "require a bfloat16 KV cache. Use --kv-cache-dtype bfloat16 with the tilelang backend, or keep "
+         "--kv-cache-dtype fp8_e4m3 and pick an fp8-capable DSA backend (flashmla_kv on Hopper, trtllm on "
+         "Blackwell).", _tilelang_fp8, "_check_tilelang_dsa_fp8_kv", hardware=CUDA),
+    Rule("tilelang_fp8_both", "0.5.22", None,
+         "CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and scaled FP8 KV layouts cannot be "
+         "mixed.", _tilelang_fp8_mixed, "_check_dsa_backend_constraints", hardware=CUDA),
+    Rule("tilelang_fp8_sm89", "0.5.22", None, "CUDA TileLang FP8 KV requires SM89 or newer.", _tilelang_fp8,
+         "_check_dsa_backend_constraints", hardware=(Hardware("nvidia", sm_max=88),)),
+]
+
+
+def check_config(settings: dict[str, Any], version: str | Version, model: Any = None,
+                 hardware: Any = None) -> list[str]:
     """Every reason SGLang ``version`` would refuse ``settings`` at launch (empty: it would start).
 
-    ``model`` is a ``ModelSpec`` (or anything with ``quantization`` and ``dsa``) for the model-dependent rules.
+    ``model`` is a ``ModelSpec`` (or anything with ``quantization`` and ``dsa``) for the model-dependent rules;
+    ``hardware`` a ``HardwareSpec`` (``sm_version``; ``vendor`` when it has one, else NVIDIA) for the
+    hardware-dependent ones (None: unknown, so SM-range rules do not refuse).
     Raises ``ValueError`` for a version string that is not an SGLang version.
     """
     ver = parse_version(version) if isinstance(version, str) else tuple(version)
@@ -150,7 +305,7 @@ def check_config(settings: dict[str, Any], version: str | Version, model: Any = 
     if bad:
         reasons.append(f"unrecognized arguments: {' '.join(bad)} (SGLang {'.'.join(map(str, ver))})")
     for rule in RULES:
-        why = rule(known, ver, model)
+        why = rule.refuses(known, ver, model, hardware)
         if why is not None:
             reasons.append(why)
     return reasons
@@ -162,5 +317,6 @@ def refuse(engine: Any, trial: Any) -> str | None:
     Engines assign it as a method (``refuse = checks.refuse``).
     """
     version = engine.version()
-    reasons = check_config(trial.settings, version, getattr(engine.spec, "model", None))
+    spec = engine.spec
+    reasons = check_config(trial.settings, version, getattr(spec, "model", None), getattr(spec, "hardware", None))
     return f"SGLang {version} would refuse this configuration: {reasons[0]}" if reasons else None

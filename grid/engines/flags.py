@@ -1,27 +1,27 @@
-"""The flag catalog: server settings named by meaning, translated to SGLang command-line flags per SGLang version.
+"""Server settings named by meaning, translated to SGLang command-line flags per SGLang release.
 
 A sweep names settings (``dsa_decode_backend``, ``cuda_graph``, ``mem_fraction_static`` ...); this module is the one
-place that knows which flag spells each setting in a given SGLang release and which values that release accepts.
-Both engines use it: the twin takes exactly SGLang's flags.
+place that knows which flag spells each setting in a given SGLang release. Which flags a release has, and which values
+each accepts, is not written here: it is read from the catalog extracted from that release's wheel
+(grid/engines/catalog, ``python -m grid.engines.catalog.generate``). What stays hand-written is the small table
+:data:`SETTINGS`: for each setting, the flags that have spelled it over the releases, newest spelling first
+(``--dsa-decode-backend`` / ``--nsa-decode-backend``). A setting renders as the first of its flags the release
+declares without deprecation, else the first it declares at all; a release that declares none of them gets the newest
+spelling, which :func:`unknown_flags` then reports.
 
-Facts and their sources (../shared/reference/sglang.md, read from the released wheels):
-- ``--nsa-{prefill,decode}-backend`` renamed ``--dsa-*`` in 0.5.13; old names removed in 0.5.20 (§0).
-- ``--cuda-graph-max-bs`` renamed ``--cuda-graph-max-bs-decode`` in 0.5.14, old name an error from 0.5.20 (§0).
-- ``--disable-cuda-graph`` deprecated in 0.5.14 for ``--cuda-graph-backend-{decode,prefill} disabled`` (§0).
-- ``--dp-size N --enable-dp-attention`` became ``--attn-dp-size N`` in 0.5.22 (§0).
-- Choice lists per version: §1.1 (0.5.9 and 0.5.23 parsers). sglang.md compares only those two parsers, so a
-  release between them takes the 0.5.9 list (the NSA/DSA backend list included: the rename in 0.5.13 is documented,
-  the new backends are documented for 0.5.23 only).
-Versions between two listed releases take the older release's entry.
-
-Which rendered flags each release accepts is :data:`FLAG_LIFECYCLE` (``unknown_flags`` checks an argument list
-against it); the combinations SGLang enforces at launch live in grid/engines/checks.py.
+Two settings render specially, from what the catalog says the release has: ``cuda_graph=false`` is
+``--cuda-graph-backend-{decode,prefill} disabled`` where those flags exist (0.5.14+) and ``--disable-cuda-graph``
+before; ``enable_dp_attention`` with ``dp_size=N`` is ``--attn-dp-size N`` where that flag exists (0.5.22+) and
+``--dp-size N --enable-dp-attention`` before. Versions between two catalogued releases take the older release's
+entry; the combinations SGLang refuses at launch live in grid/engines/checks.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from grid.engines import catalog
 
 Version = tuple[int, ...]
 
@@ -45,8 +45,8 @@ def parse_version(text: str) -> Version:
     return tuple(parts)
 
 
-#: The releases this catalog's facts cover (../shared/reference/sglang.md §0-§1.1); others are planned as the nearest.
-OLDEST_KNOWN, NEWEST_KNOWN = "0.5.0", "0.5.23"
+#: The releases the catalog covers (grid/engines/catalog/data); others are planned as the nearest.
+OLDEST_KNOWN, NEWEST_KNOWN = catalog.oldest(), catalog.newest()
 
 
 def catalog_note(version: str) -> str | None:
@@ -59,80 +59,27 @@ def catalog_note(version: str) -> str | None:
     if v > parse_version(NEWEST_KNOWN) and v[:3] != parse_version(NEWEST_KNOWN):
         return (f"SGLang {version} is newer than the newest release grid's flag catalog knows ({NEWEST_KNOWN}): "
                 f"flags and allowed values are planned as for {NEWEST_KNOWN}; a renamed flag shows up as a "
-                "failed launch")
+                "failed launch (python -m grid.engines.catalog.generate refreshes the catalog)")
     if v < parse_version(OLDEST_KNOWN):
         return (f"SGLang {version} is older than the oldest release grid's flag catalog knows ({OLDEST_KNOWN}): "
                 f"flags are planned as for {OLDEST_KNOWN}")
     return None
 
 
-def _by_version(table: dict[str, Any], version: Version) -> Any:
-    """The entry of the newest release in ``table`` that is not newer than ``version``."""
-    best = None
-    for key in sorted(table, key=parse_version):
-        if parse_version(key) <= version:
-            best = table[key]
-    if best is None:
-        best = table[min(table, key=parse_version)]
-    return best
-
-
-NSA_BACKENDS_059 = ("flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "aiter", "trtllm")
-DSA_BACKENDS_0523 = (
-    "flashmla_sparse", "flashmla_sparse_q8", "flashmla_kv", "flashmla_auto", "flashinfer_sparse_mla",
-    "triton_sparse_mla", "fa3", "tilelang", "triton", "aiter", "trtllm", "intel_xpu",
-)
-MOE_RUNNERS_059 = (
-    "auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_mxfp4",
-    "flashinfer_cutedsl", "cutlass",
-)
-MOE_RUNNERS_0523 = MOE_RUNNERS_059 + (
-    "experimental_sgl_trtllm", "flashinfer_trtllm_routed", "flashinfer_megamoe", "aiter", "marlin", "humming",
-    "experimental_sgl_marlin", "lora_cutedsl", "lora_triton", "lora_marlin", "hpc_ops", "megamoe", "intel_xpu",
-)
-MOE_A2A_059 = ("none", "deepep", "mooncake", "mori", "ascend_fuseep", "flashinfer")
-MOE_A2A_0523 = MOE_A2A_059 + ("nixl", "megamoe", "deepep_v2", "pplx", "ascend_tp", "flashinfer_megamoe")
-SCHEDULE_059 = ("lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key")
-SCHEDULE_0523 = SCHEDULE_059 + ("hrrn", "shortest-prefill-first")
-ATTENTION_059 = (
-    "triton", "torch_native", "flex_attention", "nsa", "cutlass_mla", "fa3", "fa4", "flashinfer", "flashmla",
-    "trtllm_mla", "trtllm_mha", "dual_chunk_flash_attn", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
-)
-ATTENTION_0523 = (
-    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4",
-    "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha",
-    "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
-)
-QUANT_059 = (
-    "awq", "fp8", "mxfp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt",
-    "modelopt_fp8", "modelopt_fp4", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "qoq", "w4afp8", "mxfp4",
-    "auto-round", "compressed-tensors", "modelslim", "quark_int4fp8_moe",
-)
-QUANT_0523 = tuple(q for q in QUANT_059 if q not in ("marlin", "qoq")) + (
-    "nvfp4_online", "modelopt_mixed", "auto-round-int8", "mxfp_w4a8", "quark", "quark_mxfp4", "mlx_q4", "mlx_q8",
-    "unquant", "humming",
-)
-KV_DTYPES_059 = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
-KV_DTYPES_0523 = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
-
-
-def _value(flag: str) -> Callable[[Any, Version], list[str]]:
-    return lambda v, _ver: [flag, str(v)]
-
-
-def _switch(flag: str) -> Callable[[Any, Version], list[str]]:
-    return lambda v, _ver: [flag] if v else []
-
-
-def _renamed(old: str, new: str, since: str) -> Callable[[Any, Version], list[str]]:
-    cut = parse_version(since)
-    return lambda v, ver: [new if ver >= cut else old, str(v)]
+def pick_flag(candidates: tuple[str, ...], version: Version) -> str:
+    """The spelling of a setting in ``version``: the first candidate the release declares without deprecation, else
+    the first it declares, else the newest spelling (``candidates[0]``)."""
+    rel = catalog.release(version)
+    declared = [f for f in candidates if f in rel.by_flag]
+    fresh = [f for f in declared if not rel.by_flag[f].deprecated]
+    return (fresh or declared or list(candidates))[0]
 
 
 def _cuda_graph(value: Any, ver: Version) -> list[str]:
     if value:
         return []
-    if ver >= (0, 5, 14):
+    rel = catalog.release(ver)
+    if "--cuda-graph-backend-decode" in rel.by_flag and "--cuda-graph-backend-prefill" in rel.by_flag:
         return ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
     return ["--disable-cuda-graph"]
 
@@ -144,78 +91,97 @@ def _dp_attention(value: Any, ver: Version) -> list[str]:
 
 @dataclass(frozen=True)
 class Setting:
-    """One server setting: its Python type, the allowed values per version (None = any), how it renders."""
+    """One server setting: its Python type, the flags that spelled it (newest first), and its bounds.
+
+    ``switch``: a boolean rendered as the bare flag when true. ``render``: a special renderer (``cuda_graph``,
+    ``enable_dp_attention``). The allowed values come from the catalog: the choices of the flag ``version`` uses.
+    """
 
     name: str
     type: type
-    render: Callable[[Any, Version], list[str]]
+    flags: tuple[str, ...]
     help: str
-    choices: dict[str, tuple] | None = None
+    switch: bool = False
+    render: Callable[[Any, Version], list[str]] | None = None
     minimum: float | None = None
     maximum: float | None = None
 
+    def flag(self, version: Version) -> str:
+        return pick_flag(self.flags, version)
+
+    def option(self, version: Version) -> catalog.Option | None:
+        """The catalog option this setting sets in ``version`` (None: the release has no such flag)."""
+        return catalog.release(version).by_flag.get(self.flag(version))
+
     def allowed(self, version: Version) -> tuple | None:
-        return None if self.choices is None else _by_version(self.choices, version)
+        """The values ``version``'s parser accepts (None: any value of the type)."""
+        if self.type is bool:
+            return None
+        opt = self.option(version)
+        return None if opt is None or opt.choices is None else tuple(opt.choices)
+
+    def to_argv(self, value: Any, version: Version) -> list[str]:
+        if self.render is not None:
+            return self.render(value, version)
+        if self.switch:
+            return [self.flag(version)] if value else []
+        return [self.flag(version), str(value)]
 
 
+def _s(name: str, type_: type, flags: str | tuple[str, ...], help: str, **kw: Any) -> Setting:
+    return Setting(name, type_, (flags,) if isinstance(flags, str) else flags, help,
+                   switch=type_ is bool and "render" not in kw, **kw)
+
+
+#: Settings by meaning -> the flags that spelled them over the releases, newest first (hand-written: the one thing
+#: the wheels cannot say). Renames: --nsa-* -> --dsa-* in 0.5.13, --cuda-graph-max-bs -> --cuda-graph-max-bs-decode
+#: in 0.5.14 (both visible in the catalog as deprecated aliases, then gone from 0.5.20).
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
-        Setting("tp_size", int, _value("--tp-size"), "tensor parallel size", minimum=1),
-        Setting("dp_size", int, _value("--dp-size"), "data parallel size", minimum=1),
-        Setting("ep_size", int, _value("--ep-size"), "expert parallel size", minimum=1),
-        Setting("enable_dp_attention", bool, _dp_attention, "attention data parallelism over dp_size groups"),
-        Setting("mem_fraction_static", float, _value("--mem-fraction-static"),
-                "fraction of GPU memory for weights + KV cache", minimum=0.05, maximum=0.99),
-        Setting("max_running_requests", int, _value("--max-running-requests"), "cap on running requests", minimum=1),
-        Setting("max_total_tokens", int, _value("--max-total-tokens"), "KV pool size override", minimum=1),
-        Setting("chunked_prefill_size", int, _value("--chunked-prefill-size"), "prefill chunk tokens (-1 = off)",
-                minimum=-1),
-        Setting("max_prefill_tokens", int, _value("--max-prefill-tokens"), "tokens per prefill batch", minimum=1),
-        Setting("context_length", int, _value("--context-length"), "maximum context length", minimum=1),
-        Setting("page_size", int, _value("--page-size"), "KV cache page size in tokens", minimum=1),
-        Setting("schedule_policy", str, _value("--schedule-policy"), "request queue order",
-                choices={"0.5.0": SCHEDULE_059, "0.5.23": SCHEDULE_0523}),
-        Setting("enable_priority_scheduling", bool, _switch("--enable-priority-scheduling"),
-                "schedule by request priority (needs schedule_policy fcfs or lof)"),
-        Setting("schedule_conservativeness", float, _value("--schedule-conservativeness"),
-                "admission conservativeness", minimum=0.0),
-        Setting("cuda_graph", bool, _cuda_graph, "capture CUDA graphs for decode"),
-        Setting("cuda_graph_max_bs", int,
-                _renamed("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "0.5.14"),
-                "largest decode batch captured in a CUDA graph", minimum=1),
-        Setting("torch_compile", bool, _switch("--enable-torch-compile"), "torch.compile the model"),
-        Setting("torch_compile_max_bs", int, _value("--torch-compile-max-bs"), "largest compiled batch", minimum=1),
-        Setting("two_batch_overlap", bool, _switch("--enable-two-batch-overlap"), "two micro-batch overlap"),
-        Setting("single_batch_overlap", bool, _switch("--enable-single-batch-overlap"), "single-batch overlap"),
-        Setting("quantization", str, _value("--quantization"), "weight quantization method (None: from the checkpoint)",
-                choices={"0.5.0": QUANT_059, "0.5.23": QUANT_0523}),
-        Setting("moe_runner_backend", str, _value("--moe-runner-backend"), "MoE kernel backend",
-                choices={"0.5.0": MOE_RUNNERS_059, "0.5.23": MOE_RUNNERS_0523}),
-        Setting("moe_a2a_backend", str, _value("--moe-a2a-backend"), "MoE all-to-all backend",
-                choices={"0.5.0": MOE_A2A_059, "0.5.23": MOE_A2A_0523}),
-        Setting("attention_backend", str, _value("--attention-backend"), "attention kernels",
-                choices={"0.5.0": ATTENTION_059, "0.5.23": ATTENTION_0523}),
-        Setting("dsa_prefill_backend", str,
-                _renamed("--nsa-prefill-backend", "--dsa-prefill-backend", "0.5.13"),
-                "sparse-attention (NSA/DSA) prefill backend",
-                choices={"0.5.0": NSA_BACKENDS_059, "0.5.23": DSA_BACKENDS_0523}),
-        Setting("dsa_decode_backend", str,
-                _renamed("--nsa-decode-backend", "--dsa-decode-backend", "0.5.13"),
-                "sparse-attention (NSA/DSA) decode backend",
-                choices={"0.5.0": NSA_BACKENDS_059,
-                         "0.5.23": tuple(b for b in DSA_BACKENDS_0523 if b != "triton_sparse_mla")}),
-        Setting("kv_cache_dtype", str, _value("--kv-cache-dtype"), "KV cache storage dtype",
-                choices={"0.5.0": KV_DTYPES_059, "0.5.23": KV_DTYPES_0523}),
-        Setting("deepep_mode", str, _value("--deepep-mode"), "DeepEP dispatch mode",
-                choices={"0.5.0": ("normal", "low_latency", "auto")}),
-        Setting("disable_radix_cache", bool, _switch("--disable-radix-cache"), "turn off prefix caching"),
-        Setting("enable_metrics", bool, _switch("--enable-metrics"), "serve Prometheus /metrics"),
-        Setting("reasoning_parser", str, _value("--reasoning-parser"), "split reasoning from content"),
-        Setting("trust_remote_code", bool, _switch("--trust-remote-code"), "allow custom model code"),
-        Setting("stream_interval", int, _value("--stream-interval"), "decode steps per streamed chunk", minimum=1),
-        Setting("decode_log_interval", int, _value("--decode-log-interval"), "decode steps per log line", minimum=1),
-        Setting("random_seed", int, _value("--random-seed"), "sampling seed"),
+        _s("tp_size", int, "--tp-size", "tensor parallel size", minimum=1),
+        _s("dp_size", int, "--dp-size", "data parallel size", minimum=1),
+        _s("ep_size", int, "--ep-size", "expert parallel size", minimum=1),
+        _s("enable_dp_attention", bool, "--enable-dp-attention", "attention data parallelism over dp_size groups",
+           render=_dp_attention),
+        _s("mem_fraction_static", float, "--mem-fraction-static", "fraction of GPU memory for weights + KV cache",
+           minimum=0.05, maximum=0.99),
+        _s("max_running_requests", int, "--max-running-requests", "cap on running requests", minimum=1),
+        _s("max_total_tokens", int, "--max-total-tokens", "KV pool size override", minimum=1),
+        _s("chunked_prefill_size", int, "--chunked-prefill-size", "prefill chunk tokens (-1 = off)", minimum=-1),
+        _s("max_prefill_tokens", int, "--max-prefill-tokens", "tokens per prefill batch", minimum=1),
+        _s("context_length", int, "--context-length", "maximum context length", minimum=1),
+        _s("page_size", int, "--page-size", "KV cache page size in tokens", minimum=1),
+        _s("schedule_policy", str, "--schedule-policy", "request queue order"),
+        _s("enable_priority_scheduling", bool, "--enable-priority-scheduling",
+           "schedule by request priority (needs schedule_policy fcfs or lof)"),
+        _s("schedule_conservativeness", float, "--schedule-conservativeness", "admission conservativeness",
+           minimum=0.0),
+        _s("cuda_graph", bool, ("--cuda-graph-backend-decode", "--disable-cuda-graph"),
+           "capture CUDA graphs for decode", render=_cuda_graph),
+        _s("cuda_graph_max_bs", int, ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"),
+           "largest decode batch captured in a CUDA graph", minimum=1),
+        _s("torch_compile", bool, "--enable-torch-compile", "torch.compile the model"),
+        _s("torch_compile_max_bs", int, "--torch-compile-max-bs", "largest compiled batch", minimum=1),
+        _s("two_batch_overlap", bool, "--enable-two-batch-overlap", "two micro-batch overlap"),
+        _s("single_batch_overlap", bool, "--enable-single-batch-overlap", "single-batch overlap"),
+        _s("quantization", str, "--quantization", "weight quantization method (None: from the checkpoint)"),
+        _s("moe_runner_backend", str, "--moe-runner-backend", "MoE kernel backend"),
+        _s("moe_a2a_backend", str, "--moe-a2a-backend", "MoE all-to-all backend"),
+        _s("attention_backend", str, "--attention-backend", "attention kernels"),
+        _s("dsa_prefill_backend", str, ("--dsa-prefill-backend", "--nsa-prefill-backend"),
+           "sparse-attention (NSA/DSA) prefill backend"),
+        _s("dsa_decode_backend", str, ("--dsa-decode-backend", "--nsa-decode-backend"),
+           "sparse-attention (NSA/DSA) decode backend"),
+        _s("kv_cache_dtype", str, "--kv-cache-dtype", "KV cache storage dtype"),
+        _s("deepep_mode", str, "--deepep-mode", "DeepEP dispatch mode"),
+        _s("disable_radix_cache", bool, "--disable-radix-cache", "turn off prefix caching"),
+        _s("enable_metrics", bool, "--enable-metrics", "serve Prometheus /metrics"),
+        _s("reasoning_parser", str, "--reasoning-parser", "split reasoning from content"),
+        _s("trust_remote_code", bool, "--trust-remote-code", "allow custom model code"),
+        _s("stream_interval", int, "--stream-interval", "decode steps per streamed chunk", minimum=1),
+        _s("decode_log_interval", int, "--decode-log-interval", "decode steps per log line", minimum=1),
+        _s("random_seed", int, "--random-seed", "sampling seed"),
     ]
 }
 
@@ -258,72 +224,40 @@ def check_setting(name: str, value: Any, version: Version) -> Any:
     return value
 
 
+
 def to_argv(settings: dict[str, Any], version: Version) -> list[str]:
-    """Render settings (None values are left to SGLang's defaults) as an argument list, in catalog order.
+    """Render settings (None values are left to SGLang's defaults) as an argument list, in :data:`SETTINGS` order.
 
     Settings must already have passed ``check_setting``. ``enable_dp_attention`` renders with ``dp_size``:
-    ``--dp-size N --enable-dp-attention`` before 0.5.22, ``--attn-dp-size N`` from it (sglang.md §0).
+    ``--attn-dp-size N`` where the release declares that flag (0.5.22+), ``--dp-size N --enable-dp-attention`` before.
     """
     argv: list[str] = []
     dp_attention = bool(settings.get("enable_dp_attention"))
+    attn_dp = "--attn-dp-size" in catalog.release(version).by_flag
     for name, setting in SETTINGS.items():
         value = settings.get(name)
         if value is None:
             continue
         if name == "dp_size" and dp_attention:
-            if version >= (0, 5, 22):
-                argv += ["--attn-dp-size", str(value)]
-            else:
-                argv += ["--dp-size", str(value), "--enable-dp-attention"]
+            argv += ["--attn-dp-size", str(value)] if attn_dp else ["--dp-size", str(value), "--enable-dp-attention"]
             continue
         if isinstance(value, float):
             value = repr(value)
-        argv += setting.render(value, version)
+        argv += setting.to_argv(value, version)
     return argv
 
 
-#: The version-gated flags the catalog renders: flag -> (first release that accepts it, first release that rejects
-#: it; None = still accepted). sglang.md §0 (renames/removals) and §1.1; every other rendered flag exists in every
-#: 0.5.x release the catalog covers.
-FLAG_LIFECYCLE: dict[str, tuple[str, str | None]] = {
-    "--nsa-prefill-backend": ("0.5.0", "0.5.20"),
-    "--nsa-decode-backend": ("0.5.0", "0.5.20"),
-    "--dsa-prefill-backend": ("0.5.13", None),
-    "--dsa-decode-backend": ("0.5.13", None),
-    "--cuda-graph-max-bs": ("0.5.0", "0.5.20"),
-    "--cuda-graph-max-bs-decode": ("0.5.14", None),
-    "--cuda-graph-backend-decode": ("0.5.14", None),
-    "--cuda-graph-backend-prefill": ("0.5.14", None),
-    "--attn-dp-size": ("0.5.22", None),
-}
-
-#: Flags still accepted but deprecated (a warning at launch): flag -> (deprecated since, replacement). sglang.md §0.
-FLAG_DEPRECATED: dict[str, tuple[str, str]] = {
-    "--nsa-prefill-backend": ("0.5.13", "--dsa-prefill-backend"),
-    "--nsa-decode-backend": ("0.5.13", "--dsa-decode-backend"),
-    "--cuda-graph-max-bs": ("0.5.14", "--cuda-graph-max-bs-decode"),
-    "--disable-cuda-graph": ("0.5.14", "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled"),
-    "--enable-dp-attention": ("0.5.22", "--attn-dp-size N"),
-}
-
-
 def unknown_flags(argv: list[str], version: Version) -> list[str]:
-    """The flags of ``argv`` that SGLang ``version`` does not accept (argparse would exit with code 2)."""
-    out = []
-    for arg in argv:
-        life = FLAG_LIFECYCLE.get(arg.split("=", 1)[0])
-        if life is None:
-            continue
-        since, removed = life
-        if version < parse_version(since) or (removed is not None and version >= parse_version(removed)):
-            out.append(arg)
-    return out
+    """The flags of ``argv`` that SGLang ``version``'s parser does not declare (argparse would exit with code 2)."""
+    declared = catalog.release(version).by_flag
+    return [a for a in argv if a.startswith("--") and a.split("=", 1)[0] not in declared]
 
 
 def deprecated_flags(argv: list[str], version: Version) -> list[str]:
-    """The flags of ``argv`` that ``version`` accepts only with a deprecation warning."""
-    return [a for a in argv if a in FLAG_DEPRECATED and version >= parse_version(FLAG_DEPRECATED[a][0])
-            and not unknown_flags([a], version)]
+    """The flags of ``argv`` that ``version`` accepts only with a deprecation warning (the catalog's marker)."""
+    declared = catalog.release(version).by_flag
+    return [a for a in argv if a.startswith("--") and a.split("=", 1)[0] in declared
+            and declared[a.split("=", 1)[0]].deprecated]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from grid.sweep.space import TrialPlan
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
     """Every note that applies to ``plans`` (the sweep's configurations) planned for SGLang ``version``."""
     notes = [catalog_note(version), external_note(spec, plans), thin_level_note(plans),
-             inert_settings_note(spec, plans)]
+             inert_settings_note(spec, plans), unmodelled_note(spec, plans, version)]
     return [n for n in notes if n]
 
 
@@ -48,3 +48,29 @@ def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
     return (f"engine=openai measures the server at {spec.engine.base_url} as it runs: the swept server settings "
             f"({', '.join(keys)}) cannot be applied to it, so every configuration measures the same server. Sweep "
             "load settings instead, or launch the servers with engine=sglang")
+
+
+def unmodelled_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> str | None:
+    """A note when a sweep on the twin (engine=sim) varies a setting whose SGLang option the twin accepts but does
+    not model (grid/twin/cli.py ``MODELLED``): those configurations measure the same modelled server."""
+    if spec.engine.kind != "sim":
+        return None
+    from grid.engines.flags import SETTINGS, parse_version
+    from grid.twin.cli import effect
+
+    try:
+        ver = parse_version(version)
+    except ValueError:
+        return None
+    varied = sorted({k for p in plans for k in p.settings if k in SETTINGS
+                     and len({repr(q.settings.get(k)) for q in plans}) > 1})
+    inert = []
+    for name in varied:
+        opt = SETTINGS[name].option(ver)
+        if opt is not None and effect(opt.dest) != "modelled":
+            inert.append(name)
+    if not inert:
+        return None
+    return (f"the twin accepts {', '.join(inert)} but does not model {'it' if len(inert) == 1 else 'them'} "
+            "(accepted, no effect in the twin): configurations differing only there measure the same modelled "
+            "server")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from grid.engines import catalog
 from grid.twin import logs, textgen
 from grid.twin.metrics import CONTENT_TYPE
 
@@ -67,7 +68,7 @@ class TwinAPI:
         r = app.router
         for path in ("/health", "/health_generate"):
             r.add_get(path, self.h_health)
-        if self.ver >= (0, 5, 23):
+        if "/ready" in catalog.release(self.ver).route_paths():  # the catalog: http_server.py has it from 0.5.20
             r.add_get("/ready", self.h_ready)
         r.add_route("POST", "/generate", self.h_generate)
         r.add_route("PUT", "/generate", self.h_generate)

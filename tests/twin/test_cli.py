@@ -156,7 +156,8 @@ def test_tbo_check_per_version():
 
 
 def test_other_checks():
-    with pytest.raises(ValueError, match="priority scheduling"):
+    # an assert in SGLang (the catalog's refusals of 0.5.9: check_server_args)
+    with pytest.raises(AssertionError, match="To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'"):
         checked(["--enable-priority-scheduling", "--schedule-policy", "lpm"], "0.5.9")
     checked(["--enable-priority-scheduling", "--schedule-policy", "lof"], "0.5.9")
     with pytest.raises(AssertionError, match="served_model_name cannot contain a colon"):

@@ -79,9 +79,12 @@ def test_reasons_are_sglangs_messages():
     msg = check_config({"two_batch_overlap": True}, "0.5.23")[0]
     assert "attention DP (--attn-dp-size) is required" in msg
     assert "--enable-dp-attention is required" in check_config({"two_batch_overlap": True}, "0.5.16")[0]
+    # refused without DP attention from 0.5.15 (the catalog's refusals), not 0.5.16
+    assert "--enable-dp-attention is required" in check_config({"two_batch_overlap": True}, "0.5.15")[0]
+    assert "cannot be 'none'" in check_config({"two_batch_overlap": True}, "0.5.14")[0]
     assert check_config({"two_batch_overlap": True, "tp_size": 8, "dp_size": 8, "enable_dp_attention": True},
                         "0.5.16") == []
-    assert "not supported with priority scheduling" in check_config(
+    assert "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. 'lpm' is not supported." in check_config(
         {"enable_priority_scheduling": True, "schedule_policy": "lpm"}, "0.5.9")[0]
     assert check_config({"enable_priority_scheduling": True, "schedule_policy": "fcfs"}, "0.5.9") == []
 
