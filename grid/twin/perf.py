@@ -2,7 +2,8 @@
 
 Pure: no clocks, no I/O. Everything is derived from the model's architecture (``ModelSpec``), the hardware's spec sheet
 (``HardwareSpec``) and the server flags (``ServingConfig``), plus the handful of efficiency constants below, which are
-fitted to the calibration set in ../shared/reference/hardware_models_calibration.md and nothing else.
+fitted to the calibration anchors and the ``fitted`` rows of ``grid/twin/calibration_rows.yaml`` (docs/twin.md lists
+both with their public sources) and nothing else; the ``held_out`` rows of that file are never fitted.
 
 Decode step (one iteration over the running batch)::
 
@@ -43,6 +44,20 @@ Fitted constants and their derivation (all other numbers are spec-sheet or archi
 * VM all-reduce (``conf/hardware/rtx_pro_6000_x8_vm.yaml``): latency fitted to the seed single stream
   (183.8 s / 2048 = 89.7 ms per step vs 19.8 ms bare metal; (89.7-19.8) ms / 157 + 25 µs ≈ 470 µs), bus bandwidth to
   the seed's 64-concurrent run. Nothing else differs between the two RTX PRO 6000 hardware files.
+* Prefill GEMMs (issue 15 item 1) run at ``gemm_efficiency(rows, cols) = ETA_GEMM_MAX x rows/(rows+GEMM_ROWS_HALF)
+  x cols/(cols+GEMM_COLS_HALF)`` of the dtype's peak, per GEMM kind: attention projections (rows = tokens per
+  attention rank), dense MLP, shared experts, routed experts (rows = tokens x top_k / experts, cols = moe_intermediate
+  / tp, or whole experts under EP) and the LM head; the attention core runs at ``ETA_ATTN_PREFILL`` 0.35 (E1 64K
+  prefill, unchanged). A single ``ETA_FLOPS`` made dense Hopper prefill too slow and TP-sliced MoE prefill too fast.
+  Fitted by grid search on the ``fitted`` rows of calibration_rows.yaml: ``ETA_GEMM_MAX`` 0.50 on
+  pr1060-h100-8b-prefill (Llama-3.1-8B, H100, 27,670 input tok/s → 29,378), a4-h100-70b-rps4 and
+  pr5571-h200-dsv3-10k; ``GEMM_ROWS_HALF`` 32 and ``GEMM_COLS_HALF`` 512 on tt340-qwen3moe-a100-isl1024,
+  pr5571-h200-dsv3-10k, a1-a100-8b-rps4 and pr1060. Prefill expert weights stream at ``ETA_BW_DENSE`` (many rows per
+  weight tile), not the decode ``ETA_MOE``. ``ETA_FLOPS`` 0.35 now applies to the decode compute term only.
+* ``T_FRONTEND_S`` 12 ms: HTTP, tokenization and the first token's detokenization/delivery, spent before the request
+  reaches the scheduler (``PerfModel.frontend_latency_s``; ``simulate`` applies it; it adds to TTFT and end-to-end
+  latency, never to TPOT). Fitted on the low-load median TTFTs a1-a100-8b-rps4 (31.98 ms), a4-h100-70b-rps4 (53.94 ms)
+  and tt340-qwen3moe-a100-isl128 (35.7 ms); ``T_TOKENIZE_PER_TOKEN_S`` stays 0 (no row separates it).
 * ``RUNTIME_OVERHEAD_GIB``: non-weight memory held before the KV pool is sized, balanced between glm5.md (bf16 KV,
   0.92 → 314,304 tokens) and the seed (fp8 KV, 0.85 → 370K, 0.92 → 498K).
 """

@@ -1,4 +1,5 @@
-"""Calibration: the twin against every anchor of ../shared/reference/hardware_models_calibration.md it was fitted to.
+"""Calibration: the twin against every anchor it was fitted to (docs/twin.md lists them with their public sources),
+and against the published rows of grid/twin/calibration_rows.yaml (fitted and held out).
 
 One set of constants (grid/twin/perf.py) explains the seed session (§0: 8x RTX PRO 6000 in a VM without P2P,
 hardware ``rtx_pro_6000_x8_vm``) and bare-metal E1 (§3: same GPUs, tuned NCCL with P2P, ``rtx_pro_6000_x8``); the two
