@@ -2,7 +2,8 @@
 
 Pure: no clocks, no I/O. Everything is derived from the model's architecture (``ModelSpec``), the hardware's spec sheet
 (``HardwareSpec``) and the server flags (``ServingConfig``), plus the handful of efficiency constants below, which are
-fitted to the calibration set in ../shared/reference/hardware_models_calibration.md and nothing else.
+fitted to the calibration anchors and the ``fitted`` rows of ``grid/twin/calibration_rows.yaml`` (docs/twin.md lists
+both with their public sources) and nothing else; the ``held_out`` rows of that file are never fitted.
 
 Decode step (one iteration over the running batch)::
 
@@ -43,6 +44,20 @@ Fitted constants and their derivation (all other numbers are spec-sheet or archi
 * VM all-reduce (``conf/hardware/rtx_pro_6000_x8_vm.yaml``): latency fitted to the seed single stream
   (183.8 s / 2048 = 89.7 ms per step vs 19.8 ms bare metal; (89.7-19.8) ms / 157 + 25 µs ≈ 470 µs), bus bandwidth to
   the seed's 64-concurrent run. Nothing else differs between the two RTX PRO 6000 hardware files.
+* Prefill GEMMs (issue 15 item 1) run at ``gemm_efficiency(rows, cols) = ETA_GEMM_MAX x rows/(rows+GEMM_ROWS_HALF)
+  x cols/(cols+GEMM_COLS_HALF)`` of the dtype's peak, per GEMM kind: attention projections (rows = tokens per
+  attention rank), dense MLP, shared experts, routed experts (rows = tokens x top_k / experts, cols = moe_intermediate
+  / tp, or whole experts under EP) and the LM head; the attention core runs at ``ETA_ATTN_PREFILL`` 0.35 (E1 64K
+  prefill, unchanged). A single ``ETA_FLOPS`` made dense Hopper prefill too slow and TP-sliced MoE prefill too fast.
+  Fitted by grid search on the ``fitted`` rows of calibration_rows.yaml: ``ETA_GEMM_MAX`` 0.50 on
+  pr1060-h100-8b-prefill (Llama-3.1-8B, H100, 27,670 input tok/s → 29,378), a4-h100-70b-rps4 and
+  pr5571-h200-dsv3-10k; ``GEMM_ROWS_HALF`` 32 and ``GEMM_COLS_HALF`` 512 on tt340-qwen3moe-a100-isl1024,
+  pr5571-h200-dsv3-10k, a1-a100-8b-rps4 and pr1060. Prefill expert weights stream at ``ETA_BW_DENSE`` (many rows per
+  weight tile), not the decode ``ETA_MOE``. ``ETA_FLOPS`` 0.35 now applies to the decode compute term only.
+* ``T_FRONTEND_S`` 12 ms: HTTP, tokenization and the first token's detokenization/delivery, spent before the request
+  reaches the scheduler (``PerfModel.frontend_latency_s``; ``simulate`` applies it; it adds to TTFT and end-to-end
+  latency, never to TPOT). Fitted on the low-load median TTFTs a1-a100-8b-rps4 (31.98 ms), a4-h100-70b-rps4 (53.94 ms)
+  and tt340-qwen3moe-a100-isl128 (35.7 ms); ``T_TOKENIZE_PER_TOKEN_S`` stays 0 (no row separates it).
 * ``RUNTIME_OVERHEAD_GIB``: non-weight memory held before the KV pool is sized, balanced between glm5.md (bf16 KV,
   0.92 → 314,304 tokens) and the seed (fp8 KV, 0.85 → 370K, 0.92 → 498K).
 """
@@ -74,6 +89,13 @@ T_KERNEL_GPU = 3.75e-6  # s per kernel: launch gap + tail, paid inside CUDA grap
 T_OP_CPU_EAGER = 20e-6  # s per op when launched eagerly from Python (A5 9.28 ms eager)
 T_STEP_CPU = 0.3e-3  # s per scheduler iteration (batch build, sampling); assumption, SGLang's overlap scheduler
 T_REQ_CPU = 2e-6  # s per running request per iteration (assumption)
+T_FRONTEND_S = 0.012  # s: HTTP + tokenization + first-token detokenization (fitted, module docstring)
+T_TOKENIZE_PER_TOKEN_S = 0.0
+# Prefill GEMM efficiency by shape (gemm_efficiency) and the attention-core efficiency of prefill.
+ETA_GEMM_MAX = 0.50  # large prefill GEMMs (fitted, module docstring)
+GEMM_ROWS_HALF = 32.0  # rows (tokens per GEMM) at which a GEMM reaches half of ETA_GEMM_MAX
+GEMM_COLS_HALF = 512.0  # per-GPU output columns at which a GEMM reaches half of ETA_GEMM_MAX
+ETA_ATTN_PREFILL = 0.35  # E1 64K-context prefill on SM120 (dense MLA attention dominates there)
 # MoE expert-GEMM bandwidth efficiency by runner class. Only SM120 CUTLASS and b12x are calibrated (E1); the other
 # classes have no anchor in the calibration set and reuse the CUTLASS value (triton a little lower: assumption).
 ETA_MOE = {"cutlass": 0.80, "b12x": 0.95, "triton": 0.65, "deep_gemm": 0.80, "trtllm": 0.80, "cutedsl": 0.80}
@@ -286,6 +308,14 @@ def param_counts(m: ModelSpec) -> ParamCounts:
         embedding=m.vocab_size * h,
         head=m.vocab_size * h,
     )
+
+
+def gemm_efficiency(rows: float, cols: float) -> float:
+    """Achieved fraction of tensor peak of one prefill GEMM with ``rows`` tokens and ``cols`` output columns per GPU:
+    ``ETA_GEMM_MAX x rows/(rows + GEMM_ROWS_HALF) x cols/(cols + GEMM_COLS_HALF)`` (tiles left empty by few tokens,
+    too few output tiles to fill the SMs when TP slices a narrow matrix). Constants: see the module docstring."""
+    rows, cols = max(rows, 1e-9), max(cols, 1e-9)
+    return ETA_GEMM_MAX * rows / (rows + GEMM_ROWS_HALF) * cols / (cols + GEMM_COLS_HALF)
 
 
 def _peak_tflops(hw: HardwareSpec, dtype: str) -> float:
@@ -646,10 +676,9 @@ class PerfModel:
         n = max(1, math.ceil(new_tokens / self.replicas))
         bw = hw.memory_bandwidth_gbps * 1e9
         p = self.params
-        # FLOPs split by precision: attention projections (dense precision unless quantized_attention) and attention
-        # core run at bf16; MLP/expert GEMMs at the checkpoint's quantized rate.
-        attn_proj = 2 * n * p.attention / self.attn_tp
-        mlp = 2 * n * (p.dense_mlp + p.shared_experts + p.experts * m.experts_per_token / max(1, m.num_experts)) / self.tp
+        # Attention runs per DP rank on 1/dp of the tokens with DP attention; the MLP/MoE sees every token.
+        n_attn = n / self.dp if self.dp_attention else n
+        attn_proj = 2 * n_attn * p.attention / self.attn_tp
         head = 2 * seqs * p.head / self.tp
         avg_keys = cached_tokens / seqs + n / seqs / 2
         if self.dsa_active and m.dsa is not None:
@@ -657,22 +686,39 @@ class PerfModel:
         heads = m.num_attention_heads / self.attn_tp
         if m.attention == "mla":
             per_key = 2 * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+            attn_width = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
         else:
             per_key = 4 * m.head_dim
-        attn_core = n * heads * per_key * avg_keys * m.num_layers
-        bf16 = _peak_tflops(hw, "bf16") * 1e12 * ETA_FLOPS
-        qpeak = _peak_tflops(hw, self._quant_dtype) * 1e12 * ETA_FLOPS
-        if m.quantized_attention:
-            t_compute = (attn_proj + mlp + head) / qpeak + attn_core / bf16
-        else:
-            t_compute = (attn_proj + head + attn_core) / bf16 + mlp / qpeak
+            attn_width = heads * m.head_dim
+        attn_core = n_attn * heads * per_key * avg_keys * m.num_layers
+        bf16 = _peak_tflops(hw, "bf16") * 1e12
+        qpeak = _peak_tflops(hw, self._quant_dtype) * 1e12
+        proj_peak = qpeak if m.quantized_attention else bf16
+        # GEMMs at the efficiency of their per-GPU shape (gemm_efficiency): rows = tokens through the GEMM, columns
+        # = its output width on this GPU. Routed experts see tokens x top_k / experts rows each and, TP-sliced,
+        # moe_intermediate / tp columns (whole experts under EP).
+        t_compute = attn_proj / (gemm_efficiency(n_attn, attn_width) * proj_peak)
+        t_compute += attn_core / (ETA_ATTN_PREFILL * bf16) + head / (gemm_efficiency(seqs, m.vocab_size / self.tp) * bf16)
+        if p.dense_mlp:
+            t_compute += 2 * n * p.dense_mlp / self.tp / (
+                gemm_efficiency(n, m.intermediate_size / self.tp) * qpeak
+            )
+        if m.is_moe:
+            if p.shared_experts:
+                t_compute += 2 * n * p.shared_experts / self.tp / (
+                    gemm_efficiency(n, m.moe_intermediate_size * m.num_shared_experts / self.tp) * qpeak
+                )
+            rows = n * m.experts_per_token / max(1, m.num_experts)
+            cols = m.moe_intermediate_size if self.ep > 1 else m.moe_intermediate_size / self.tp
+            expert_flops = 2 * n * p.experts * m.experts_per_token / max(1, m.num_experts) / self.tp
+            t_compute += expert_flops / (gemm_efficiency(rows, cols) * qpeak)
         cov = expert_coverage(n, m.num_experts, m.experts_per_token) if m.is_moe else 0.0
-        eta_moe = ETA_MOE.get(self.moe_runner_class, ETA_MOE["cutlass"])
-        kv_write = n * self.kv_cell_bytes
-        kv_read = cached_tokens / self.replicas * self._kv_read_bytes_per_token()
+        kv_write = n_attn * self.kv_cell_bytes
+        kv_read = cached_tokens / self.replicas * self._kv_read_bytes_per_token() / (self.dp if self.dp_attention else 1)
+        # prefill GEMMs stream their weights once per batch at the dense GEMM rate (many rows per weight tile)
         t_memory = (
             self._bytes.dense / (ETA_BW_DENSE * bw)
-            + self._bytes.experts * cov / (eta_moe * bw)
+            + self._bytes.experts * cov / (ETA_BW_DENSE * bw)
             + (kv_write + kv_read) / (ETA_KV * bw)
         )
         comm = self._n_allreduce() * self._allreduce_s(n)
@@ -682,6 +728,13 @@ class PerfModel:
         gpu = max(t_memory, t_compute) + comm + kernels * T_KERNEL_GPU
         cpu_eager = kernels * T_OP_CPU_EAGER  # prefill is not graph-captured in 0.5.9
         return max(gpu, cpu_eager) + T_STEP_CPU + seqs * T_REQ_CPU
+
+    def frontend_latency_s(self, input_tokens: int) -> float:
+        """Seconds a request spends outside the scheduler before its first token reaches the client: HTTP,
+        tokenization, and the first token's detokenization and delivery (``T_FRONTEND_S`` + per-token
+        ``T_TOKENIZE_PER_TOKEN_S``). Runs in SGLang's tokenizer/detokenizer processes, overlapped with the GPU,
+        so it adds to TTFT and end-to-end latency but not to TPOT or throughput."""
+        return T_FRONTEND_S + max(0, input_tokens) * T_TOKENIZE_PER_TOKEN_S
 
     # ----------------------------------------------------------------------------------------------------------------
     def startup_phases_s(self) -> dict[str, float]:

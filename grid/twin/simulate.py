@@ -8,6 +8,8 @@ tests and for fast what-if checks.
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from dataclasses import dataclass, field
 
 from grid.twin.perf import PerfModel
@@ -72,35 +74,68 @@ def simulate(
     requests: list[tuple[float, TwinRequest]],
     policy: str | None = None,
     max_steps: int = 10_000_000,
+    max_concurrency: int | None = None,
+    frontend: bool = True,
 ) -> SimResult:
-    """Run ``requests`` ((arrival_s, request) pairs) to completion in virtual time."""
+    """Run ``requests`` ((send_s, request) pairs) to completion in virtual time.
+
+    ``max_concurrency`` replays a closed-loop client (bench_serving ``--max-concurrency``): a request is sent at its
+    time or, when that many are in flight, the moment one completes. With ``frontend`` each request reaches the
+    scheduler ``perf.frontend_latency_s(input_tokens)`` after it is sent (HTTP, tokenization, and the first token's
+    detokenization and delivery, which add to TTFT and end-to-end latency but not to TPOT); TTFT and end-to-end
+    latency are measured from the send time, as a client measures them.
+    """
     sched = Scheduler(perf, policy)
-    pending = sorted(requests, key=lambda x: x[0])
-    arrivals = {req.rid: (t, req) for t, req in pending}
+    queue = deque(sorted(requests, key=lambda x: x[0]))
+    cap = max_concurrency if max_concurrency and max_concurrency > 0 else None
+    in_flight = 0
+    ready: list[tuple[float, int, TwinRequest]] = []  # heap of (reaches the scheduler at, order, request)
+    sent: dict[str, tuple[float, TwinRequest]] = {}
     first_tok: dict[str, float] = {}
     out_tok: dict[str, int] = {}
     done: dict[str, tuple[float, str]] = {}
     samples: list[GenThroughputSample] = []
     interval = max(1, perf.cfg.decode_log_interval)
-    t0 = pending[0][0] if pending else 0.0
+    t0 = queue[0][0] if queue else 0.0
     now = t0
-    i = 0
     steps = decode_steps = 0
     last_log_t, last_log_tokens, gen_tokens = now, 0, 0
-    while (i < len(pending) or sched.has_work()) and steps < max_steps:
-        while i < len(pending) and pending[i][0] <= now + 1e-12:
-            sched.add(pending[i][1], pending[i][0])
-            i += 1
+
+    def release() -> None:
+        nonlocal in_flight
+        while queue and queue[0][0] <= now + 1e-12 and (cap is None or in_flight < cap):
+            t, req = queue.popleft()
+            send = max(t, now) if cap is not None else t
+            sent[req.rid] = (send, req)
+            in_flight += 1
+            delay = perf.frontend_latency_s(req.input_tokens) if frontend else 0.0
+            heapq.heappush(ready, (send + delay, len(sent), req))
+        while ready and ready[0][0] <= now + 1e-12:
+            t, _, req = heapq.heappop(ready)
+            sched.add(req, t)
+
+    def next_event() -> float | None:
+        cands = [ready[0][0]] if ready else []
+        if queue and (cap is None or in_flight < cap):
+            cands.append(queue[0][0])
+        return min(cands) if cands else None
+
+    while (queue or ready or sched.has_work()) and steps < max_steps:
+        release()
         if not sched.has_work():
-            now = pending[i][0]
+            nxt = next_event()
+            if nxt is None:
+                break
+            now = max(now, nxt)
             continue
         step = sched.step(now)
         steps += 1
         if step.stats.kind == "idle" and step.stats.duration_s == 0 and not step.finished:
-            if i < len(pending):
-                now = max(now, pending[i][0])
-                continue
-            break
+            nxt = next_event()
+            if nxt is None:
+                break
+            now = max(now, nxt)
+            continue
         now += step.stats.duration_s
         for rid, n in step.emitted.items():
             if rid not in first_tok:
@@ -108,6 +143,7 @@ def simulate(
             out_tok[rid] = out_tok.get(rid, 0) + n
         for rid, reason in step.finished.items():
             done[rid] = (now, reason)
+            in_flight -= 1
         if step.stats.kind == "decode":
             decode_steps += 1
             gen_tokens += sum(step.emitted.values())
@@ -125,7 +161,9 @@ def simulate(
                 )
                 last_log_t, last_log_tokens = now, gen_tokens
     results = []
-    for rid, (arr, req) in arrivals.items():
+    for t, req in list(queue):
+        sent.setdefault(req.rid, (t, req))  # never sent (step limit): reported as aborted
+    for rid, (arr, req) in sent.items():
         end, reason = done.get(rid, (now, "abort"))
         results.append(
             RequestResult(

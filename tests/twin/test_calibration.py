@@ -1,4 +1,5 @@
-"""Calibration: the twin against every anchor of ../shared/reference/hardware_models_calibration.md it was fitted to.
+"""Calibration: the twin against every anchor it was fitted to (docs/twin.md lists them with their public sources),
+and against the published rows of grid/twin/calibration_rows.yaml (fitted and held out).
 
 One set of constants (grid/twin/perf.py) explains the seed session (§0: 8x RTX PRO 6000 in a VM without P2P,
 hardware ``rtx_pro_6000_x8_vm``) and bare-metal E1 (§3: same GPUs, tuned NCCL with P2P, ``rtx_pro_6000_x8``); the two
@@ -47,7 +48,26 @@ from grid.twin.simulate import SimResult, simulate
 
 from ._specs import hardware, model
 
-TOL = 0.25  # required; the aim is 10% (see the table)
+# Per-anchor tolerance: the anchor's error when the constants were last fitted, plus 5 points (rounded up); the
+# anchors not listed (errors under 5%) get 10%. Constants and the anchors each was fitted on: grid/twin/perf.py.
+TOL_DEFAULT = 0.10
+TOL = {
+    "seed 64 @16 req/s: output tok/s": 0.23,
+    "seed 64 @16 req/s: total tok/s": 0.15,
+    "seed 64 burst: total tok/s": 0.13,
+    "seed KV tokens @0.85": 0.15,
+    "seed KV tokens @0.92": 0.13,
+    "glm5.md KV tokens @0.92 bf16": 0.12,
+    "seed graphs 64 burst 128/512: output tok/s": 0.15,
+    "seed graphs: log gen tput @~22 running": 0.19,
+    "seed 32 burst: log gen tput @~21 running": 0.11,
+    "E1 b12x c16 tok/s": 0.26,
+    "E1 b12x c32 tok/s": 0.12,
+    "E1 b12x c64 tok/s": 0.11,
+    "E1 b12x c1 ctx 16K tok/s": 0.13,
+    "E1 b12x c1 ctx 64K tok/s": 0.13,
+    "E1 b12x c1 ctx 32K tok/s": 0.10,
+}
 
 GLM = model("glm5_nvfp4")
 VM = hardware("rtx_pro_6000_x8_vm")
@@ -156,8 +176,8 @@ def rows():
 
 
 def test_calibration_within_tolerance(rows):
-    bad = [(n, m, s) for n, m, s in rows if abs(s / m - 1) > TOL]
-    assert not bad, f"outside {TOL:.0%}: {bad}"
+    bad = [(n, m, s, TOL.get(n, TOL_DEFAULT)) for n, m, s in rows if abs(s / m - 1) > TOL.get(n, TOL_DEFAULT)]
+    assert not bad, f"outside their tolerance (name, measured, simulated, tol): {bad}"
 
 
 def test_calibration_mostly_within_ten_percent(rows):
@@ -172,3 +192,54 @@ def test_one_constant_set_vm_vs_bare_metal():
     assert diff == {"name", "p2p", "virtualized", "allreduce_latency_us", "allreduce_bus_gbps", "source"}
     ratio = _seed_perf(cuda_graph_max_bs=64).decode_step_s(1, 16) / _e1_perf("b12x").decode_step_s(1, 1)
     assert ratio == pytest.approx(4.6, rel=0.1)
+
+
+# --- published rows outside the seed (grid/twin/calibration_rows.yaml) -----------------------------------------------
+# Named held out before any constant was fitted (commit "Twin fidelity rows: ... held out before any constant is
+# fitted"); no constant of grid/twin/perf.py may be fitted to them.
+HELD_OUT = {
+    "ix870-c8", "ix870-c16", "ix870-c32", "ix870-c64", "dc-h200-70b-tp4-rps4", "dc-h200-70b-tp4-burst",
+    "dc-h200-70b-tp8-burst", "tt340-qwen3moe-a100-isl2048",
+}
+# Rows each prefill / front-end constant was fitted on (grid/twin/perf.py docstring):
+FITTED_ON = {
+    "ETA_GEMM_MAX": {"pr1060-h100-8b-prefill", "a4-h100-70b-rps4", "pr5571-h200-dsv3-10k"},
+    "GEMM_ROWS_HALF": {"tt340-qwen3moe-a100-isl1024", "pr5571-h200-dsv3-10k", "a1-a100-8b-rps4"},
+    "GEMM_COLS_HALF": {"tt340-qwen3moe-a100-isl1024", "pr5571-h200-dsv3-10k", "pr1060-h100-8b-prefill"},
+    "T_FRONTEND_S": {"a1-a100-8b-rps4", "a4-h100-70b-rps4", "tt340-qwen3moe-a100-isl128"},
+}
+
+
+@pytest.fixture(scope="module")
+def published():
+    from grid.twin.fidelity import evaluate
+
+    out = evaluate()
+    print()
+    for r in out:
+        print(f"{r.split:9s} {r.run_id:34s} {r.metric:17s} {r.published:11.2f} {r.twin:11.2f} {100 * r.error:+7.1f}%")
+    return out
+
+
+def test_rows_file_splits():
+    from grid.twin.fidelity import load_runs
+
+    runs = load_runs()
+    assert {r["id"] for r in runs if r["split"] == "held_out"} == HELD_OUT
+    metrics = [(r, m) for r in runs for m in r["metrics"]]
+    assert len(metrics) >= 25
+    assert sum(r["split"] == "held_out" for r, _ in metrics) >= 10
+    assert sum("SGLang" in r.get("engine", "") for r, _ in metrics) >= 10
+    assert len({r["hardware"].split("_x")[0] for r in runs}) >= 3  # A100, H100, H200
+    fitted = {r["id"] for r in runs if r["split"] == "fitted"}
+    for const, ids in FITTED_ON.items():
+        assert ids <= fitted, f"{const} names rows that are not fitted rows: {ids - fitted}"
+    assert all(r.get("reject_reason") for r in runs if r["split"] == "rejected")
+
+
+@pytest.mark.integration
+def test_published_rows_within_their_tolerance(published):
+    scored = [r for r in published if r.split != "rejected"]
+    assert all(r.tol is not None for r in scored)
+    bad = [(r.run_id, r.metric, r.published, round(r.twin, 2), r.tol) for r in scored if abs(r.error) > r.tol]
+    assert not bad, f"outside their tolerance: {bad}"

@@ -137,3 +137,39 @@ def test_startup_phases_glm5_bare_metal():
     assert ph["load_weights"] == pytest.approx(36, rel=0.1)
     assert ph["cuda_graph_capture"] == pytest.approx(208, rel=0.1)
     assert 7 * 60 <= sum(ph.values()) <= 8 * 60
+
+
+def test_gemm_efficiency_falls_with_small_per_gpu_shapes():
+    from grid.twin.perf import ETA_GEMM_MAX, gemm_efficiency
+
+    big = gemm_efficiency(8192, 14336)  # Llama-8B MLP, one GPU
+    assert big == pytest.approx(ETA_GEMM_MAX * 8192 / (8192 + 32) * 14336 / (14336 + 512))
+    # DeepSeek-V3 routed expert at TP8: 8,192 tokens x 8/256 = 256 rows, 2048/8 = 256 columns
+    sliced = gemm_efficiency(8192 * 8 / 256, 2048 / 8)
+    assert sliced < 0.4 * big
+    assert gemm_efficiency(256, 2048) > sliced  # the same expert whole (EP) fills more tiles
+
+
+def test_prefill_dense_hopper_faster_moe_tp_sliced_slower():
+    """Issue 15 item 1: dense prefill on Hopper runs at ~0.5 of peak, TP-sliced MoE experts far below it."""
+    llama = PerfModel(model("llama3_1_8b"), hardware("h100_x1"), ServingConfig())
+    t = llama.prefill_step_s(8192)
+    flops = 2 * 8192 * (7.0e9)  # non-embedding weights of Llama-3.1-8B, x 8,192 tokens
+    assert 0.3 < flops / t / 989e12 < 0.55
+    ds = PerfModel(model("deepseek_v3_fp8"), hardware("h200_x8"), ServingConfig(tp_size=8))
+    ds_ep = PerfModel(model("deepseek_v3_fp8"), hardware("h200_x8"), ServingConfig(tp_size=8, ep_size=8))
+    assert ds.prefill_step_s(8192) > 1.3 * ds_ep.prefill_step_s(8192)
+
+
+def test_dp_attention_splits_prefill_attention():
+    kw = dict(tp_size=8, dp_size=8)
+    m, hw = model("deepseek_v3_fp8"), hardware("h200_x8")
+    tp_only = PerfModel(m, hw, ServingConfig(tp_size=8))
+    dpa = PerfModel(m, hw, ServingConfig(enable_dp_attention=True, **kw))
+    # 8,192 new tokens behind a 10K-token prefix: attention dominates; DP attention shares it over 8 ranks
+    assert dpa.prefill_step_s(8192, cached_tokens=10_000) < tp_only.prefill_step_s(8192, cached_tokens=10_000)
+
+
+def test_frontend_latency():
+    p = PerfModel(model("llama3_1_8b"), hardware("h100_x1"), ServingConfig())
+    assert p.frontend_latency_s(1000) == pytest.approx(0.012)

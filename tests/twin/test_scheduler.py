@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from grid.twin.perf import PerfModel, ServingConfig
 from grid.twin.scheduler import Scheduler, TwinRequest
 from grid.twin.simulate import simulate
@@ -112,7 +114,9 @@ def test_simulate_single_stream_is_prefill_plus_decodes():
     r = simulate(p, [(0.0, TwinRequest("a", 16, 100))])
     (req,) = r.requests
     assert req.output_tokens == 100
-    assert req.ttft_s == p.prefill_step_s(16, 0, 1)
-    expect = p.prefill_step_s(16, 0, 1) + sum(p.decode_step_s(1, 16 + k) for k in range(1, 100))
+    fe = p.frontend_latency_s(16)  # HTTP + tokenization + first-token delivery, before the scheduler sees it
+    assert fe == pytest.approx(0.012)
+    assert req.ttft_s == pytest.approx(fe + p.prefill_step_s(16, 0, 1), abs=1e-12)
+    expect = fe + p.prefill_step_s(16, 0, 1) + sum(p.decode_step_s(1, 16 + k) for k in range(1, 100))
     assert abs(req.e2e_s - expect) < 1e-9 and abs(r.duration_s - expect) < 1e-9
     assert r.samples and r.samples[0].running == 1

@@ -1,0 +1,160 @@
+"""Fidelity of the twin against published serving measurements (``grid/twin/calibration_rows.yaml``).
+
+Pure apart from reading the rows file and the ``conf/`` specs: each run is replayed in virtual time
+(:func:`grid.twin.simulate.simulate`) with the client behaviour the source states (burst, Poisson rate or closed-loop
+concurrency; bench_serving's "random" lengths or a ShareGPT-like length mix) and each published metric is compared
+with the twin's value computed the way bench_serving computes it:
+
+* ``ttft_ms``: time from sending a request to its first token (mean or median over requests).
+* ``tpot_ms``: per request ``(e2e - ttft) / (output_tokens - 1)`` for requests with more than one output token.
+* ``output_tok_per_s`` / ``input_tok_per_s``: tokens / (first send to last completion).
+
+Used by ``experiments/twin_fidelity.py`` (prints the table and the geometric-mean errors) and
+``tests/twin/test_calibration.py`` (per-row tolerances).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grid.config.specs import HardwareSpec, ModelSpec
+from grid.twin.perf import PerfModel, ServingConfig
+from grid.twin.scheduler import TwinRequest
+from grid.twin.simulate import SimResult, simulate
+
+ROWS_FILE = Path(__file__).with_name("calibration_rows.yaml")
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+SHAREGPT_SIGMA = 1.0  # log-normal spread of ShareGPT lengths (assumption; see calibration_rows.yaml)
+SHAREGPT_MAX_TOKENS = 4096  # bench_serving drops longer ShareGPT conversations (context filter)
+SPLITS = ("fitted", "held_out", "rejected")  # rejected: shown, never fitted or scored (reject_reason says why)
+METRICS = ("ttft_ms", "tpot_ms", "output_tok_per_s", "input_tok_per_s")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published figure and the twin's value for it."""
+
+    run_id: str
+    split: str  # "fitted" | "held_out" | "rejected"
+    source: str
+    engine: str
+    condition: str
+    metric: str
+    stat: str  # "mean" | "median" | "" for throughputs
+    published: float
+    twin: float
+    tol: float | None
+
+    @property
+    def error(self) -> float:
+        """Relative error of the twin, (twin - published) / published."""
+        return self.twin / self.published - 1.0
+
+
+def load_runs(path: Path = ROWS_FILE) -> list[dict[str, Any]]:
+    """The runs of the rows file. Raises ``ValueError`` naming the run and key on a malformed entry."""
+    runs = yaml.safe_load(path.read_text())["runs"]
+    for r in runs:
+        for key in ("id", "split", "source", "model", "hardware", "workload", "metrics"):
+            if key not in r:
+                raise ValueError(f"{path.name}: run {r.get('id', '?')!r} lacks {key!r}")
+        if r["split"] not in SPLITS:
+            raise ValueError(f"{path.name}: run {r['id']!r}: split must be one of {SPLITS}, not {r['split']!r}")
+        for m in r["metrics"]:
+            if m not in METRICS:
+                raise ValueError(f"{path.name}: run {r['id']!r}: metric {m!r} not one of {METRICS}")
+    return runs
+
+
+def _spec(kind: str, name: str):
+    data = yaml.safe_load((CONF_DIR / kind / f"{name}.yaml").read_text())
+    return ModelSpec(**data) if kind == "model" else HardwareSpec(**data)
+
+
+def perf_for(run: dict[str, Any]) -> PerfModel:
+    """The twin's performance model for a run (its model, hardware and flags)."""
+    return PerfModel(_spec("model", run["model"]), _spec("hardware", run["hardware"]), ServingConfig(**run.get("flags", {})))
+
+
+def workload(run: dict[str, Any], seed: int = 0) -> tuple[list[tuple[float, TwinRequest]], int | None]:
+    """((send time, request) pairs, max concurrency) for a run's workload; lengths drawn with a fixed seed."""
+    w = run["workload"]
+    rng = random.Random(seed)
+    n = int(w["num_prompts"])
+    reqs: list[tuple[int, int]] = []
+    if w["kind"] == "random":
+        r = float(w.get("range_ratio", 0.0))
+        for _ in range(n):
+            i = rng.randint(max(1, int(w["input_len"] * r)), w["input_len"])
+            o = rng.randint(max(1, int(w["output_len"] * r)), w["output_len"])
+            reqs.append((i, o))
+    elif w["kind"] == "sharegpt":
+        s = SHAREGPT_SIGMA
+
+        def draw(mean: float) -> int:
+            return int(min(SHAREGPT_MAX_TOKENS, max(4, rng.lognormvariate(math.log(mean) - s * s / 2, s))))
+
+        reqs = [(draw(w["mean_input"]), draw(w["mean_output"])) for _ in range(n)]
+    else:
+        raise ValueError(f"run {run['id']!r}: workload kind {w['kind']!r} not one of ['random', 'sharegpt']")
+    rate = w.get("request_rate")
+    t, out = 0.0, []
+    for k, (i, o) in enumerate(reqs):
+        out.append((t, TwinRequest(f"{run['id']}-{k}", i, o)))
+        if rate:
+            t += rng.expovariate(float(rate))
+    return out, w.get("max_concurrency")
+
+
+def measure(run: dict[str, Any], res: SimResult) -> dict[str, dict[str, float]]:
+    """The twin's value of every metric, both statistics, from a simulated run."""
+    done = [r for r in res.requests if r.finish_reason != "abort"]
+    ttft = [1e3 * r.ttft_s for r in done]
+    tpot = [1e3 * (r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
+    dur = res.duration_s
+    return {
+        "ttft_ms": {"mean": statistics.fmean(ttft), "median": statistics.median(ttft)},
+        "tpot_ms": {"mean": statistics.fmean(tpot) if tpot else 0.0, "median": statistics.median(tpot) if tpot else 0.0},
+        "output_tok_per_s": {"": res.output_tokens / dur},
+        "input_tok_per_s": {"": res.input_tokens / dur},
+    }
+
+
+def evaluate(runs: list[dict[str, Any]] | None = None) -> list[Row]:
+    """Replay every run and return one ``Row`` per published metric."""
+    rows: list[Row] = []
+    for run in runs if runs is not None else load_runs():
+        perf = perf_for(run)
+        reqs, conc = workload(run)
+        values = measure(run, simulate(perf, reqs, max_concurrency=conc))
+        for metric, spec in run["metrics"].items():
+            stat = spec.get("stat", "")
+            rows.append(Row(run["id"], run["split"], run["source"], run.get("engine", ""), run.get("condition", ""),
+                            metric, stat, float(spec["value"]), values[metric][stat], spec.get("tol")))
+    return rows
+
+
+def geomean_abs_error(rows: list[Row]) -> float:
+    """Geometric mean of |twin/published - 1| (each floored at 0.5% so one exact row does not zero it)."""
+    if not rows:
+        return float("nan")
+    return math.exp(statistics.fmean(math.log(max(0.005, abs(r.error))) for r in rows))
+
+
+def summary(rows: list[Row]) -> dict[tuple[str, str], tuple[int, float]]:
+    """(split, metric) -> (rows, geometric-mean absolute error); metric "all" pools the split."""
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    for split in ("fitted", "held_out"):
+        sel = [r for r in rows if r.split == split]
+        for metric in (*METRICS, "all"):
+            part = sel if metric == "all" else [r for r in sel if r.metric == metric]
+            if part:
+                out[(split, metric)] = (len(part), geomean_abs_error(part))
+    return out
