@@ -499,10 +499,22 @@ class Twin(TwinAPI):
         req = Req(rid, comp, n_in, max_new, cached, now, internal)
         self.reqs[rid] = req
         eos = comp.eos_after if comp.eos_after is not None and comp.eos_after < max_new else None
-        self.sched.add(TwinRequest(rid=rid, input_tokens=n_in, max_new_tokens=max_new, eos_after=eos,
-                                   priority=priority, cached_tokens=cached), now)
-        self.wake.set()
+        treq = TwinRequest(rid=rid, input_tokens=n_in, max_new_tokens=max_new, eos_after=eos, priority=priority,
+                           cached_tokens=cached)
+        # The front end (HTTP, tokenization, first-token delivery; PerfModel.frontend_latency_s) delays the request's
+        # arrival at the scheduler; grid's own health and warm-up requests skip it.
+        frontend_s = 0.0 if internal else self.perf.frontend_latency_s(n_in)
+        if frontend_s > 0:
+            asyncio.get_running_loop().call_later(frontend_s / self.scale, self._enqueue, req, treq)
+        else:
+            self._enqueue(req, treq)
         return req
+
+    def _enqueue(self, req: Req, treq) -> None:
+        if req.finished:  # aborted while in the front end
+            return
+        self.sched.add(treq, self.mnow())
+        self.wake.set()
 
     def abort(self, req: Req) -> None:
         if req.finished:
