@@ -30,7 +30,8 @@ from grid.server.process import ManagedServer, StartupError, free_port, group_me
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
-TAIL_READ_FACTOR = 8        # a stored log tail reads this many times its size, then drops grid's own poll lines
+TAIL_READ_FACTORS = (8, 64)  # a log tail reads this many times its size (the next factor if too little is left),
+                             # then drops grid's own poll lines
 CLEAN_WAIT_S = 30.0          # real seconds a stopped server gets to release its port and GPU memory
 
 
@@ -200,10 +201,17 @@ class ServerSession:
     def log_tail(self, max_bytes: int = 8000) -> str:
         """The server's own last lines, at most ``max_bytes`` of them, secrets redacted: the access-log lines of
         grid's own polls (/metrics, /health, /server_info, ...; ``logparse.strip_poll_lines``) are left out, from a
-        read of up to ``TAIL_READ_FACTOR`` x ``max_bytes`` of the log."""
+        read of ``TAIL_READ_FACTORS`` x ``max_bytes`` of the log."""
         if self.server is None:
             return ""
-        text = strip_poll_lines(self.server.log_tail(max_bytes * TAIL_READ_FACTOR))
+        for factor in TAIL_READ_FACTORS:
+            raw = self.server.log_tail(max_bytes * factor)
+            cut = len(raw.encode("utf-8", "replace")) >= max_bytes * factor
+            if cut and "\n" in raw:
+                raw = raw[raw.index("\n") + 1:]  # the read began inside a line: start at the next one
+            text = strip_poll_lines(raw)
+            if len(text) >= max_bytes or not cut:
+                break
         if len(text) > max_bytes:
             cut = text[-max_bytes:]
             text = cut[cut.find("\n") + 1:] if "\n" in cut[:-1] else cut  # start at a whole line

@@ -8,6 +8,8 @@ pre-run and in-run wording agree."""
 
 from __future__ import annotations
 
+import math
+
 from grid.config.schema import RunSpec
 from grid.engines.flags import catalog_note
 from grid.sweep.space import TrialPlan
@@ -114,7 +116,7 @@ def modelled_ttft_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> s
     return (f"load.{setting}={timeout:g} is shorter than the time to first token the twin models for {level} "
             f"({plan.label}: {ttft:.1f} s for the last of the first wave of {plan.load.input_len}-token prompts): "
             f"those requests will fail with {setting.removesuffix('_s')} and the trial would read as a hung server; "
-            f"raise load.{setting} above {ttft:.0f}")
+            f"raise load.{setting} to at least {math.ceil(ttft)}")
 
 
 def timeout_fired_text(counts: dict[str, int], total: int, stall_timeout_s: float | None,

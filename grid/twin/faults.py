@@ -200,18 +200,30 @@ class PortHolderChild(Fault):
 # -- faults that strike partway through a load point ----------------------------------------------------------------
 # "After N requests" counts the generation requests the twin finished after it became ready (grid's correctness probe
 # sends three, each load point's warm-up requests count too; internal health-check requests do not): ``twin.served``.
+# The fault strikes when the next generation request arrives, so that the N-th request is answered in full.
 
 
 class _AfterRequests(Fault):
-    """Base of the faults that strike once ``after_requests`` requests have finished (``twin.served``)."""
+    """Base of the faults that strike at the first generation request that arrives once ``after_requests`` requests
+    have finished (``twin.served``): ``strike`` is called once, then ``admit_broken`` for that and every later one."""
 
     def __init__(self, params, source="injected"):
         super().__init__(params, source)
         self.after_requests = int(params.get("after_requests", 0))
         self.fired = False
 
-    def runtime_due(self, twin):
-        return not self.fired and twin.ready and twin.served >= self.after_requests
+    def admit(self, twin, request):
+        if not self.fired and twin.ready and twin.served >= self.after_requests:
+            self.fired = True
+            self.strike(twin)
+        return self.admit_broken(twin, request) if self.fired else None
+
+    def strike(self, twin) -> None:
+        """What happens to the server when the fault strikes."""
+
+    def admit_broken(self, twin, request):
+        """The answer to a generation request once struck (None: handle it, e.g. into a stuck scheduler)."""
+        return None
 
 
 @register
@@ -222,8 +234,7 @@ class HangAfterRequests(_AfterRequests):
 
     kind = "hang_after_requests"
 
-    def fire_runtime(self, twin):
-        self.fired = True
+    def strike(self, twin):
         twin.sched_dead = True
 
 
@@ -235,14 +246,11 @@ class ResetAfterRequests(_AfterRequests):
 
     kind = "reset_after_requests"
 
-    def fire_runtime(self, twin):
-        self.fired = True
+    def strike(self, twin):
         for request in list(twin.generation_requests.values()):
             reset(request.transport)
 
-    def admit(self, twin, request):
-        if not self.fired:
-            return None
+    def admit_broken(self, twin, request):
         reset(request.transport)
         from aiohttp import web
 
@@ -307,8 +315,7 @@ class RuntimeErrorAfterRequests(_AfterRequests):
         if self.then not in ("hang", "exit"):
             raise ValueError(f"runtime_error_after_requests: then={self.then!r}; allowed: ['exit', 'hang']")
 
-    def fire_runtime(self, twin):
-        self.fired = True
+    def strike(self, twin):
         lines = RUNTIME_ERROR_LINES[self.error]
         if self.then == "exit":
             twin.crash((*lines, SIGQUIT_LINE), self.exit_code)
