@@ -170,3 +170,21 @@ def test_timeout_texts():
     assert timeout_run_note("concurrency 8", None, None, 500_000.0, None, 600.0) == (
         "at concurrency 8 a request waited 500 s for a token, 83% of load.read_timeout_s=600: higher levels will "
         "likely fail with that timeout; raise it")
+
+
+def test_every_status_and_class_is_documented():
+    from grid.loadgen.records import ERROR_CLASSES
+    from grid.storage.vocabulary import VOCABULARY
+
+    listed: dict[str, set[str]] = {}
+    for column, value, meaning in VOCABULARY:
+        assert meaning, (column, value)
+        listed.setdefault(column, set()).add(value)
+    assert listed["requests.error_class"] == set(ERROR_CLASSES)
+    assert listed["load_points.status"] == {"ok", "partial", "failed", "not_run"}
+    assert listed["load_points.trial_status"] == {"ok", "failed", "invalid", "skipped"}
+    produced = {cls for cls, _, _ in RUNTIME_ERRORS} | {"server_crash", "server_hang", "server_broken", "refused",
+                                                         "startup_exit", "startup_oom", "startup_timeout",
+                                                         "port_in_use", "env_dirty", "garbage_output", "empty_output",
+                                                         "nan_output", "probe_error", "all_points_failed"}
+    assert produced <= listed["load_points.trial_error_class"]
