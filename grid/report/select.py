@@ -244,7 +244,8 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
     excluded: dict[str, list[str]] = {}    # per configuration: its load points not counted, and why
     for h, group in by_config.items():
         group.sort(key=lambda r: r["point_index"])
-        first = group[0]
+        # a configuration is judged by its worst trial verdict: one row whose server broke keeps it from ranking
+        first = next((r for r in group if r["trial_status"] != "ok"), group[0])
         status = first["trial_status"]
         if status != "ok":
             outcome = "invalid" if status == "invalid" else "failed"

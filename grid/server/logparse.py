@@ -79,3 +79,60 @@ def error_headline(log_tail: str | None) -> str:
         if not line.startswith("server_args=") and _ERR_LINE.search(line):
             return line[:160]
     return ""
+
+
+# -- runtime errors in the server's log --------------------------------------------------------------------------------
+# (error class, pattern, source). Matched against the log the server writes while a load point runs (and the tail of a
+# failed trial); the earliest matching line names the class, since the first error is the cause and later ones (an
+# NCCL error on the other ranks after one rank's OOM, the SIGQUIT line) are its consequences.
+RUNTIME_ERRORS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("runtime_oom", re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory"),
+     "PyTorch's CUDA caching allocator raises torch.OutOfMemoryError (torch.cuda.OutOfMemoryError before 2.5) "
+     "'CUDA out of memory. Tried to allocate ...'; SGLang logs it as 'Scheduler hit an exception' "
+     "(sgl-project/sglang#435: requests hang after a CUDA OOM in the scheduler)"),
+    ("runtime_oom", re.compile(r"\b(?:Decode|Prefill) out of memory\b"),
+     "SGLang's KV-cache allocator: 'RuntimeError: Decode out of memory. Try to lower your batch size.' "
+     "(sgl-project/sglang#4602)"),
+    ("nccl_error", re.compile(r"NCCL error|\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b|"
+                              r"Watchdog caught collective operation timeout"),
+     "torch.distributed: 'torch.distributed.DistBackendError: NCCL error in: .../NCCLUtils.hpp' and "
+     "'ncclUnhandledCudaError: Call to CUDA function failed.' (NVIDIA/nccl#1410, vllm-project/vllm#7896); "
+     "ProcessGroupNCCL's 'Watchdog caught collective operation timeout' (sgl-project/sglang#3784)"),
+    ("cuda_error", re.compile(r"CUDA error: |device-side assert triggered"),
+     "PyTorch's C10_CUDA_CHECK: 'RuntimeError: CUDA error: an illegal memory access was encountered' "
+     "(sgl-project/sglang#4188: 'CUDA error: an illegal instruction was encountered' under load)"),
+    ("nan_output", re.compile(r"NaN in the logits|probability tensor contains either `?inf`?, `?nan`?"),
+     "SGLang's sampler with --enable-nan-detection: 'Detected errors during sampling! NaN in the logits.'; "
+     "torch.multinomial: 'probability tensor contains either `inf`, `nan` or element < 0'"),
+)
+#: The runtime classes after which the configuration's output is wrong rather than its server broken (``invalid``).
+OUTPUT_ERROR_CLASSES = frozenset({"nan_output"})
+
+
+def runtime_error(text: str | None) -> tuple[str, str] | None:
+    """``(error class, line)`` of the earliest line of ``text`` that matches a :data:`RUNTIME_ERRORS` pattern (the
+    line without its ``[time ...]`` prefix, at most 200 characters), or None. The ``server_args=...`` dump is never
+    matched (it names flags such as ``enable_nan_detection``). Pure."""
+    for raw in (text or "").splitlines():
+        line = _PREFIX.sub("", raw.strip())
+        if not line or line.startswith("server_args="):
+            continue
+        for cls, pattern, _ in RUNTIME_ERRORS:
+            if pattern.search(line):
+                return cls, line[:200]
+    return None
+
+
+# grid's own polls of a server: readiness (/health_generate, /health, /ready), /server_info after launch, /metrics and
+# the twin's /grid/telemetry during load points. Uvicorn logs each as an access line ('INFO:     127.0.0.1:PORT -
+# "GET /metrics HTTP/1.1" 200 OK'; SGLang adds its '[time]' prefix), which would crowd the server's own lines out of a
+# stored log tail.
+POLL_PATHS = ("/metrics", "/health", "/health_generate", "/ready", "/server_info", "/get_server_info", "/model_info",
+              "/get_model_info", "/v1/models", "/grid/telemetry")
+_POLL_LINE = re.compile(r'^(?:\[[^\]]*\]\s*)?INFO:\s+\S+ - "GET (?:' + "|".join(re.escape(p) for p in POLL_PATHS)
+                        + r')(?:\?\S*)? HTTP/[0-9.]+" \d{3}')
+
+
+def strip_poll_lines(text: str) -> str:
+    """``text`` without the uvicorn access-log lines of GET requests to :data:`POLL_PATHS` (grid's own polls). Pure."""
+    return "".join(line for line in text.splitlines(keepends=True) if not _POLL_LINE.match(line))

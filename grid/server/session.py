@@ -24,12 +24,14 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grid.server.logparse import error_headline
+from grid.server.logparse import error_headline, strip_poll_lines
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
+TAIL_READ_FACTORS = (8, 64)  # a log tail reads this many times its size (the next factor if too little is left),
+                             # then drops grid's own poll lines
 CLEAN_WAIT_S = 30.0          # real seconds a stopped server gets to release its port and GPU memory
 
 
@@ -131,7 +133,7 @@ class ServerSession:
                     port = new_port
                     continue
                 status = "skipped" if err.error_class == "port_in_use" else "failed"
-                tail = self._redact(err.log_tail or self.server.log_tail())
+                tail = self._redact(strip_poll_lines(err.log_tail or self.server.log_tail()))
                 cause = error_headline(tail)  # the server's own words say more than "exited before ready"
                 return LaunchResult(status, err.error_class, f"{err}: {cause}" if cause else str(err), port, base_url,
                                     exit_code=code, log_tail=tail, infra_retries=notes).to_dict()
@@ -197,8 +199,23 @@ class ServerSession:
         return None if self.alive() else self.exit_code()
 
     def log_tail(self, max_bytes: int = 8000) -> str:
-        """The last ``max_bytes`` of the server log, secrets redacted."""
-        return "" if self.server is None else self._redact(self.server.log_tail(max_bytes))
+        """The server's own last lines, at most ``max_bytes`` of them, secrets redacted: the access-log lines of
+        grid's own polls (/metrics, /health, /server_info, ...; ``logparse.strip_poll_lines``) are left out, from a
+        read of ``TAIL_READ_FACTORS`` x ``max_bytes`` of the log."""
+        if self.server is None:
+            return ""
+        for factor in TAIL_READ_FACTORS:
+            raw = self.server.log_tail(max_bytes * factor)
+            cut = len(raw.encode("utf-8", "replace")) >= max_bytes * factor
+            if cut and "\n" in raw:
+                raw = raw[raw.index("\n") + 1:]  # the read began inside a line: start at the next one
+            text = strip_poll_lines(raw)
+            if len(text) >= max_bytes or not cut:
+                break
+        if len(text) > max_bytes:
+            cut = text[-max_bytes:]
+            text = cut[cut.find("\n") + 1:] if "\n" in cut[:-1] else cut  # start at a whole line
+        return self._redact(text)
 
     def log_size(self) -> int:
         if self.server is None:

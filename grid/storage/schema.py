@@ -321,4 +321,6 @@ def describe_schema() -> str:
             desc = meta["description"].replace("|", "\\|")
             out.append(f"| `{f.name}` | {f.type} | {meta['unit']} | {desc} |")
         out.append("")
-    return "\n".join(out)
+    from grid.storage.vocabulary import describe_vocabulary
+
+    return "\n".join(out) + "\n" + describe_vocabulary()

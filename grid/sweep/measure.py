@@ -8,24 +8,44 @@ Ray actor adapter in a sweep. The only clock read here is the wall clock stamped
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from grid.config.schema import RunSpec
 from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine
 from grid.loadgen.dataset import random_prompts
+from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
+from grid.report.select import level_name
+from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.session import redact_secrets
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
+from grid.sweep.notes import timeout_fired_text, timeout_run_note
 from grid.sweep.samplers import SamplerContext, make_samplers
 from grid.sweep.space import TrialPlan
 
+log = logging.getLogger("grid.measure")
+
 HANG_CLASSES = {"stall_timeout", "read_timeout"}
+#: Request error classes that say the server failed (not the request, not the client): timeouts with no token
+#: progress, resets and broken streams, errors the server reported; ``http_error`` only for 5xx and 429.
+SERVER_FAILURE_CLASSES = {"stall_timeout", "read_timeout", "conn_error", "truncated_stream", "server_error"}
 LOG_TAIL_BYTES = 4000
-EXIT_SETTLE_S = 2.0  # real seconds to wait for a server exit after a load point with failures
+EXIT_SETTLE_S = 2.0  # real seconds to wait for a server exit after a failed check request
+#: The check request sent after a load point with server failures: a short prompt, a few tokens, at most this many
+#: modelled seconds without a token (SGLang's own /health_generate gives up after 20 s: SGLANG_HEALTH_CHECK_TIMEOUT,
+#: python/sglang/srt/entrypoints/http_server.py), and never less than CHECK_MIN_REAL_S real seconds (so that a fast
+#: twin clock does not turn a moment of CPU contention into a hang).
+CHECK_TIMEOUT_S = 20.0
+CHECK_MIN_REAL_S = 2.0
+CHECK_INPUT_TOKENS = 16
+CHECK_OUTPUT_TOKENS = 4
 
 
 def load_points(plan: TrialPlan) -> list[LoadPoint]:
@@ -45,6 +65,107 @@ def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
     status = load_point_status(summary)
     errors = json.loads(summary.get("error_counts_json") or "{}")
     return status, (max(errors, key=errors.get) if errors else None)
+
+
+def server_failures(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The failed requests whose failure came from the server (``SERVER_FAILURE_CLASSES``, or an HTTP status of 5xx
+    or 429). Pure."""
+    return [r for r in records if r.status != "ok" and (
+        r.error_class in SERVER_FAILURE_CLASSES
+        or (r.error_class == "http_error" and r.http_status is not None and (r.http_status >= 500
+                                                                             or r.http_status == 429)))]
+
+
+def check_request(target: Target, vocab_size: int, seed: int) -> RequestRecord:
+    """Send one short request (``CHECK_INPUT_TOKENS`` in, ``CHECK_OUTPUT_TOKENS`` out) and return its record; it
+    fails with ``stall_timeout`` when no token comes within ``CHECK_TIMEOUT_S`` modelled seconds."""
+    timeout = max(CHECK_TIMEOUT_S / target.time_scale, CHECK_MIN_REAL_S)
+    prompts = random_prompts(1, CHECK_INPUT_TOKENS, CHECK_OUTPUT_TOKENS, 1.0, vocab_size, seed)
+    outcome = run_load_point_sync(target, LoadPoint("concurrency", 1, 1), prompts, read_timeout_s=timeout,
+                                  stall_timeout_s=timeout)
+    return outcome.records[0]
+
+
+def _ttft_ms(rec: RequestRecord | None, time_scale: float) -> float | None:
+    if rec is None or rec.status != "ok" or rec.first_token_perf_ns is None or rec.send_perf_ns is None:
+        return None
+    return (rec.first_token_perf_ns - rec.send_perf_ns) / 1e6 * time_scale
+
+
+def _counts_text(failed: Sequence[RequestRecord], total: int) -> str:
+    counts: dict[str, int] = {}
+    for r in failed:
+        key = f"http {r.http_status}" if r.error_class == "http_error" else str(r.error_class)
+        counts[key] = counts.get(key, 0) + 1
+    return f"{len(failed)} of {total} requests failed ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
+
+
+def broken_verdict(index: int, *, alive: bool, exit_code: int | None, failed: Sequence[RequestRecord], total: int,
+                   check: RequestRecord | None, runtime: tuple[str, str] | None, fired: str | None,
+                   check_timeout_s: float = CHECK_TIMEOUT_S) -> tuple[str, str] | None:
+    """(trial error class, message) when the server broke during load point ``index``, else None (pure).
+
+    ``failed``: the point's requests that failed from the server (:func:`server_failures`) out of ``total``;
+    ``check``: the check request sent after it (None: none was sent); ``runtime``: the first runtime error the
+    server logged meanwhile (``logparse.runtime_error``); ``fired``: which timeouts fired (``notes.timeout_fired_text``).
+
+    * the process exited: the runtime error's class (``runtime_oom``, ``nccl_error``, ``cuda_error``) or
+      ``server_crash``, with the exit code;
+    * it logged NaN in the logits: ``nan_output`` (its output is garbage; the trial is ``invalid``);
+    * the check request failed too: the runtime error's class, else ``server_hang`` (no token within
+      ``check_timeout_s`` modelled seconds) or ``server_broken`` (reset, HTTP error, an error in the stream);
+    * the check request succeeded, or none was needed: None (an overloaded but healthy server; the point's failures
+      count against its goodput).
+    """
+    cause = f": {runtime[1]}" if runtime is not None else ""
+    where = f"during load point {index}"
+    if not alive:
+        cls = runtime[0] if runtime is not None and runtime[0] not in OUTPUT_ERROR_CLASSES else "server_crash"
+        return cls, f"server exited with code {exit_code} {where}{cause}"
+    if runtime is not None and runtime[0] in OUTPUT_ERROR_CLASSES:
+        return runtime[0], f"the server logged '{runtime[1]}' {where}: its output is garbage from there on"
+    if check is None or check.status == "ok":
+        return None
+    what = fired or (_counts_text(failed, total) if failed else "no request failed")
+    if check.error_class in HANG_CLASSES:
+        told = (f"no token progress {where} while the server process was alive ({what}); a check request "
+                f"afterwards got no token within {check_timeout_s:g} s either (health endpoints are not trusted "
+                "for this)")
+        return (runtime[0], f"{runtime[1]} logged {where}; {told}") if runtime else ("server_hang", told)
+    told = (f"the server process lives but stopped serving {where} ({what}); a check request afterwards failed "
+            f"with {check.error_class}: {(check.error_message or '')[:200]}".rstrip(": "))
+    return (runtime[0], f"{runtime[1]} logged {where}; {told}") if runtime else ("server_broken", told)
+
+
+@dataclass
+class _Health:
+    broken: tuple[str, str] | None
+    runtime: tuple[str, str] | None
+    check_ttft_ms: float | None
+
+
+def _judge_server(server: Any, target: Target, vocab_size: int, seed: int, index: int, records: list[RequestRecord],
+                  log_offset: int, fired: str | None) -> _Health:
+    """After load point ``index``: read what the server logged meanwhile, send the check request when requests
+    failed from the server or it logged a runtime error, and judge (:func:`broken_verdict`)."""
+    failed = server_failures(records)
+    check = None
+    runtime = runtime_error(server.read_log(log_offset))
+    if server.alive() and (failed or runtime is not None):
+        check = check_request(target, vocab_size, seed)
+        if check.status != "ok" and server.alive():
+            server.wait_exit(EXIT_SETTLE_S)  # a crash surfaces to the client before the exit is recorded
+        runtime = runtime_error(server.read_log(log_offset))  # the error may be logged after the requests failed
+    alive = server.alive()
+    verdict = broken_verdict(index, alive=alive, exit_code=None if alive else server.exit_code(), failed=failed,
+                             total=len(records), check=check, runtime=runtime, fired=fired)
+    return _Health(verdict, runtime, _ttft_ms(check, target.time_scale))
+
+
+def _longest_wait_ms(summary: dict[str, Any]) -> float:
+    """The longest wait for a token of the point's ok requests (TTFT or gap between chunks), modelled ms."""
+    return max((v for v in (summary.get("ttft_max_ms"), summary.get("chunk_gap_max_ms")) if v is not None),
+               default=0.0)
 
 
 def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *, trial_id: str,
@@ -119,6 +240,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     slo = SLO(spec.objective.slo.ttft_ms, spec.objective.slo.tpot_ms, spec.objective.slo.e2e_ms,
               spec.objective.slo.percentile)
     stopped: str | None = None if result["status"] == "ok" else "not_run"
+    longest_wait_ms = 0.0        # the longest wait for a token seen so far (modelled ms), for the timeout notes
+    noted: set[str] = set()      # timeout notes already given ("fired", "near")
     for index, point in enumerate(points):
         row = {**base, "point_index": index, "point_kind": point.kind, "point_value": point.value,
                "num_prompts": point.num_prompts}
@@ -128,6 +251,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             continue
         prompts = random_prompts(point.num_prompts + point.warmup_requests, load.input_len, load.output_len,
                                  load.range_ratio, spec.model.vocab_size, point.seed)
+        log_offset = server.log_size()
         for sampler in samplers:
             sampler.start(index)
         outcome = run_load_point_sync(
@@ -145,26 +269,34 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
         tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
                                            point_index=index)
+        fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
+                                   load.stall_timeout_s, load.read_timeout_s)
         first_error = next((r for r in outcome.records if r.status != "ok"), None)
         if first_error is not None:
             point_errors.append(f"point {index}: {summary['failed']} of {summary['requests_total']} requests failed, "
-                                f"first {first_error.error_class}: {first_error.error_message or ''}".rstrip(": "))
-        if status != "ok" and server.alive():
-            server.wait_exit(EXIT_SETTLE_S)  # a crash surfaces to the client before the exit is recorded
-        if not server.alive():
-            code = server.exit_code()
-            tail = redact_secrets(server.log_tail(LOG_TAIL_BYTES), secrets)
-            stopped = "server_crash"
-            row.update(status="failed" if status == "failed" else status)
-            base.update(trial_status="failed", trial_error_class="server_crash",
-                        trial_error_message=f"server exited with code {code} during load point {index}",
-                        log_tail=tail)
-        elif status == "failed" and error_class in HANG_CLASSES:
-            stopped = "server_hang"
-            base.update(trial_status="failed", trial_error_class="server_hang",
-                        trial_error_message=f"no token progress during load point {index} while the server "
-                                            "process was alive (health endpoints are not trusted for this)",
+                                + (fired or f"first {first_error.error_class}: {first_error.error_message or ''}"
+                                   .rstrip(": ")))
+        health = _judge_server(server, target, spec.model.vocab_size, point.seed + 7919, index, outcome.records,
+                               log_offset, fired)
+        longest_wait_ms = max(longest_wait_ms, _longest_wait_ms(summary))
+        notes = []
+        note = timeout_run_note(level_name(row), fired, health.check_ttft_ms if health.broken is None else None,
+                                longest_wait_ms or None, load.stall_timeout_s, load.read_timeout_s)
+        if note is not None and ("fired" if fired else "near") not in noted:
+            noted.add("fired" if fired else "near")
+            log.warning("%s: %s", plan.label, note)
+            notes.append(note)
+        if health.broken is not None:
+            cls, message = health.broken
+            stopped = cls
+            base.update(trial_status="invalid" if cls in OUTPUT_ERROR_CLASSES else "failed", trial_error_class=cls,
+                        trial_error_message="; ".join(x for x in (message, base["trial_error_message"]) if x),
                         log_tail=redact_secrets(server.log_tail(LOG_TAIL_BYTES), secrets))
+        elif health.runtime is not None:  # it logged an error, yet answers: noted; the point's failures count
+            notes.append(f"the server logged '{health.runtime[1]}' during load point {index} but answered a check "
+                         "request afterwards")
+        if notes:
+            base["trial_error_message"] = "; ".join(x for x in (base["trial_error_message"], *notes) if x)
         for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
             row[key] = base[key]  # the verdict so far (a crash or hang found at this point included)
         rows.append(row)
@@ -179,7 +311,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
             row[key] = base[key]
     if base["trial_status"] == "ok" and not any(r["status"] in ("ok", "partial") for r in rows):
-        message = redact_secrets("every load point failed; " + "; ".join(point_errors), secrets)[:2000]
+        message = redact_secrets("; ".join(x for x in ("every load point failed", *point_errors,
+                                                        base["trial_error_message"]) if x), secrets)[:2000]
         for row in rows:
             row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed",
                        trial_error_message=message)

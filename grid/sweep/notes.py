@@ -1,7 +1,14 @@
 """What the user should know about a planned sweep before it runs (pure): settings that cannot take effect, levels
-that cannot be reached, versions the flag catalog does not know. Each note is one sentence; none stops the run."""
+that cannot be reached, versions the flag catalog does not know, timeouts shorter than the time to first token the
+twin models for a load. Each note is one sentence; none stops the run.
+
+The timeout notes of a running trial (a timeout that fired while the server was healthy, or one close to the longest
+wait for a token already observed) are built here too (``timeout_fired_text``, ``timeout_run_note``), so that the
+pre-run and in-run wording agree."""
 
 from __future__ import annotations
+
+import math
 
 from grid.config.schema import RunSpec
 from grid.engines.flags import catalog_note
@@ -11,7 +18,8 @@ from grid.sweep.space import TrialPlan
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
     """Every note that applies to ``plans`` (the sweep's configurations) planned for SGLang ``version``."""
     notes = [catalog_note(version), external_note(spec, plans), thin_level_note(plans),
-             inert_settings_note(spec, plans), unmodelled_note(spec, plans, version)]
+             inert_settings_note(spec, plans), unmodelled_note(spec, plans, version),
+             modelled_ttft_note(spec, plans, version)]
     return [n for n in notes if n]
 
 
@@ -74,3 +82,102 @@ def unmodelled_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> str 
     return (f"the twin accepts {', '.join(inert)} but does not model {'it' if len(inert) == 1 else 'them'} "
             "(accepted, no effect in the twin): configurations differing only there measure the same modelled "
             "server")
+
+
+# -- timeouts against the time to first token -------------------------------------------------------------------------
+#: A timeout within this fraction of the longest wait for a token already observed gets a note during the run.
+TIMEOUT_MARGIN = 0.8
+
+
+def _timeouts(load) -> list[tuple[str, float]]:
+    """The per-request timeouts that fail a request still waiting for its first token, (setting, modelled s)."""
+    out = [("read_timeout_s", float(load.read_timeout_s))]
+    if load.stall_timeout_s is not None:
+        out.insert(0, ("stall_timeout_s", float(load.stall_timeout_s)))
+    return out
+
+
+def first_wave_ttft_s(spec: RunSpec, plan: TrialPlan, version: str, requests: int) -> float | None:
+    """The longest TTFT (modelled s) of ``requests`` requests of ``plan.load.input_len`` tokens that reach the twin
+    at once (the first wave of a closed loop at that concurrency), from the twin's performance model and scheduler in
+    virtual time (grid/twin/simulate.py); None when the twin would refuse the configuration."""
+    from grid.engines.flags import parse_version, to_argv
+    from grid.twin import cli
+    from grid.twin.perf import PerfModel
+    from grid.twin.scheduler import TwinRequest
+    from grid.twin.simulate import simulate
+
+    try:
+        args = cli.parse_args(["--model-path", "m", *to_argv(plan.settings, parse_version(version))], version)
+        cli.resolve_args(args, spec.model)
+        perf = PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+    except (SystemExit, ValueError, AssertionError):
+        return None
+    wave = [(0.0, TwinRequest(rid=str(i), input_tokens=plan.load.input_len, max_new_tokens=1))
+            for i in range(requests)]
+    return max(r.ttft_s for r in simulate(perf, wave).requests)
+
+
+def modelled_ttft_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> str | None:
+    """With engine=sim, a note when ``load.stall_timeout_s`` or ``load.read_timeout_s`` is shorter than the TTFT the
+    twin models for the first wave of a load level (the highest concurrency of each configuration, or every request
+    of an ``inf`` request rate): every request of that wave would fail with that timeout and the trial would read as a
+    hung server. None otherwise (other engines: the twin's model does not describe their server)."""
+    if spec.engine.kind != "sim":
+        return None
+    worst: tuple[float, str, TrialPlan, str, float] | None = None  # (ttft_s, level, plan, setting, timeout_s)
+    for plan in plans:
+        load = plan.load
+        waves = [(max(load.concurrency), f"concurrency {max(load.concurrency)}")] if load.concurrency else []
+        waves += [(load.prompts_for(r), "inf req/s") for r in load.request_rate if r == float("inf")]
+        for requests, level in waves:
+            ttft = first_wave_ttft_s(spec, plan, version, requests)
+            if ttft is None:
+                continue
+            for setting, timeout in _timeouts(load):
+                if timeout < ttft and (worst is None or ttft - timeout > worst[0] - worst[4]):
+                    worst = (ttft, level, plan, setting, timeout)
+    if worst is None:
+        return None
+    ttft, level, plan, setting, timeout = worst
+    return (f"load.{setting}={timeout:g} is shorter than the time to first token the twin models for {level} "
+            f"({plan.label}: {ttft:.1f} s for the last of the first wave of {plan.load.input_len}-token prompts): "
+            f"those requests will fail with {setting.removesuffix('_s')} and the trial would read as a hung server; "
+            f"raise load.{setting} to at least {math.ceil(ttft)}")
+
+
+def timeout_fired_text(counts: dict[str, int], total: int, stall_timeout_s: float | None,
+                       read_timeout_s: float) -> str | None:
+    """Which timeouts fired in a load point, e.g. ``stall_timeout_s=5 fired for 8 of 8 requests: no token for 5 s``
+    (``counts``: failed requests per error class; timeouts in modelled s). None when none fired."""
+    parts = []
+    if counts.get("stall_timeout"):
+        parts.append(f"stall_timeout_s={stall_timeout_s:g} fired for {counts['stall_timeout']} of {total} requests: "
+                     f"no token for {stall_timeout_s:g} s")
+    if counts.get("read_timeout"):
+        parts.append(f"read_timeout_s={read_timeout_s:g} fired for {counts['read_timeout']} of {total} requests: "
+                     f"no bytes for {read_timeout_s:g} s")
+    return "; ".join(parts) or None
+
+
+def timeout_run_note(level: str, fired: str | None, check_ttft_ms: float | None, longest_wait_ms: float | None,
+                     stall_timeout_s: float | None, read_timeout_s: float) -> str | None:
+    """A note for a load point at ``level`` (e.g. ``concurrency 8``) of a running trial, or None:
+
+    * a timeout fired (``fired``, from :func:`timeout_fired_text`) while the server was healthy (a check request got
+      its first token after ``check_ttft_ms``): the requests under this load wait longer for a token than the
+      timeout allows;
+    * no timeout fired, but the longest wait for a token observed so far (``longest_wait_ms``: TTFT or gap between
+      tokens, modelled ms) reached ``TIMEOUT_MARGIN`` of a timeout: the next, higher level will likely hit it.
+    """
+    if fired is not None and check_ttft_ms is not None:
+        return (f"at {level} {fired}, while the server was healthy (a check request right after got its first token "
+                f"in {check_ttft_ms / 1000:.2g} s): requests under this load wait longer than the timeout for a "
+                "token; raise the timeout")
+    if fired is None and longest_wait_ms is not None:
+        for setting, timeout in (("stall_timeout_s", stall_timeout_s), ("read_timeout_s", read_timeout_s)):
+            if timeout is not None and longest_wait_ms >= TIMEOUT_MARGIN * timeout * 1000:
+                return (f"at {level} a request waited {longest_wait_ms / 1000:.3g} s for a token, "
+                        f"{longest_wait_ms / 10 / timeout:.0f}% of load.{setting}={timeout:g}: higher levels will "
+                        "likely fail with that timeout; raise it")
+    return None

@@ -64,7 +64,7 @@ class TwinAPI:
     """HTTP handlers; mixed into Twin, whose attributes they use."""
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth_mw], client_max_size=1 << 30)
+        app = web.Application(middlewares=[self._auth_mw, self._fault_mw], client_max_size=1 << 30)
         r = app.router
         for path in ("/health", "/health_generate"):
             r.add_get(path, self.h_health)
@@ -96,6 +96,23 @@ class TwinAPI:
             if not exempt and request.headers.get("Authorization", "") != f"Bearer {key}":
                 return _json({"error": "Unauthorized"}, 401)
         return await handler(request)
+
+    GENERATION_PATHS: ClassVar[tuple[str, ...]] = ("/generate", "/v1/completions", "/v1/chat/completions")
+
+    @web.middleware
+    async def _fault_mw(self, request: web.Request, handler):
+        """Tracks the generation requests in flight and lets injected faults answer them instead (``Fault.admit``)."""
+        if request.path not in self.GENERATION_PATHS:
+            return await handler(request)
+        self.generation_requests[id(request)] = request
+        try:
+            for fault in self.faults:
+                response = fault.admit(self, request)
+                if response is not None:
+                    return response
+            return await handler(request)
+        finally:
+            self.generation_requests.pop(id(request), None)
 
     async def h_health(self, request: web.Request) -> web.StreamResponse:
         if not self.ready or self.stop.is_set():

@@ -11,6 +11,8 @@ import sys
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from grid.twin.server import Twin
 
 
@@ -41,6 +43,11 @@ class Fault:
 
     def runtime_due(self, twin: "Twin") -> bool:
         return False
+
+    def admit(self, twin: "Twin", request) -> "web.StreamResponse | None":
+        """Called for every generation request (``/generate``, ``/v1/completions``, ``/v1/chat/completions``) before
+        its handler: a response to answer with instead (an HTTP error), or None to serve it."""
+        return None
 
     def fire_runtime(self, twin: "Twin") -> None:
         pass
@@ -188,6 +195,157 @@ class PortHolderChild(Fault):
         if self.params.get("pid_file"):
             with open(self.params["pid_file"], "w") as fh:
                 fh.write(str(child.pid))
+
+
+# -- faults that strike partway through a load point ----------------------------------------------------------------
+# "After N requests" counts the generation requests the twin finished after it became ready (grid's correctness probe
+# sends three, each load point's warm-up requests count too; internal health-check requests do not): ``twin.served``.
+# The fault strikes when the next generation request arrives, so that the N-th request is answered in full.
+
+
+class _AfterRequests(Fault):
+    """Base of the faults that strike at the first generation request that arrives once ``after_requests`` requests
+    have finished (``twin.served``): ``strike`` is called once, then ``admit_broken`` for that and every later one."""
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        self.after_requests = int(params.get("after_requests", 0))
+        self.fired = False
+
+    def admit(self, twin, request):
+        if not self.fired and twin.ready and twin.served >= self.after_requests:
+            self.fired = True
+            self.strike(twin)
+        return self.admit_broken(twin, request) if self.fired else None
+
+    def strike(self, twin) -> None:
+        """What happens to the server when the fault strikes."""
+
+    def admit_broken(self, twin, request):
+        """The answer to a generation request once struck (None: handle it, e.g. into a stuck scheduler)."""
+        return None
+
+
+@register
+class HangAfterRequests(_AfterRequests):
+    """Injected ``{"kind": "hang_after_requests", "after_requests": N}``: once N requests have finished, the scheduler
+    stops producing tokens; requests in flight and later ones hang, the port stays open and ``/health`` answers 200
+    (SGLang's front end outlives a stuck scheduler; sgl-project/sglang#435)."""
+
+    kind = "hang_after_requests"
+
+    def strike(self, twin):
+        twin.sched_dead = True
+
+
+@register
+class ResetAfterRequests(_AfterRequests):
+    """Injected ``{"kind": "reset_after_requests", "after_requests": N}``: once N requests have finished, every
+    generation connection in flight is reset (TCP RST) and so is every later one; the process lives and ``/health``
+    answers 200 (a front end whose backend is gone)."""
+
+    kind = "reset_after_requests"
+
+    def strike(self, twin):
+        for request in list(twin.generation_requests.values()):
+            reset(request.transport)
+
+    def admit_broken(self, twin, request):
+        reset(request.transport)
+        from aiohttp import web
+
+        return web.Response(status=500)  # never reaches the client: its connection is already reset
+
+
+def reset(transport) -> None:
+    """Close ``transport`` with a TCP RST (SO_LINGER 0), as a process that dies with open connections does."""
+    import socket
+    import struct
+
+    if transport is None or transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    transport.abort()
+
+
+#: Log lines per runtime error the twin can write (the messages grid/server/logparse.py RUNTIME_ERRORS names, with
+#: their sources there). ``{total}``: the GPU's memory in GiB.
+RUNTIME_ERROR_LINES: dict[str, tuple[str, ...]] = {
+    "oom": (
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "{total:.2f} GiB of which 1.06 GiB is free. Of the allocated memory 70.12 GiB is allocated by PyTorch.",
+    ),
+    "nccl": (
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        "ncclUnhandledCudaError: Call to CUDA function failed.",
+    ),
+    "cuda": (
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ),
+}
+SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
+
+
+@register
+class RuntimeErrorAfterRequests(_AfterRequests):
+    """Injected ``{"kind": "runtime_error_after_requests", "after_requests": N, "error": "oom"|"nccl"|"cuda",
+    "then": "hang"|"exit", "exit_code": 1}``: once N requests have finished, the scheduler writes the error to the
+    log (``RUNTIME_ERROR_LINES``) and dies. ``then: hang`` (default): the front end stays up with the port open and
+    requests hang (sgl-project/sglang#435); ``then: exit``: SGLang's SIGQUIT line, then the process exits
+    ``exit_code``."""
+
+    kind = "runtime_error_after_requests"
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        self.error = str(params.get("error", "oom"))
+        if self.error not in RUNTIME_ERROR_LINES:
+            raise ValueError(f"runtime_error_after_requests: error={self.error!r}; allowed: "
+                             f"{sorted(RUNTIME_ERROR_LINES)}")
+        self.then = str(params.get("then", "hang"))
+        if self.then not in ("hang", "exit"):
+            raise ValueError(f"runtime_error_after_requests: then={self.then!r}; allowed: ['exit', 'hang']")
+
+    def strike(self, twin):
+        lines = RUNTIME_ERROR_LINES[self.error]
+        if self.then == "exit":
+            twin.crash((*lines, SIGQUIT_LINE), self.exit_code)
+        twin.log_error_lines(lines)
+        twin.sched_dead = True
+
+
+@register
+class OverloadStatus(Fault):
+    """Injected ``{"kind": "overload_status", "max_running": K, "status": 429}``: while K generation requests are in
+    flight, a new one is refused at once with ``status`` (429 Too Many Requests or 503 Service Unavailable, what a
+    rate-limiting front end answers under load) and an OpenAI-style error body; the server itself stays healthy and
+    serves every request it admits."""
+
+    kind = "overload_status"
+
+    def __init__(self, params, source="injected"):
+        super().__init__(params, source)
+        self.max_running = int(params.get("max_running", 1))
+        self.status = int(params.get("status", 429))
+
+    def admit(self, twin, request):
+        if len(twin.generation_requests) <= self.max_running:  # this request itself is counted
+            return None
+        from aiohttp import web
+
+        body = {"object": "error", "message": f"Too many requests in flight (limit {self.max_running})",
+                "type": "TooManyRequests" if self.status == 429 else "ServiceUnavailable", "param": None,
+                "code": self.status}
+        return web.json_response(body, status=self.status)
 
 
 def parse_faults(text: str | None) -> list[Fault]:

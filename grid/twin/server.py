@@ -164,6 +164,8 @@ class Twin(TwinAPI):
         self.site: web.TCPSite | None = None
         self.loop_task: asyncio.Task | None = None
         self.exit_code = 0
+        self.served = 0  # generation requests finished (not aborted) since ready; internal ones not counted
+        self.generation_requests: dict = {}  # id -> generation request (aiohttp) being handled now
         self._seq = 0
         self._prefill_last_t = 0.0
         self._prefill_prev_tokens = 0
@@ -204,13 +206,17 @@ class Twin(TwinAPI):
                 pass
         return not self.stop.is_set()
 
-    def crash(self, lines, code: int) -> None:
+    def log_error_lines(self, lines) -> None:
+        """Write error lines as SGLang does: exception lines raw, the rest as scheduler errors."""
         for line in lines:
             line = line.format(total=self.hw.memory_gb * 1e9 / 2**30) if "{total" in line else line
             if line.startswith(("[", " ", "\t", "Traceback")) or re.match(r"^[\w.]+(Error|Exception)\b", line):
                 self.log.raw(line)
             else:
                 self.log.sched(line, level="error")
+
+    def crash(self, lines, code: int) -> None:
+        self.log_error_lines(lines)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -533,6 +539,8 @@ class Twin(TwinAPI):
         req.t_last = req.t_last or self.mnow()
         req.event.set()
         self.reqs.pop(req.rid, None)
+        if not req.internal and self.ready and reason != "abort":
+            self.served += 1
         if self.metrics and not req.internal:
             now = self.mnow()
             self.metrics.on_finish(prompt_tokens=req.prompt_tokens, completion_tokens=req.n_out,
