@@ -90,7 +90,7 @@ def test_tables_whose_files_differ_in_columns_read_whole(tmp_path):
 
 def test_load_settings_for_caps_and_datasets(tmp_path):
     assert LoadSpec(request_rate=[4.0], max_concurrency=8).max_concurrency == 8
-    with pytest.raises(ValueError, match="max_concurrency caps open-loop points"):
+    with pytest.raises(ValueError, match="load.max_concurrency: caps open-loop points"):
         LoadSpec(max_concurrency=8)  # only closed-loop points
     with pytest.raises(ValueError, match="load.dataset: unknown kind 'alpaca'"):
         LoadSpec(dataset="alpaca")
@@ -105,3 +105,18 @@ def test_load_settings_for_caps_and_datasets(tmp_path):
     # settings added later stay out of a trial's identity at their defaults (earlier runs resume)
     assert not {"dataset_path", "trace_speed", "max_concurrency"} & set(LoadSpec().model_dump())
     assert LoadSpec(request_rate=[1.0], max_concurrency=2).model_dump()["max_concurrency"] == 2
+
+
+def test_trial_load_points_carry_the_cap_and_the_trace(tmp_path):
+    from grid.sweep.measure import load_points
+    from grid.sweep.space import TrialPlan
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps({"timestamp": t, "input_length": 4, "output_length": 2})
+                               for t in (1000, 1500, 1900)))
+    load = LoadSpec(dataset="trace", dataset_path=str(trace), concurrency=[2], request_rate=[3.0],
+                    trace_speed=[1.0, 4.0], max_concurrency=2, warmup_requests=0)
+    points = load_points(TrialPlan(0, {}, load, "x", "h"))
+    assert [(p.kind, p.value, p.num_prompts, p.max_concurrency) for p in points] == [
+        ("concurrency", 2.0, 8, None), ("rate", 3.0, 8, 2), ("trace", 1.0, 3, 2), ("trace", 4.0, 3, 2)]
+    assert points[2].offsets_s == (0.0, 0.5, 0.9)
