@@ -26,7 +26,7 @@ def report(spec: RunSpec, console: Console) -> list:
     not yet recorded (an interrupted run) is reported as incomplete.
     """
     from grid.experiments import run_experiment
-    from grid.report.render import incomplete_note, markdown, plot, print_report
+    from grid.report.render import incomplete_note, markdown, metrics_names_note, plot, print_report
     from grid.report.select import rank, rejudge
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
@@ -39,7 +39,7 @@ def report(spec: RunSpec, console: Console) -> list:
     verdicts = rank(rows, spec.objective)
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted), len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
-    notes = [note] if note else []
+    notes = [n for n in (note, metrics_names_note(rows)) if n]
     print_report(verdicts, console, notes)
     run_dir = Path(spec.run_dir)
     (run_dir / "report.md").write_text(markdown(verdicts, f"grid: {spec.name}", notes))

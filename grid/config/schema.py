@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.engines.flags import SettingError, check_setting, parse_version
@@ -77,7 +78,11 @@ class LoadSpec(_Spec):
     input_len: int = Field(256, ge=1)
     output_len: int = Field(256, ge=1)
     range_ratio: float = Field(1.0, ge=0, le=1, description="lengths uniform in [L*ratio, L]; 1.0 fixed")
-    dataset: Literal["random"] = "random"
+    dataset: str = Field("random", description="prompt source, by kind: grid/loadgen/dataset.py DATASETS")
+    dataset_path: str | None = Field(None, description="sharegpt: a ShareGPT JSON file; trace: a JSONL arrival trace")
+    trace_speed: list[float] = Field(default_factory=lambda: [1.0],
+                                     description="dataset=trace: one open-loop point per speed (1.0: as recorded)")
+    max_concurrency: int | None = Field(None, ge=1, description="open-loop points: cap on requests in flight")
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
@@ -97,16 +102,51 @@ class LoadSpec(_Spec):
             raise ValueError(f"every request rate must be > 0 req/s (inf: all at once), got {v}")
         return v
 
+    @field_validator("trace_speed")
+    @classmethod
+    def _positive_speed(cls, v: list[float]) -> list[float]:
+        if any(not (s > 0 and s != float("inf")) for s in v):
+            raise ValueError(f"every trace speed must be a finite number > 0 (1.0: as recorded), got {v}")
+        return v
+
     @model_validator(mode="after")
     def _some_points(self) -> "LoadSpec":
-        if not self.concurrency and not self.request_rate:
-            raise ValueError("no load points: set load.concurrency and/or load.request_rate")
+        from grid.loadgen.dataset import DATASETS, check_dataset
+
+        check_dataset(self.dataset, self.dataset_path)  # names load.dataset / load.dataset_path
+        if not self.concurrency and not self.request_rate and not self.trace_points:
+            raise ValueError("no load points: set load.concurrency and/or load.request_rate"
+                             + (" and/or load.trace_speed" if DATASETS[self.dataset].arrivals else ""))
+        if self.max_concurrency is not None and not self.request_rate and not self.trace_points:
+            raise ValueError("load.max_concurrency: caps open-loop points (load.request_rate, or trace points of "
+                             "load.dataset=trace); there are none (closed-loop points have load.concurrency)")
         return self
+
+    @property
+    def trace_points(self) -> list[float]:
+        """Replay speeds of the trace load points (none unless the dataset records arrivals)."""
+        from grid.loadgen.dataset import DATASETS
+
+        return list(self.trace_speed) if DATASETS[self.dataset].arrivals else []
+
+    @model_serializer(mode="wrap")
+    def _identity(self, handler):
+        """Settings added after a trial's identity was defined are left out while at their defaults, so the config
+        hash of every earlier trial (grid/sweep/space.py, over this dump) stays the same and its run resumes."""
+        data = handler(self)
+        for key, default in _LATER_DEFAULTS.items():
+            if key in data and data[key] == default:
+                del data[key]
+        return data
 
     def prompts_for(self, level: float) -> int:
         if self.num_prompts is not None:
             return self.num_prompts
         return max(self.min_prompts, int(round(self.prompts_per_stream * level)))
+
+
+#: LoadSpec settings added after config hashes were first recorded, with their defaults (see LoadSpec._identity).
+_LATER_DEFAULTS: dict[str, Any] = {"dataset_path": None, "trace_speed": [1.0], "max_concurrency": None}
 
 
 class SLOSpec(_Spec):
@@ -184,7 +224,7 @@ def _format_validation(err: ValidationError) -> str:
             msg = msg.removeprefix("Value error, ")
         elif e["type"] == "literal_error":
             msg = f"{msg} (got {e.get('input')!r})"
-        lines.append(f"{key}: {msg}")
+        lines.append(msg if msg.startswith(f"{key}.") else f"{key}: {msg}")  # a message that names its own key
     return "; ".join(lines)
 
 

@@ -360,11 +360,13 @@ class StreamParser:
         self.state = endpoint.new_state()
         self._consumed = 0
         self._buf = b""
+        self._cr_end = False  # the last read ended with CR: an LF starting the next read belongs to it
         self._event_ts: int | None = None
         self._event_data: list[bytes] = []
         self._stop = False
         self._server_error: str | None = None
         self._parse_error: str | None = None
+        self._decode_error: str | None = None
         self._body_parts: list[bytes] = []
         self._text: list[str] = []
         self._reasoning: list[str] = []
@@ -381,18 +383,30 @@ class StreamParser:
             self._body_parts.extend(data for _, data in reads[start:end])
             return
         buf = self._buf
+        cr_end = self._cr_end
         for k in range(start, end):
             ts, data = reads[k]
+            if cr_end:  # the last read ended with CR: an LF opening this one is the rest of that CRLF
+                cr_end = False
+                if data.startswith(b"\n"):
+                    data = data[1:]
+                    if not data:
+                        continue
             if buf:
                 data = buf + data
-            if b"\n" not in data:
-                buf = data
+            elif not data:
                 continue
-            lines = data.split(b"\n")
-            buf = lines.pop()  # the part after the last newline: an incomplete line (or b"")
+            # LF, CRLF and a lone CR all end a line (SSE); bytes.splitlines splits on exactly these three
+            lines = data.splitlines()
+            last = data[-1]
+            if last == 10:  # LF: the read ends at a line end
+                buf = b""
+            elif last == 13:  # CR: a line end, unless an LF follows in the next read (then it is one CRLF)
+                buf = b""
+                cr_end = True
+            else:
+                buf = lines.pop()  # the incomplete line after the last line end
             for line in lines:
-                if line.endswith(b"\r"):
-                    line = line.rstrip(b"\r")
                 if not line:
                     if self._event_ts is not None:
                         self._dispatch()
@@ -405,6 +419,7 @@ class StreamParser:
                     self._event_data.append(payload)
                 # SSE comments (":" keep-alive) and other fields (event:, id:, retry:) are ignored
         self._buf = buf
+        self._cr_end = cr_end
 
     def _dispatch(self) -> None:
         if self._event_ts is None:
@@ -424,7 +439,7 @@ class StreamParser:
                 raise ParseError("event is not a JSON object")
             info = self.endpoint.parse_event(obj, self.state)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
-            self._parse_error = f"{type(exc).__name__}: {exc}; data={data[:200]!r}"
+            self._bad_data(exc, data, "data")
             self._stop = True
             return
         self._apply(ts, info)
@@ -487,12 +502,17 @@ class StreamParser:
         # outcome, in order of precedence
         if rec.error_class is not None:
             rec.status = "failed"
+        elif self._decode_error is not None:
+            rec.fail("decode_error", self._decode_error)
         elif self._parse_error is not None:
             rec.fail("parse_error", self._parse_error)
         elif self._server_error is not None:
             rec.fail("server_error", self._server_error)
-        elif rec.stream and not rec.done_marker:
-            rec.fail("truncated_stream", "the stream ended without data: [DONE]")
+        elif rec.stream and not rec.done_marker and rec.finish_reason is None:
+            # a clean end after an event with a finish_reason is complete without [DONE] (several OpenAI-compatible
+            # servers omit it; SGLang's bench_serving and vLLM's benchmark client count such requests): only a
+            # stream with neither is cut short. done_marker records which it was.
+            rec.fail("truncated_stream", "the stream ended with neither a finish_reason nor data: [DONE]")
         elif rec.stream and (rec.first_token_perf_ns is None or not rec.output_tokens):
             rec.fail("empty_output", "the stream carried no generated token")
         elif not rec.stream and rec.output_tokens == 0:
@@ -512,6 +532,20 @@ class StreamParser:
                 raise ParseError("body is not a JSON object")
             info = self.endpoint.parse_body(obj)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            self._parse_error = f"{type(exc).__name__}: {exc}; body={data[:200]!r}"
+            self._bad_data(exc, data, "body")
             return
         self._apply(ts, info)
+
+    def _bad_data(self, exc: Exception, data: bytes, what: str) -> None:
+        """Record why ``data`` (an event's data or the body) could not be read: bytes that are not UTF-8 are a
+        ``decode_error`` (e.g. a multi-byte character cut off at the end of the stream), anything else a
+        ``parse_error``. Runs only on the error path, so valid events pay nothing for the distinction."""
+        try:
+            data.decode("utf-8", "surrogatepass")  # what _loads_event accepts
+        except UnicodeDecodeError as bad:
+            cut = bad.reason == "unexpected end of data"
+            self._decode_error = (f"{'a multi-byte UTF-8 character is cut off at the end' if cut else 'invalid UTF-8'}"
+                                  f" (byte {bad.start} of {len(data)}: {data[bad.start:bad.end + 3]!r}); "
+                                  f"{what}={data[:200]!r}")
+            return
+        self._parse_error = f"{type(exc).__name__}: {exc}; {what}={data[:200]!r}"

@@ -4,17 +4,28 @@
   ``as_text`` (no tokenizer needed; one common English word is about one token, so ``input_len`` is an estimate
   and the server's ``prompt_tokens`` is what the metrics use).
 * ``sharegpt_prompts``: a local ShareGPT-format JSON file (nothing is downloaded).
+* ``trace_requests``: a local JSONL arrival trace (one request per line: ``timestamp`` in ms, ``input_length`` and
+  ``output_length`` in tokens: the format of the Mooncake traces, kvcache-ai/Mooncake ``FAST25-release/traces``,
+  which SGLang's bench_serving replays as ``--dataset-name mooncake``); the timestamps drive the arrivals of a
+  ``trace`` load point, the lengths size random prompts.
 * ``shared_prefix_prompts``: groups of prompts that share a long prefix (bench_serving
   ``generated-shared-prefix``), for prefix-cache behaviour.
 
 Lengths follow bench_serving's ``--random-range-ratio``: each length is uniform in ``[max(int(L*ratio), 1), L]``
 inclusive, so ratio 1.0 gives fixed lengths and ratio 0.0 lengths in ``[1, L]``.
+
+Datasets a run can name (``load.dataset``) are registered by kind in :data:`DATASETS`; :func:`check_dataset` validates
+a file at the entry point and :func:`build_dataset` makes the prompts (and a trace's arrival offsets).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +84,57 @@ def _estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+class DatasetError(ValueError):
+    """A dataset file that cannot be used; the message names the file, the entry and the key."""
+
+
+def _file_key(path: str | Path) -> tuple[str, float, int]:
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot be read ({err.strerror or err})") from None
+    return str(p.resolve()), st.st_mtime, st.st_size
+
+
+@functools.lru_cache(maxsize=4)
+def _sharegpt_conversations(key: tuple[str, float, int]) -> tuple[tuple[str, str], ...]:
+    """(first human turn, following turn) of every conversation with at least two turns; cached per file version."""
+    path = key[0]
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as err:
+        raise DatasetError(f"{path}: not a JSON file ({err})") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
+    out = []
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            raise DatasetError(f"{path}: entry {i} is not an object")
+        turns = entry.get("conversations", entry.get("conversation"))
+        if not isinstance(turns, list):
+            raise DatasetError(f"{path}: entry {i} has no 'conversations' list")
+        if len(turns) < 2:
+            continue
+        for j, turn in enumerate(turns[:2]):
+            if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+                raise DatasetError(f"{path}: entry {i}, conversations[{j}] has no string 'value'")
+        out.append((turns[0]["value"], turns[1]["value"]))
+    return tuple(out)
+
+
+def _sharegpt_candidates(path: str | Path, output_len: int | None, max_input_len: int | None,
+                         max_output_len: int) -> list[tuple[str, int]]:
+    candidates: list[tuple[str, int]] = []
+    for prompt, reply in _sharegpt_conversations(_file_key(path)):
+        in_len = _estimate_tokens(prompt)
+        if in_len < 4 or (max_input_len is not None and in_len > max_input_len):
+            continue
+        out_len = output_len if output_len is not None else min(_estimate_tokens(reply), max_output_len)
+        candidates.append((prompt, max(out_len, 1)))
+    return candidates
+
+
 def sharegpt_prompts(
     path: str | Path,
     num: int,
@@ -87,29 +149,87 @@ def sharegpt_prompts(
     The first human turn is the prompt; the following assistant turn sets the output length (estimated at 4
     characters per token) unless ``output_len`` is given. Conversations with fewer than two turns, or with prompts
     shorter than 4 estimated tokens (as bench_serving does) or longer than ``max_input_len``, are skipped. The
-    remaining ones are shuffled with ``seed`` and the first ``num`` taken; fewer than ``num`` is an error.
+    remaining ones are shuffled with ``seed`` and the first ``num`` taken; fewer than ``num`` is an error
+    (``DatasetError``, a ``ValueError``, also for a file that is not in this format).
     """
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of conversations")
-    candidates: list[tuple[str, int]] = []
-    for entry in data:
-        turns = entry.get("conversations") or entry.get("conversation") or [] if isinstance(entry, dict) else []
-        if len(turns) < 2:
-            continue
-        prompt, reply = str(turns[0].get("value", "")), str(turns[1].get("value", ""))
-        in_len = _estimate_tokens(prompt)
-        if in_len < 4 or (max_input_len is not None and in_len > max_input_len):
-            continue
-        out_len = output_len if output_len is not None else min(_estimate_tokens(reply), max_output_len)
-        candidates.append((prompt, out_len))
+    candidates = _sharegpt_candidates(path, output_len, max_input_len, max_output_len)
     order = np.random.default_rng(seed).permutation(len(candidates))
     if len(order) < num:
-        raise ValueError(f"{path}: only {len(order)} usable conversations, {num} requested")
+        raise DatasetError(f"{path}: only {len(order)} usable conversations, {num} requested")
     return [
         Prompt(i, _estimate_tokens(candidates[j][0]), candidates[j][1], text=candidates[j][0])
         for i, j in enumerate(order[:num])
     ]
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One line of an arrival trace: when it arrived (ms from the trace's first request) and its lengths (tokens)."""
+
+    offset_ms: float
+    input_len: int
+    output_len: int
+
+
+#: Keys of one trace line (the Mooncake trace format); other keys (e.g. ``hash_ids``) are ignored.
+TRACE_KEYS = ("timestamp", "input_length", "output_length")
+
+
+@functools.lru_cache(maxsize=4)
+def _trace(key: tuple[str, float, int]) -> tuple[TraceRequest, ...]:
+    path = key[0]
+    out: list[TraceRequest] = []
+    first: float | None = None
+    prev = -math.inf
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError as err:
+                raise DatasetError(f"{path}: line {lineno} is not JSON ({err})") from None
+            if not isinstance(obj, dict):
+                raise DatasetError(f"{path}: line {lineno} is not a JSON object")
+            for k in TRACE_KEYS:
+                v = obj.get(k)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise DatasetError(f"{path}: line {lineno}: '{k}' must be a number, got {v!r} "
+                                       f"(each line needs {', '.join(TRACE_KEYS)})")
+            ts = float(obj["timestamp"])
+            if ts < prev:
+                raise DatasetError(f"{path}: line {lineno}: 'timestamp' {obj['timestamp']} is earlier than the line "
+                                   "before (a trace lists requests in arrival order)")
+            for k in ("input_length", "output_length"):
+                if obj[k] < 1 or obj[k] != int(obj[k]):
+                    raise DatasetError(f"{path}: line {lineno}: '{k}' must be a whole number >= 1, got {obj[k]}")
+            prev = ts
+            first = ts if first is None else first
+            out.append(TraceRequest(ts - first, int(obj["input_length"]), int(obj["output_length"])))
+    if not out:
+        raise DatasetError(f"{path}: the trace has no requests")
+    return tuple(out)
+
+
+def trace_requests(path: str | Path) -> tuple[TraceRequest, ...]:
+    """The requests of a JSONL arrival trace, in order, offsets from its first request. Raises ``DatasetError``
+    naming the line and key of the first bad line (keys: :data:`TRACE_KEYS`; timestamps in ms, non-decreasing)."""
+    return _trace(_file_key(path))
+
+
+def trace_prompts(path: str | Path, num: int, vocab_size: int, seed: int, as_text: bool = False) -> list[Prompt]:
+    """Random prompts with the trace's lengths, request i from line i (the first ``num``; fewer if it is shorter)."""
+    reqs = trace_requests(path)[:num]
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for i, r in enumerate(reqs):
+        if as_text:
+            words = rng.integers(0, len(_WORDS), size=r.input_len)
+            prompts.append(Prompt(i, r.input_len, r.output_len, text=" ".join(_WORDS[w] for w in words)))
+        else:
+            ids = rng.integers(0, vocab_size, size=r.input_len)
+            prompts.append(Prompt(i, r.input_len, r.output_len, input_ids=tuple(int(t) for t in ids)))
+    return prompts
 
 
 def shared_prefix_prompts(
@@ -141,3 +261,111 @@ def shared_prefix_prompts(
         else:
             prompts.append(Prompt(i, n, output_len, input_ids=tuple(int(t) for t in toks)))
     return prompts
+
+
+# -- datasets by kind --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DatasetArgs:
+    """What every dataset kind is built from (``LoadSpec`` fields, the model's vocabulary, the point's seed)."""
+
+    num: int  # prompts wanted (the runner cycles through fewer)
+    input_len: int
+    output_len: int
+    range_ratio: float
+    vocab_size: int
+    seed: int
+    path: str | None = None
+    as_text: bool = False
+
+
+@dataclass(frozen=True)
+class Dataset:
+    prompts: list[Prompt]
+    offsets_s: tuple[float, ...] | None = None  # recorded arrivals (modelled s from the first), trace kinds only
+
+
+@dataclass(frozen=True)
+class DatasetKind:
+    """A registered dataset: ``build`` makes the prompts; ``check(path)`` validates a file (raises DatasetError)."""
+
+    name: str
+    build: Callable[[DatasetArgs], Dataset]
+    needs_path: bool = False
+    check: Callable[[str], object] | None = None
+    arrivals: bool = False  # the dataset carries arrival times (trace load points replay them)
+    description: str = ""
+
+
+DATASETS: dict[str, DatasetKind] = {}
+
+
+def register_dataset(kind: DatasetKind) -> DatasetKind:
+    DATASETS[kind.name] = kind
+    return kind
+
+
+def _build_sharegpt(a: DatasetArgs) -> Dataset:
+    assert a.path is not None
+    usable = len(_sharegpt_candidates(a.path, None, None, 2048))
+    return Dataset(sharegpt_prompts(a.path, min(a.num, usable), a.seed))
+
+
+def _check_sharegpt(path: str) -> None:
+    if not _sharegpt_candidates(path, None, None, 2048):
+        raise DatasetError(f"{path}: no usable conversation (two turns, a prompt of >= 4 estimated tokens)")
+
+
+def _build_trace(a: DatasetArgs) -> Dataset:
+    assert a.path is not None
+    reqs = trace_requests(a.path)
+    return Dataset(trace_prompts(a.path, a.num, a.vocab_size, a.seed, a.as_text),
+                   tuple(r.offset_ms / 1000.0 for r in reqs))
+
+
+register_dataset(DatasetKind(
+    "random", lambda a: Dataset(random_prompts(a.num, a.input_len, a.output_len, a.range_ratio, a.vocab_size, a.seed,
+                                               as_text=a.as_text)),
+    description="random token ids (or words) of load.input_len/output_len and load.range_ratio"))
+register_dataset(DatasetKind(
+    "sharegpt", _build_sharegpt, needs_path=True, check=_check_sharegpt,
+    description="a local ShareGPT-format JSON file (text prompts; output lengths from the replies)"))
+register_dataset(DatasetKind(
+    "trace", _build_trace, needs_path=True, check=trace_requests, arrivals=True,
+    description="a local JSONL arrival trace (timestamp ms, input_length, output_length): trace load points replay "
+                "its arrivals"))
+
+
+def get_dataset(name: str) -> DatasetKind:
+    """The registered kind ``name``. Raises ``KeyError`` naming the known kinds."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise KeyError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}") from None
+
+
+def check_dataset(name: str, path: str | None) -> None:
+    """Validate ``load.dataset`` / ``load.dataset_path`` before anything launches. Raises ``DatasetError`` (a
+    ``ValueError``) naming the key: an unknown kind, a missing or unreadable path, a file not in the kind's format."""
+    if name not in DATASETS:
+        raise DatasetError(f"load.dataset: unknown kind {name!r}; allowed: {sorted(DATASETS)}")
+    kind = DATASETS[name]
+    if kind.needs_path and not path:
+        raise DatasetError(f"load.dataset_path: required with load.dataset={name} ({kind.description})")
+    if not kind.needs_path and path:
+        raise DatasetError(f"load.dataset_path: not used by load.dataset={name}; set load.dataset to one of "
+                           f"{sorted(k for k, v in DATASETS.items() if v.needs_path)} or drop it")
+    if path:
+        if not os.path.isfile(path):
+            raise DatasetError(f"load.dataset_path: {path} is not a file")
+        if kind.check is not None:
+            try:
+                kind.check(path)
+            except DatasetError as err:
+                raise DatasetError(f"load.dataset_path: {err}") from None
+
+
+def build_dataset(name: str, args: DatasetArgs) -> Dataset:
+    """The prompts (and recorded arrivals) of dataset kind ``name``. Raises ``KeyError`` for an unknown kind and
+    ``DatasetError`` for a bad file."""
+    return get_dataset(name).build(args)

@@ -21,8 +21,9 @@ ERROR_CLASSES: tuple[str, ...] = (
     "read_timeout",  # no bytes for read_timeout_s
     "stall_timeout",  # no new generated token for stall_timeout_s (token-progress watchdog)
     "parse_error",  # a data line (or the non-streamed body) was not valid JSON of the expected shape
+    "decode_error",  # a data line (or the body) was not UTF-8, e.g. a multi-byte character cut off at the end
     "server_error",  # the server reported an error inside the stream, or finished with reason "abort"
-    "truncated_stream",  # the stream ended without the [DONE] marker
+    "truncated_stream",  # the stream ended with neither a finish_reason nor the [DONE] marker
     "empty_output",  # the response carried no generated token
     "client_error",  # an unexpected exception in the client (a bug in grid; message has the details)
 )
@@ -72,6 +73,7 @@ class RequestRecord:
     # --- timeline (perf_counter_ns; unix only for correlation) ---
     scheduled_perf_ns: int | None = None  # when it was due (open loop: t0 + offset; closed loop: worker ready)
     scheduled_offset_ns: int | None = None  # scheduled_perf_ns - window start (real ns)
+    slot_wait_ns: int | None = None  # open loop with max_concurrency: real ns spent waiting for a client slot
     send_perf_ns: int | None = None
     send_unix_ns: int | None = None
     end_perf_ns: int | None = None  # the stream ended: [DONE] read, EOF, or the error was raised

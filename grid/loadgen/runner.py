@@ -11,7 +11,12 @@
   request finishes. ``scheduled`` = the moment the worker was ready, so client queue time is ~0.
 * Open loop (``kind="rate"``): request i is due at ``t0 + offset_i / time_scale`` (offsets from
   ``grid.loadgen.arrivals``, modelled seconds). The dispatcher sleeps to each absolute deadline; when it is behind it
-  sends at once and the lateness shows up as ``client_queue_ms``.
+  sends at once and the lateness shows up as ``client_queue_ms``. ``kind="trace"`` is the same with the offsets a
+  dataset recorded (``LoadPoint.offsets_s``, divided by ``value``, the replay speed).
+* A cap on requests in flight (``max_concurrency``, open loop only: ``--request-rate`` with ``--max-concurrency`` in
+  SGLang's bench_serving and vLLM's benchmark client): a request that is due while ``max_concurrency`` are in flight
+  waits on the client for a slot (first due, first served); ``slot_wait_ns`` is how long it waited. Its latencies
+  count from the actual send; the wait is ``slot_wait_ms`` (and part of ``client_queue_ms``).
 * Warm-up requests run first and are excluded from the measured window and from ``records``.
 * Measured request i uses ``prompts[i % len(prompts)]``; warm-up request j uses ``prompts[(num_prompts + j) %
   len(prompts)]``, so pass ``num_prompts + warmup_requests`` prompts to keep warm-up prompts out of the measured set.
@@ -43,7 +48,7 @@ from grid.loadgen.records import Prompt, RequestRecord
 
 log = logging.getLogger(__name__)
 
-POINT_KINDS = ("concurrency", "rate")
+POINT_KINDS = ("concurrency", "rate", "trace")
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,9 @@ class Target:
 
 @dataclass(frozen=True)
 class LoadPoint:
-    """One load level: ``value`` concurrent requests (closed loop) or ``value`` req/s of modelled time (open loop)."""
+    """One load level: ``value`` concurrent requests (closed loop), ``value`` req/s of modelled time (open loop), or a
+    recorded arrival trace replayed at speed ``value`` (``kind="trace"``, ``offsets_s`` in modelled seconds).
+    ``max_concurrency``: open loop only, the cap on requests in flight (None: no cap)."""
 
     kind: str
     value: float
@@ -71,16 +78,24 @@ class LoadPoint:
     burstiness: float = 1.0
     warmup_requests: int = 0
     seed: int = 0
+    max_concurrency: int | None = None
+    offsets_s: tuple[float, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in POINT_KINDS:
             raise ValueError(f"LoadPoint.kind must be one of {POINT_KINDS}, got {self.kind!r}")
         if self.kind == "concurrency" and (self.value < 1 or self.value != int(self.value)):
             raise ValueError(f"concurrency must be a positive integer, got {self.value}")
-        if self.kind == "rate" and not self.value > 0:
-            raise ValueError(f"rate must be > 0 req/s, got {self.value}")
+        if self.kind in ("rate", "trace") and not self.value > 0:
+            raise ValueError(f"{self.kind} must be > 0 ({'req/s' if self.kind == 'rate' else 'speed'}), "
+                             f"got {self.value}")
         if self.num_prompts < 0 or self.warmup_requests < 0:
             raise ValueError("num_prompts and warmup_requests must be >= 0")
+        if self.max_concurrency is not None and (self.kind == "concurrency" or self.max_concurrency < 1):
+            raise ValueError(f"max_concurrency caps an open loop (kind rate or trace) and must be >= 1, got "
+                             f"{self.max_concurrency} with kind {self.kind!r}")
+        if self.kind == "trace" and (self.offsets_s is None or len(self.offsets_s) < self.num_prompts):
+            raise ValueError(f"a trace point needs offsets_s for its {self.num_prompts} requests")
 
 
 @dataclass
@@ -294,7 +309,10 @@ async def run_load_point(
     endpoint = get_endpoint(target.api, model=target.model, ignore_eos=target.ignore_eos, extra_body=target.extra_body)
     closed = point.kind == "concurrency"
     workers = int(point.value) if closed else 0
-    if not closed:
+    if point.kind == "trace":
+        assert point.offsets_s is not None  # checked by LoadPoint
+        offsets_ns = offsets_to_ns([o / point.value for o in point.offsets_s[:point.num_prompts]], target.time_scale)
+    elif not closed:
         offsets_ns = offsets_to_ns(
             send_offsets(point.num_prompts, point.value, point.arrival, burstiness=point.burstiness, seed=point.seed),
             target.time_scale,
@@ -305,6 +323,8 @@ async def run_load_point(
         sess = _Session(target, pool, endpoint, read_timeout_s, stall_timeout_s, on_request_done)
         if closed:  # one connection per worker, open before the first send (connecting is not part of any request)
             await pool.prewarm(min(workers, max(point.num_prompts, point.warmup_requests)))
+        elif point.max_concurrency is not None:  # the cap bounds the connections needed: open them ahead too
+            await pool.prewarm(min(point.max_concurrency, point.num_prompts))
         sess.start()
         dog = asyncio.ensure_future(sess.watchdog()) if stall_timeout_s is not None else None
         try:
@@ -318,7 +338,7 @@ async def run_load_point(
             if closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
-                records = await _open_loop(sess, items, offsets_ns, t0)
+                records = await _open_loop(sess, items, offsets_ns, t0, point.max_concurrency)
             await sess.drain()
         finally:
             if dog is not None:
@@ -354,18 +374,28 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
 
 
 async def _open_loop(
-    sess: _Session, items: list[tuple[int, Prompt]], offsets_ns: list[int], t0: int
+    sess: _Session, items: list[tuple[int, Prompt]], offsets_ns: list[int], t0: int, max_concurrency: int | None = None
 ) -> list[RequestRecord]:
     tasks = []
     clock = time.perf_counter_ns
+    slots = None if max_concurrency is None else asyncio.Semaphore(max_concurrency)
     for (index, prompt), offset in zip(items, offsets_ns):
         due = t0 + offset
         while (now := clock()) < due:  # absolute deadline; asyncio may wake a little early, so re-check
             await asyncio.sleep((due - now) / 1e9)
         rec = sess.new_record(index, prompt, False)
         rec.scheduled_perf_ns, rec.scheduled_offset_ns = due, offset
-        tasks.append(asyncio.ensure_future(sess.request(rec, prompt)))
+        send = sess.request(rec, prompt) if slots is None else _in_slot(sess, rec, prompt, slots)
+        tasks.append(asyncio.ensure_future(send))
     return list(await asyncio.gather(*tasks))
+
+
+async def _in_slot(sess: _Session, rec: RequestRecord, prompt: Prompt, slots: asyncio.Semaphore) -> RequestRecord:
+    """Send once one of the ``max_concurrency`` slots is free (asyncio's semaphore wakes waiters in arrival order)."""
+    start = time.perf_counter_ns()
+    async with slots:
+        rec.slot_wait_ns = time.perf_counter_ns() - start
+        return await sess.request(rec, prompt)
 
 
 def run_load_point_sync(

@@ -98,6 +98,10 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("client_queue_mean_ms", "float64", "ms", "mean scheduled-to-actual send delay, all measured requests"),
     ("client_queue_p99_ms", "float64", "ms", "p99 scheduled-to-actual send delay, all measured requests"),
     ("client_queue_max_ms", "float64", "ms", "largest scheduled-to-actual send delay, all measured requests"),
+    ("slot_wait_mean_ms", "float64", "ms",
+     "mean time a request waited for a client slot (rate with max_concurrency; null without a cap)"),
+    ("slot_wait_p99_ms", "float64", "ms", "p99 time a request waited for a client slot (null without a cap)"),
+    ("slot_wait_max_ms", "float64", "ms", "largest time a request waited for a client slot (null without a cap)"),
     ("slo_ttft_ms", "float64", "ms", "TTFT SLO threshold used (null: none)"),
     ("slo_tpot_ms", "float64", "ms", "TPOT SLO threshold used (null: none)"),
     ("slo_e2e_ms", "float64", "ms", "E2E SLO threshold used (null: none)"),
@@ -269,6 +273,9 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     queue = [m.client_queue_ms for m in metrics if m.client_queue_ms is not None]
     out["client_queue_mean_ms"], out["client_queue_p99_ms"] = _mean(queue), _pct(queue, 99)
     out["client_queue_max_ms"] = max(queue) if queue else None
+    slot = [m.slot_wait_ms for m in metrics if m.slot_wait_ms is not None]
+    out["slot_wait_mean_ms"], out["slot_wait_p99_ms"] = _mean(slot), _pct(slot, 99)
+    out["slot_wait_max_ms"] = max(slot) if slot else None
 
     judged = slo_values([{"status": r.status, "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms}
                          for r, m in zip(records, metrics)], duration_s, slo)

@@ -13,7 +13,11 @@ Definitions (``*_ms`` are modelled milliseconds: real nanoseconds x ``time_scale
   event's extra tokens get 0 ms. ``len == output_tokens - 1`` and ``sum == e2e - TTFT``. When per-event counts are
   estimates (1 per event) and the server's total differs, the later events' counts are re-spread evenly so that
   both invariants hold. Only for ``ok`` streamed requests.
-* ``client_queue_ms``: scheduled send -> actual send.
+* ``client_queue_ms``: scheduled send -> actual send (with a cap on requests in flight it includes the slot wait).
+* ``slot_wait_ms``: time spent waiting for a free client slot, for open-loop points with ``max_concurrency``
+  (SGLang bench_serving's and vLLM's ``--request-rate`` with ``--max-concurrency``); null without a cap. Every
+  latency above (TTFT, TTFO, e2e) is measured from the actual send, as those clients measure it; a latency as the
+  arrival schedule sees it is that latency plus ``client_queue_ms``.
 
 Failed requests keep whatever was measured before the failure (TTFT, chunk gaps); their e2e/TPOT/ITL are null.
 
@@ -43,6 +47,7 @@ class RequestMetrics:
     tpot_ms: float | None
     e2e_ms: float | None
     client_queue_ms: float | None
+    slot_wait_ms: float | None = None
     itl_tokens_ms: list[float] = field(default_factory=list)
     chunk_gaps_ms: list[float] = field(default_factory=list)
     output_tokens: int | None = None
@@ -92,6 +97,12 @@ def request_metrics(rec: RequestRecord, time_scale: float = 1.0) -> RequestMetri
         queue = send - rec.scheduled_perf_ns
         _check_duration("client queue (send - scheduled)", queue, rec, allow_zero=True)
         queue_ms = queue * scale
+    slot_ms = None
+    if rec.slot_wait_ns is not None:
+        _check_duration("slot wait", rec.slot_wait_ns, rec, allow_zero=True)
+        if rec.scheduled_perf_ns is not None and rec.slot_wait_ns > send - rec.scheduled_perf_ns:
+            raise TimingError(f"request {rec.request_index}: slot wait exceeds scheduled-to-send")
+        slot_ms = rec.slot_wait_ns * scale
     if len(rec.chunk_perf_ns) != len(rec.chunk_tokens):
         raise TimingError(f"request {rec.request_index}: chunk_perf_ns and chunk_tokens differ in length")
     prev = send
@@ -137,6 +148,6 @@ def request_metrics(rec: RequestRecord, time_scale: float = 1.0) -> RequestMetri
         e2e_ms = (end - send) * scale
 
     return RequestMetrics(
-        ttft_ms=ttft_ms, ttfo_ms=ttfo_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, client_queue_ms=queue_ms,
+        ttft_ms=ttft_ms, ttfo_ms=ttfo_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, client_queue_ms=queue_ms, slot_wait_ms=slot_ms,
         itl_tokens_ms=itl_ms, chunk_gaps_ms=gaps_ms, output_tokens=rec.output_tokens, input_tokens=rec.input_tokens,
     )

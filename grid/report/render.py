@@ -109,6 +109,22 @@ def incomplete_note(planned: int, recorded: int) -> str | None:
             f"{'them' if missing != 1 else 'it'} — {among}.")
 
 
+def metrics_names_note(rows: list[dict]) -> str | None:
+    """A note when some configuration's /metrics answered without any expected gauge (``srv_gauges_found`` = 0 on
+    every scraped load point), so its ``srv_*`` columns are null for a reason the user can act on; None otherwise."""
+    found: dict[str, int] = {}
+    for r in rows:
+        if r.get("srv_scrapes") and r.get("srv_gauges_found") is not None:
+            found[r["config_hash"]] = max(found.get(r["config_hash"], 0), r["srv_gauges_found"])
+    blind = sorted(h for h, n in found.items() if n == 0)
+    if not blind:
+        return None
+    return (f"Server metrics: /metrics answered but named none of the expected gauges for {len(blind)} of "
+            f"{len(found)} configuration{'s' if len(found) != 1 else ''} ({', '.join(blind[:5])}"
+            f"{', ...' if len(blind) > 5 else ''}); their srv_* columns are null and the diagnosis cannot use server "
+            "metrics (names read: grid/server/metrics_scrape.py METRIC_NAMING; run.log lists the names served).")
+
+
 def deploy_command(command: str) -> str:
     """The stored launch command without its ``--port`` (a free port picked for that trial; SGLang's own default
     applies without it), for users to copy. The Parquet row keeps the command exactly as run."""

@@ -4,17 +4,25 @@ Parsing is prometheus_client's own text parser (``text_string_to_metric_families
 (sglang.md §2.8): scheduler gauges carry ``tp_rank``/``dp_rank``/... labels, so one name can have several samples;
 they are combined per gauge as :data:`GAUGES` says (requests and token counts add up over DP ranks, fractions take
 the largest rank, as 0.5.23's ``token_usage`` itself does over pools).
+
+How an engine spells its metric names is one table, :data:`METRIC_NAMING` (engine, release range, prefixes).
+SGLang's collector names its gauges ``sglang:num_running_reqs``; sgl-project/sglang PR #15758 renamed them to
+``sglang_num_running_reqs`` (llm-d/llm-d PR #1970 renamed its dashboards for it), so releases differ: both spellings
+are read. The table is meant to be filled per release from the SGLang catalog; a row without a range covers every
+release.
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
 from prometheus_client.parser import text_string_to_metric_families
 
-#: SGLang gauge (without the ``sglang:`` prefix) -> (grid column suffix, how samples over ranks combine, unit).
+#: Gauge (the name after the engine's prefix) -> (grid column suffix, how samples over ranks combine, unit).
 GAUGES: dict[str, tuple[str, str, str]] = {
     "num_running_reqs": ("running_reqs", "sum", "requests"),
     "num_queue_reqs": ("queue_reqs", "sum", "requests"),
@@ -30,23 +38,70 @@ COUNTERS: dict[str, str] = {
     "prompt_tokens": "prompt_tokens_total",
     "num_requests": "num_requests_total",
 }
+_GAUGE_COLUMNS = {g[0] for g in GAUGES.values()}
+
+
+@dataclass(frozen=True)
+class MetricNaming:
+    """How one engine's releases ``since`` <= v < ``until`` (None: unbounded) prefix their metric names."""
+
+    engine: str
+    prefixes: tuple[str, ...]  # tried in this order; a name matches with any of them
+    since: str | None = None
+    until: str | None = None
+    source: str = ""
+
+
+#: Engine-specific metric spellings, one row per (engine, release range).
+METRIC_NAMING: tuple[MetricNaming, ...] = (
+    MetricNaming("sglang", ("sglang:", "sglang_"),
+                 source="colon: sgl-project/sglang PR #1853 (python/sglang/srt/metrics/collector.py); underscore: "
+                        "sgl-project/sglang PR #15758, issue 9 of this project"),
+)
+
+
+def metric_prefixes(engine: str = "sglang", version: str | None = None) -> tuple[str, ...]:
+    """The name prefixes ``engine`` at ``version`` may use (None or an unparsable version: every row of the engine).
+    Raises ``KeyError`` for an engine without a row in :data:`METRIC_NAMING`."""
+    rows = [r for r in METRIC_NAMING if r.engine == engine]
+    if not rows:
+        raise KeyError(f"no metric naming for engine {engine!r}; known: {sorted({r.engine for r in METRIC_NAMING})}")
+    try:
+        v = Version(version) if version else None
+    except InvalidVersion:
+        v = None
+    if v is not None:
+        rows = [r for r in rows if (r.since is None or v >= Version(r.since))
+                and (r.until is None or v < Version(r.until))] or rows
+    return tuple(dict.fromkeys(p for r in rows for p in r.prefixes))
+
+
+def _strip(name: str, prefixes: tuple[str, ...]) -> str | None:
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
 
 
 class MetricsUnavailable(RuntimeError):
     """``/metrics`` is not served (404: the server runs without ``--enable-metrics``) or not reachable."""
 
 
-def parse_metrics(text: str) -> dict[str, float]:
+def parse_metrics(text: str, prefixes: tuple[str, ...] | None = None) -> dict[str, float]:
     """The gauges of :data:`GAUGES` and counters of :data:`COUNTERS` in one ``/metrics`` body, keyed by grid's names.
 
-    Metrics absent from the body are absent from the result. Raises ``ValueError`` when the text is not the
-    Prometheus text format (prometheus_client's parser error).
+    ``prefixes``: the spellings to read (default: SGLang's, :func:`metric_prefixes`). Metrics absent from the body
+    are absent from the result. Raises ``ValueError`` when the text is not the Prometheus text format
+    (prometheus_client's parser error).
     """
+    prefixes = prefixes or metric_prefixes("sglang")
     values: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
-        name = family.name.removeprefix("sglang:")
+        name = _strip(family.name, prefixes)
+        if name is None or (name not in GAUGES and name not in COUNTERS):
+            continue
         for sample in family.samples:
-            sname = sample.name.removeprefix("sglang:")
+            sname = _strip(sample.name, prefixes)
             if name in GAUGES and sname == name:
                 values.setdefault(GAUGES[name][0], []).append(float(sample.value))
             elif name in COUNTERS and sname == f"{name}_total":
@@ -58,20 +113,44 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def scrape(base_url: str, timeout_s: float = 2.0, api_key: str | None = None) -> dict[str, float]:
-    """GET ``base_url/metrics`` and parse it. Raises ``MetricsUnavailable`` on 404 or a connection error."""
+def gauges_found(samples: list[dict[str, Any]]) -> int:
+    """How many of the :data:`GAUGES` any of the parsed scrapes ``samples`` holds (0: none of the expected names)."""
+    return len({k for s in samples for k, v in s.items() if k in _GAUGE_COLUMNS and v is not None})
+
+
+def missing_gauges_message(text: str, prefixes: tuple[str, ...] | None = None) -> str | None:
+    """None when ``text`` names at least one expected gauge; else one line saying so, with the names it does carry
+    (the first few), so a user can tell another engine's or release's spelling from an empty endpoint."""
+    prefixes = prefixes or metric_prefixes("sglang")
+    if gauges_found([parse_metrics(text, prefixes)]):
+        return None
+    names = sorted({f.name for f in text_string_to_metric_families(text)})
+    shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+    expected = " or ".join(f"{p}num_running_reqs" for p in prefixes)
+    return (f"/metrics names none of the expected gauges (e.g. {expected}); it has: {shown or 'no metrics'}. "
+            "The srv_* columns stay null and the diagnosis cannot use server metrics.")
+
+
+def fetch_text(base_url: str, timeout_s: float = 2.0, api_key: str | None = None) -> str:
+    """GET ``base_url/metrics``. Raises ``MetricsUnavailable`` on an HTTP error (404: no ``--enable-metrics``) or a
+    connection error."""
     req = urllib.request.Request(base_url.rstrip("/") + "/metrics")
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            body = resp.read().decode("utf-8", "replace")
+            return resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as err:
         raise MetricsUnavailable(f"{base_url}/metrics answered HTTP {err.code}"
                                  + (" (the server runs without --enable-metrics)" if err.code == 404 else ""))
     except (OSError, ValueError) as err:
         raise MetricsUnavailable(f"{base_url}/metrics: {err}") from None
-    return parse_metrics(body)
+
+
+def scrape(base_url: str, timeout_s: float = 2.0, api_key: str | None = None,
+           prefixes: tuple[str, ...] | None = None) -> dict[str, float]:
+    """GET ``base_url/metrics`` and parse it. Raises ``MetricsUnavailable`` on 404 or a connection error."""
+    return parse_metrics(fetch_text(base_url, timeout_s, api_key), prefixes)
 
 
 def summarize_series(rows: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -113,28 +113,60 @@ def _move_aside(f: Path, root: Path, stamp: str) -> None:
     os.replace(f, dest)
 
 
+def _schema_or_none(path: Path) -> pa.Schema | None:
+    try:
+        return pq.read_schema(path)
+    except Exception:  # noqa: BLE001 - damaged file: see set_aside_corrupt
+        return None
+
+
 def read_table(run_dir: str | Path, table: str, columns: list[str] | None = None) -> pa.Table:
-    """All readable files of ``table`` concatenated under the current schema (empty table if none); unreadable
-    ones are skipped (a resume sets them aside, see :func:`set_aside_corrupt`). ``columns``: read only these (names
-    of the current schema; a file written before one existed gives nulls). Raises ``KeyError`` for an unknown name."""
-    schema = TABLES[table]
-    if columns is not None:
-        schema = pa.schema([schema.field(c) for c in columns])
-    parts = []
+    """Every readable file of ``table`` as one table over the union of their schemas (empty table if none).
+
+    Files written by different grid versions differ in columns: the schema is ``pa.unify_schemas`` over the current
+    schema and every file's (types promoted where they differ, e.g. int32 -> int64), so a column missing from some
+    files reads as null in their rows and a column only some files have is kept, whatever order the files come in
+    (``pd.read_parquet`` on the folder takes the first file's schema and drops the rest). The scan is a
+    ``pyarrow.dataset`` over that schema. Unreadable files are skipped (a resume sets them aside, see
+    :func:`set_aside_corrupt`). ``columns``: read only these, in this order (a file without one gives nulls).
+    Raises ``KeyError`` for a column no schema has; a table that is not registered (:data:`TABLES`) is read from
+    its files' schemas alone.
+    """
+    import pyarrow.dataset as ds
+
+    known = TABLES.get(table)
+    files, schemas = [], [] if known is None else [known]
     for f in sorted(table_dir(run_dir, table).glob("*.parquet")):
-        try:
-            pf = pq.ParquetFile(f)
-            t = pf.read(columns=None if columns is None else [c for c in columns if c in pf.schema_arrow.names])
-        except Exception:  # noqa: BLE001 - damaged file: see set_aside_corrupt
-            continue
-        parts.append(t.cast(schema) if t.schema == schema else _conform(t, schema))
-    return pa.concat_tables(parts) if parts else schema.empty_table()
+        schema = _schema_or_none(f)
+        if schema is not None:
+            files.append(f)
+            schemas.append(schema)
+    unified = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+    if known is not None:
+        unified = unified.with_metadata(known.metadata)
+    if columns is not None:
+        missing = [c for c in columns if c not in unified.names]
+        if missing:
+            raise KeyError(f"{table}: no column {missing}; known: {unified.names}")
+        unified = pa.schema([unified.field(c) for c in columns], metadata=unified.metadata)
+    if not files:
+        return unified.empty_table()
+    try:
+        return ds.dataset([str(f) for f in files], schema=unified, format="parquet").to_table()
+    except Exception:  # noqa: BLE001 - a file whose footer reads but whose data does not: read file by file
+        parts = []
+        for f in files:
+            try:
+                parts.append(ds.dataset(str(f), schema=unified, format="parquet").to_table())
+            except Exception:  # noqa: BLE001
+                continue
+        return pa.concat_tables(parts) if parts else unified.empty_table()
 
 
-def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
-    cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(len(t), f.type)
-            for f in schema]
-    return pa.Table.from_arrays(cols, schema=schema)
+def read_results(run_dir: str | Path, table: str = "load_points", columns: list[str] | None = None):
+    """A run's ``table`` as a pandas DataFrame, read with :func:`read_table` (schemas of every file unified).
+    ``run_dir``: the run directory (the one holding ``parquet/``). Raises ``KeyError`` for an unknown column."""
+    return read_table(run_dir, table, columns).to_pandas()
 
 
 def recorded_hashes(run_dir: str | Path) -> dict[str, str]:

@@ -23,7 +23,8 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 2  # 2: server metrics, GPU telemetry and bottleneck columns + their tables
+SCHEMA_VERSION: int = 3  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+# decode_error, max_concurrency, dataset and srv_gauges_found columns
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -66,6 +67,8 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("finish_reason", "string", "", "finish reason reported by the server (stop, length, abort, ...)"),
     ("scheduled_perf_ns", "int64", "ns", "when the request was due (perf_counter_ns, real, unscaled)"),
     ("scheduled_offset_ns", "int64", "ns", "scheduled time minus the window start (real ns, unscaled)"),
+    ("slot_wait_ns", "int64", "ns",
+     "time spent waiting for a free client slot (open loop with max_concurrency; real, unscaled); null without a cap"),
     ("send_perf_ns", "int64", "ns", "when the request was sent (perf_counter_ns, real, unscaled)"),
     ("send_unix_ns", "int64", "ns", "wall-clock send time, for correlation with logs only"),
     ("end_perf_ns", "int64", "ns", "when the response ended ([DONE], EOF or the error), perf_counter_ns"),
@@ -91,7 +94,9 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("ttfo_ms", "float64", "ms", "send to first content token event, modelled ms"),
     ("tpot_ms", "float64", "ms", "(e2e - TTFT) / (output_tokens - 1), modelled ms; ok requests, > 1 token"),
     ("e2e_ms", "float64", "ms", "send to last token event (non-streamed: body read), modelled ms; ok requests"),
-    ("client_queue_ms", "float64", "ms", "scheduled to actual send, modelled ms"),
+    ("client_queue_ms", "float64", "ms", "scheduled to actual send, modelled ms (includes slot_wait_ms)"),
+    ("slot_wait_ms", "float64", "ms",
+     "time spent waiting for a free client slot, modelled ms (open loop with max_concurrency); null without a cap"),
     ("itl_tokens_ms", "list<float64>", "ms",
      "per-token ITL: each chunk gap split over its tokens (first event's extra tokens 0 ms); ok requests"),
     ("chunk_gaps_ms", "list<float64>", "ms", "gaps between consecutive token-carrying events, modelled ms"),
@@ -116,8 +121,12 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("startup_s", "float64", "s", "server start to ready"),
     ("log_tail", "string", "", "last lines of the server log"),
     ("point_index", "int32", "", "index of the load point within the trial"),
-    ("point_kind", "string", "", "concurrency (closed loop) | rate (open loop)"),
-    ("point_value", "float64", "", "concurrency (requests) or rate (req/s, modelled)"),
+    ("point_kind", "string", "", "concurrency (closed loop) | rate (open loop) | trace (open loop, replayed timestamps)"),
+    ("point_value", "float64", "",
+     "concurrency (requests), rate (req/s, modelled) or trace speed (1.0: the trace's own timestamps)"),
+    ("max_concurrency", "int64", "requests",
+     "open loop: cap on requests in flight (a request waits on the client for a slot: slot_wait_*); null: no cap"),
+    ("dataset", "string", "", "prompt source: random | sharegpt | trace (grid/loadgen/dataset.py DATASETS)"),
     ("num_prompts", "int32", "requests", "measured requests planned"),
     ("input_len", "int32", "tokens", "dataset input length setting"),
     ("output_len", "int32", "tokens", "dataset output length setting"),
@@ -136,7 +145,11 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
 #: Load-point columns filled by the samplers (grid/sweep/samplers.py) and the diagnosis (grid/diagnosis/rules.py).
 LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
     ("srv_scrapes", "int64", "", "number of /metrics scrapes during the load point (null: /metrics not served)"),
-    ("srv_running_mean", "float64", "requests", "mean sglang:num_running_reqs over the scrapes"),
+    ("srv_gauges_found", "int64", "",
+     "how many of the expected gauges (grid/server/metrics_scrape.py GAUGES, any spelling of METRIC_NAMING) the "
+     "scrapes named; 0 with srv_scrapes > 0: /metrics answered without them, so the other srv_* columns are null"),
+    ("srv_running_mean", "float64", "requests",
+     "mean sglang:num_running_reqs (or sglang_num_running_reqs) over the scrapes"),
     ("srv_running_max", "float64", "requests", "largest sglang:num_running_reqs scraped"),
     ("srv_queue_mean", "float64", "requests", "mean sglang:num_queue_reqs over the scrapes"),
     ("srv_queue_max", "float64", "requests", "largest sglang:num_queue_reqs scraped"),
@@ -187,6 +200,7 @@ def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, po
             "api": r.api, "stream": r.stream, "status": r.status, "error_class": r.error_class,
             "error_message": r.error_message, "http_status": r.http_status, "finish_reason": r.finish_reason,
             "scheduled_perf_ns": r.scheduled_perf_ns, "scheduled_offset_ns": r.scheduled_offset_ns,
+            "slot_wait_ns": r.slot_wait_ns,
             "send_perf_ns": r.send_perf_ns, "send_unix_ns": r.send_unix_ns, "end_perf_ns": r.end_perf_ns,
             "chunk_perf_ns": list(r.chunk_perf_ns), "chunk_tokens": list(r.chunk_tokens),
             "first_token_perf_ns": r.first_token_perf_ns, "first_content_perf_ns": r.first_content_perf_ns,
@@ -198,7 +212,8 @@ def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, po
             "content_null": r.content_null, "text": r.text[:TEXT_MAX_CHARS],
             "text_truncated": len(r.text) > TEXT_MAX_CHARS,
             "ttft_ms": m.ttft_ms, "ttfo_ms": m.ttfo_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms,
-            "client_queue_ms": m.client_queue_ms, "itl_tokens_ms": m.itl_tokens_ms, "chunk_gaps_ms": m.chunk_gaps_ms,
+            "client_queue_ms": m.client_queue_ms, "slot_wait_ms": m.slot_wait_ms,
+            "itl_tokens_ms": m.itl_tokens_ms, "chunk_gaps_ms": m.chunk_gaps_ms,
             "time_scale": result.time_scale,
         })
     return rows

@@ -21,7 +21,10 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("requests.error_class", "parse_error", "an event (or the body) was not valid JSON of the expected shape"),
     ("requests.error_class", "server_error", "the server reported an error inside the stream, or finished with "
                                              "reason abort"),
-    ("requests.error_class", "truncated_stream", "the stream ended without the [DONE] marker"),
+    ("requests.error_class", "decode_error", "the body was not valid UTF-8 (e.g. a multi-byte character cut off at "
+                                             "the end of the stream)"),
+    ("requests.error_class", "truncated_stream", "the stream ended with neither a `finish_reason` nor the [DONE] "
+                                                 "marker"),
     ("requests.error_class", "empty_output", "the response carried no generated token"),
     ("requests.error_class", "client_error", "an unexpected exception in grid's client (a bug in grid)"),
     # load_points.status

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from grid.config.schema import RunSpec
 from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine
-from grid.loadgen.dataset import random_prompts
+from grid.loadgen.dataset import DatasetArgs, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
@@ -49,14 +49,23 @@ CHECK_OUTPUT_TOKENS = 4
 
 
 def load_points(plan: TrialPlan) -> list[LoadPoint]:
-    """The trial's load points in order: concurrency levels, then request rates (seeded per point index)."""
+    """The trial's load points in order: concurrency levels, request rates, then trace replays (seeded per point
+    index; open-loop points carry ``load.max_concurrency``)."""
     load = plan.load
     points = [LoadPoint("concurrency", float(c), load.prompts_for(c), warmup_requests=load.warmup_requests,
                         seed=load.seed * 1000 + i) for i, c in enumerate(load.concurrency)]
     n = len(points)
     points += [LoadPoint("rate", float(r), load.prompts_for(r), arrival=load.arrival, burstiness=load.burstiness,
-                         warmup_requests=load.warmup_requests, seed=load.seed * 1000 + n + i)
+                         warmup_requests=load.warmup_requests, seed=load.seed * 1000 + n + i,
+                         max_concurrency=load.max_concurrency)
                for i, r in enumerate(load.request_rate)]
+    if load.trace_points:
+        n = len(points)
+        offsets = build_dataset(load.dataset, DatasetArgs(0, 1, 1, 1.0, 1, 0, load.dataset_path)).offsets_s or ()
+        num = min(load.num_prompts or len(offsets), len(offsets))
+        points += [LoadPoint("trace", float(s), num, warmup_requests=load.warmup_requests,
+                             seed=load.seed * 1000 + n + i, max_concurrency=load.max_concurrency,
+                             offsets_s=tuple(offsets[:num])) for i, s in enumerate(load.trace_points)]
     return points
 
 
@@ -244,13 +253,14 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     noted: set[str] = set()      # timeout notes already given ("fired", "near")
     for index, point in enumerate(points):
         row = {**base, "point_index": index, "point_kind": point.kind, "point_value": point.value,
-               "num_prompts": point.num_prompts}
+               "num_prompts": point.num_prompts, "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
             rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
                          "finished_unix_ns": time.time_ns()})
             continue
-        prompts = random_prompts(point.num_prompts + point.warmup_requests, load.input_len, load.output_len,
-                                 load.range_ratio, spec.model.vocab_size, point.seed)
+        prompts = build_dataset(load.dataset, DatasetArgs(
+            point.num_prompts + point.warmup_requests, load.input_len, load.output_len, load.range_ratio,
+            spec.model.vocab_size, point.seed, load.dataset_path)).prompts
         log_offset = server.log_size()
         for sampler in samplers:
             sampler.start(index)

@@ -161,13 +161,19 @@ class PeriodicSampler(Sampler):
 
 @register("server_metrics")
 def _server_metrics(ctx: SamplerContext) -> Sampler | None:
-    from grid.server.metrics_scrape import MetricsUnavailable, scrape
+    from grid.server.metrics_scrape import MetricsUnavailable, fetch_text, missing_gauges_message
 
     try:
-        scrape(ctx.base_url, api_key=ctx.api_key)
+        text = fetch_text(ctx.base_url, api_key=ctx.api_key)
     except MetricsUnavailable as err:
         say_once("server_metrics", f"server metrics not recorded: {err}")
         return None
+    try:
+        missing = missing_gauges_message(text)
+    except ValueError as err:  # not the Prometheus text format
+        missing = f"/metrics is not in the Prometheus text format ({err})"
+    if missing:  # recorded anyway (srv_gauges_found = 0 tells the report)
+        say_once("server_metrics:names", f"server metrics: {missing}")
     return ServerMetricsSampler(ctx)
 
 
@@ -186,11 +192,12 @@ class ServerMetricsSampler(PeriodicSampler):
             raise OSError(str(err)) from None
 
     def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        from grid.server.metrics_scrape import summarize_series
+        from grid.server.metrics_scrape import gauges_found, summarize_series
 
         # the first and last scrapes bracket the load point (the server is idle then): the summary uses only the
         # ones in between, and stays null for a load point shorter than FIRST_POLL_S
-        return {**summarize_series(samples[1:-1]), "srv_scrapes": len(samples)}
+        return {**summarize_series(samples[1:-1]), "srv_scrapes": len(samples),
+                "srv_gauges_found": gauges_found(samples)}
 
 
 @register("gpu_telemetry")

@@ -53,7 +53,8 @@ ORCHESTRATION = {
     "engine_version": pa.string(), "model": pa.string(), "hardware": pa.string(), "trial_status": pa.string(),
     "trial_error_class": pa.string(), "trial_error_message": pa.string(), "startup_s": pa.float64(),
     "log_tail": pa.string(), "point_index": pa.int32(), "point_kind": pa.string(), "point_value": pa.float64(),
-    "num_prompts": pa.int32(), "input_len": pa.int32(), "output_len": pa.int32(), "status": pa.string(),
+    "num_prompts": pa.int32(), "max_concurrency": pa.int64(), "dataset": pa.string(),
+    "input_len": pa.int32(), "output_len": pa.int32(), "status": pa.string(),
     "error_class": pa.string(), "time_scale": pa.float64(), "finished_unix_ns": pa.int64(), "kv_capacity_tokens": pa.int64(),
     "server_gen_tok_per_s_peak": pa.float64(), "server_running_at_peak": pa.int64(),
     "server_info_json": pa.string(),
@@ -167,6 +168,19 @@ python -c "from tests.storage.test_schema import write_schema_doc; write_schema_
 
 `tests/storage/test_schema.py::test_schema_doc_is_current` fails while this page is stale. An empty unit means the
 column has none (identifiers, labels, text, JSON).
+
+Read a table with `grid.read_results(run_dir, "load_points")` (a pandas DataFrame) or
+`grid.storage.parquet.read_table` (an Arrow table): files written by different grid versions carry different columns,
+and these readers unify the schemas of every file (`pa.unify_schemas` over a `pyarrow.dataset`), so a column missing
+from some files is null in their rows instead of being dropped for all (what `pd.read_parquet` on the folder does when
+the first file lacks it). DuckDB: `read_parquet('.../*.parquet', union_by_name=true)`.
+
+Request outcomes worth knowing: a stream counts as complete when it ends after an event with a `finish_reason` even
+without `data: [DONE]` (`done_marker` says which); `truncated_stream` is a stream with neither. `decode_error` is data
+that is not UTF-8 (e.g. a multi-byte character cut off at the end of the stream), `parse_error` valid UTF-8 that is
+not the expected JSON. With `load.max_concurrency`, an open-loop request that is due while that many are in flight
+waits on the client for a slot: `slot_wait_ms`; its latencies count from the actual send, and `client_queue_ms`
+(scheduled to actual send) includes the wait.
 
 """
 
