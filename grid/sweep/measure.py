@@ -17,6 +17,7 @@ from grid.engines.base import Engine
 from grid.loadgen.dataset import random_prompts
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
+from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
@@ -52,6 +53,7 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
     """Run the trial and write its Parquet files. Returns the load-point rows (also written). The server is stopped
     on every way out (KeyboardInterrupt included)."""
     api_key = spec.engine.api_key
+    server = GuardedServer(server)  # a lost actor ends the trial as an infrastructure failure (grid/server/infra.py)
     refusal = engine.refuse(plan)
     if refusal is not None:
         port, infra_notes = spec.engine.port or 0, []
@@ -183,6 +185,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         for row in rows:
             row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed",
                        trial_error_message=message)
+    if server.lost is not None:
+        infra_verdict(server.lost, server.lost_in, rows, tables)
     rows = [load_point_row({}, **row) for row in rows]
     write_trial(spec.run_dir, plan.config_hash, {**tables, "load_points": rows})
     return rows
