@@ -13,6 +13,7 @@ import urllib.request
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from grid.server.net import urlopen
 
 #: SGLang gauge (without the ``sglang:`` prefix) -> (grid column suffix, how samples over ranks combine, unit).
 GAUGES: dict[str, tuple[str, str, str]] = {
@@ -64,7 +65,7 @@ def scrape(base_url: str, timeout_s: float = 2.0, api_key: str | None = None) ->
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urlopen(req, timeout=timeout_s) as resp:
             body = resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as err:
         raise MetricsUnavailable(f"{base_url}/metrics answered HTTP {err.code}"
