@@ -88,14 +88,15 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
-def end_leftovers(spec: RunSpec, run_id: str, console) -> list[str]:
+def end_leftovers(spec: RunSpec, run_id: str | None, console, whose: str = "an earlier run") -> list[str]:
     """End the process groups an earlier invocation on this machine left running (grid.server.process.
-    reap_leftovers); print and return one line per group."""
+    reap_leftovers), all but those of ``run_id`` (None: this run's too, once its servers are stopped); print and
+    return one line per group."""
     from grid.server.process import reap_leftovers
 
     notes = reap_leftovers(registry_dir(spec), run_id, grace_s=spec.engine.stop_grace_s)
     for note in notes:
-        console.print(f"[yellow]Leftover from an earlier run:[/] {note}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]Leftover from {whose}:[/] {note}", highlight=False, soft_wrap=True)
     return notes
 
 
@@ -156,6 +157,8 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
             except Exception:  # the actor may be gone already; its process group died with it
                 pass
         ray.shutdown()
+        # whatever this run started and is still there (nothing, normally) ends with it; ended groups are unrecorded
+        end_leftovers(spec, None, console, "this run")
 
 
 def run(spec: RunSpec, console) -> Plan:
