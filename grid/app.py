@@ -1,4 +1,16 @@
-"""What ``python -m grid.run`` does once the config is composed: validate, sweep, report. Returns an exit code."""
+"""What ``python -m grid.run`` does once the config is composed: validate, sweep, report. Returns an exit status.
+
+Exit status (README, "Exit status"):
+
+* 0: every planned configuration has a verdict (ok, invalid or failed), or a dry run;
+* 2: refused input (a configuration error, an engine that cannot run, a Ray cluster at ``ray.address`` that cannot be
+  joined), before anything ran;
+* 3: a planned configuration has no verdict, or only an infrastructure one (``skipped``: env_dirty, port_in_use,
+  actor_lost); running the same command again runs it; also when the local Ray cluster does not start;
+* 130: interrupted (Ctrl-C); completed configurations are kept.
+
+1 is never returned for a condition grid handles (it is Python's status for an unhandled exception).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +24,7 @@ from grid.config.schema import ConfigError, RunSpec, load_run_spec
 from grid.engines.base import EngineUnavailable
 
 
+EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 2, 3, 130
 PIPED_WIDTH = 160  # console columns when stdout is not a terminal and COLUMNS is unset
 
 # The requests columns the report needs to judge the SLOs (grid.report.select.rejudge).
@@ -52,6 +65,21 @@ def report(spec: RunSpec, console: Console) -> list:
     return verdicts
 
 
+def undecided(planned: list[str], trial_status: dict[str, str]) -> list[str]:
+    """The planned configuration hashes without a verdict: not recorded, or recorded only as ``skipped`` (an
+    infrastructure failure, grid/server/infra.py). ``trial_status``: recorded hash -> trial_status."""
+    return [h for h in planned if trial_status.get(h, "skipped") == "skipped"]
+
+
+def exit_status(spec: RunSpec) -> int:
+    """EXIT_UNDECIDED when a planned configuration of ``spec`` has no verdict in the run directory, else EXIT_OK."""
+    from grid.storage.parquet import recorded_hashes
+    from grid.sweep.space import expand
+
+    return EXIT_UNDECIDED if undecided([p.config_hash for p in expand(spec)], recorded_hashes(spec.run_dir)) \
+        else EXIT_OK
+
+
 def main(cfg: dict[str, Any], console: Console | None = None) -> int:
     if console is None:
         console = Console()
@@ -62,7 +90,8 @@ def main(cfg: dict[str, Any], console: Console | None = None) -> int:
     except ConfigError as err:
         console.print("[bold red]Configuration error:[/]", end=" ")
         console.print(str(err), markup=False, highlight=False, soft_wrap=True)
-        return 2
+        return EXIT_REFUSED
+    from grid.cluster.local import RayStartError
     from grid.sweep import driver
 
     try:
@@ -70,10 +99,15 @@ def main(cfg: dict[str, Any], console: Console | None = None) -> int:
     except (ConfigError, EngineUnavailable) as err:
         console.print("[bold red]Cannot run:[/]", end=" ")
         console.print(str(err), markup=False, highlight=False, soft_wrap=True)
-        return 2
+        return EXIT_REFUSED
+    except RayStartError as err:
+        console.print("[bold red]Cannot run:[/]", end=" ")
+        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
+        return EXIT_REFUSED if err.setting else EXIT_UNDECIDED
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted; completed trials are saved. Run the same command to resume.[/]")
-        return 130
-    if not spec.dry_run:
-        report(spec, console)
-    return 0
+        return EXIT_INTERRUPTED
+    if spec.dry_run:
+        return EXIT_OK
+    report(spec, console)
+    return exit_status(spec)

@@ -6,12 +6,26 @@ through grid/server/watchdog.py with this actor's pid as owner, so a crashed or 
 SIGKILL, which ends its workers) takes its server's whole process group with it; ``max_restarts=0`` because a restarted
 actor would not know the old group (ray_hydra.md §3.6-3.7). Its name,
 ``grid-server:<node id>``, and its ``repr`` (node, current configuration) are what the Ray dashboard shows.
+
+A lost actor (``ray.kill``, a crashed worker, a lost node) is an infrastructure failure: ``ActorServer`` turns Ray's
+``RayActorError`` into grid.server.infra.InfrastructureLost (class ``actor_lost``), and the trial makes a new actor
+on the same node with :func:`start_actor` (the name is free again once the old actor is dead).
+
+The actor sets ``GRID_RUN_ID`` and ``GRID_PROCESS_REGISTRY`` in its own process, so every server it starts carries
+the run-id marker and is recorded in the run directory (grid/server/process.py, leftovers).
 """
 
 from __future__ import annotations
 
-import ray
+import os
+from dataclasses import dataclass
 
+import ray
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from grid.server.infra import InfrastructureLost
+from grid.server.process import REGISTRY_ENV, RUN_ID_ENV
 from grid.server.session import ServerSession
 
 ACTOR_PREFIX = "grid-server:"
@@ -21,8 +35,11 @@ NODE_RESOURCE = "grid_node"
 
 @ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"control": 1, "inspect": 4})
 class ServerActor:
-    def __init__(self, node_label: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, node_label: str, host: str = "127.0.0.1", run_id: str | None = None,
+                 registry: str | None = None) -> None:
         self.node_label = node_label
+        if run_id and registry:  # inherited by every server this actor starts (grid/server/process.py)
+            os.environ[RUN_ID_ENV], os.environ[REGISTRY_ENV] = run_id, registry
         self.session = ServerSession(host)
 
     def __repr__(self) -> str:
@@ -76,15 +93,77 @@ class ServerActor:
         self.session.stop(5.0)
 
 
-class ActorServer:
-    """Adapter giving a ServerActor handle the ServerSession call interface (blocking ``ray.get``)."""
+@dataclass(frozen=True)
+class ActorOwner:
+    """What every ServerActor of a run is created with: the servers' host, the run id and the registry directory."""
 
-    def __init__(self, handle) -> None:
+    host: str = "127.0.0.1"
+    run_id: str | None = None
+    registry: str | None = None
+
+
+def grid_nodes() -> list[dict]:
+    """The live nodes of the connected cluster that offer the ``grid_node`` resource (``ray.nodes()`` entries)."""
+    return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get(NODE_RESOURCE)]
+
+
+def start_actor(node: dict, owner: ActorOwner):
+    """The ServerActor of ``node`` (a ``ray.nodes()`` entry): the running one, or a new one pinned to the node that
+    claims all its GPUs."""
+    gpus = int(node["Resources"].get("GPU", 0))
+    label = node.get("NodeManagerHostname", node["NodeID"][:8])
+    return ServerActor.options(
+        name=actor_name(node["NodeID"]), namespace=NAMESPACE, get_if_exists=True, num_gpus=gpus,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+    ).remote(label, owner.host, owner.run_id, owner.registry)
+
+
+def node_actor(node_id: str, owner: ActorOwner):
+    """The live ServerActor of node ``node_id``, made anew when the previous one died. Raises
+    ``InfrastructureLost('actor_lost')`` when the node itself is gone."""
+    node = next((n for n in grid_nodes() if n["NodeID"] == node_id), None)
+    if node is None:
+        raise InfrastructureLost("actor_lost", f"node {node_id[:12]} left the Ray cluster")
+    handle = start_actor(node, owner)
+    try:
+        ray.get(handle.alive.remote())  # a handle to an actor that just died answers with RayActorError
+    except RayActorError:
+        handle = start_actor(node, owner)  # the dead actor's name is released once Ray has marked it dead
+        ray.get(handle.alive.remote())
+    return handle
+
+
+class ActorServer:
+    """Adapter giving a ServerActor handle the ServerSession call interface (blocking ``ray.get``).
+
+    A dead actor raises grid.server.infra.InfrastructureLost (``actor_lost``) from every call but ``stop``, which
+    returns None: the server's process group died with the actor (its watchdog), so there is nothing left to stop.
+    """
+
+    def __init__(self, handle, node: str = "") -> None:
         self.handle = handle
+        self.node = node
+        self.lost: str | None = None  # why the actor is gone, once a call found out
 
     def __getattr__(self, name: str):
-        method = getattr(self.handle, name)
-        return lambda *a, **kw: ray.get(method.remote(*a, **kw))
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            if self.lost is not None:
+                if name == "stop":
+                    return None
+                raise InfrastructureLost("actor_lost", self.lost)
+            try:
+                return ray.get(getattr(self.handle, name).remote(*args, **kwargs))
+            except RayActorError as err:
+                self.lost = (f"the server actor of node {self.node or '?'} died during {name}(): "
+                             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}").rstrip(": ")
+                if name == "stop":
+                    return None
+                raise InfrastructureLost("actor_lost", self.lost) from err
+
+        return call
 
 
 def actor_name(node_id: str) -> str:

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.sweep.space import TrialPlan
+from grid.server.net import urlopen
 
 
 CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take
@@ -39,7 +40,7 @@ class OpenAIEngine(Engine):
             req = urllib.request.Request(self._url() + "/server_info")
             if self.spec.engine.api_key:
                 req.add_header("Authorization", f"Bearer {self.spec.engine.api_key}")
-            with urllib.request.urlopen(req, timeout=5) as resp:
+            with urlopen(req, timeout=5) as resp:
                 return str(json.loads(resp.read()).get("version") or "external")
         except (OSError, ValueError):
             return "external"

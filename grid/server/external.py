@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from grid.server.probe import probe
 from grid.server.session import LaunchResult
+from grid.server.net import urlopen
 
 #: Readiness endpoints tried in order: SGLang's /health (200 once warm-up is done, sglang.md §2.1), then the
 #: OpenAI-compatible model list every such server serves.
@@ -27,7 +28,7 @@ def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, bytes]:
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, b""

@@ -21,6 +21,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 from prometheus_client.parser import text_string_to_metric_families
+from grid.server.net import urlopen
 
 #: Gauge (the name after the engine's prefix) -> (grid column suffix, how samples over ranks combine, unit).
 GAUGES: dict[str, tuple[str, str, str]] = {
@@ -138,7 +139,7 @@ def fetch_text(base_url: str, timeout_s: float = 2.0, api_key: str | None = None
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urlopen(req, timeout=timeout_s) as resp:
             return resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as err:
         raise MetricsUnavailable(f"{base_url}/metrics answered HTTP {err.code}"

@@ -14,6 +14,7 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from grid.server.net import urlopen
 
 # Completion-style prompts (no chat template), as SGLang's own warm-up request: "The capital city of France is".
 PROBES: tuple[tuple[str, str], ...] = (
@@ -68,7 +69,7 @@ def _post(url: str, body: dict, api_key: str | None, timeout_s: float) -> dict:
                                  headers={"Content-Type": "application/json"})
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+    with urlopen(req, timeout=timeout_s) as resp:
         return json.loads(resp.read())
 
 

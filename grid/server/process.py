@@ -7,6 +7,12 @@ Deadlines are in modelled seconds and are divided by the engine's ``time_scale``
 Whoever starts a process reaps its whole process group: ``stop`` sends SIGTERM to the group, waits up to a grace
 period, then SIGKILLs it. The process is started through grid/server/watchdog.py, which kills the group when the
 launching process dies (../shared/reference/ray_hydra.md §3.6-3.7). No Ray here: grid/cluster/actor.py wraps this class.
+
+Leftovers: a process that leaves its group's supervision (the supervisor SIGKILLed on its own, a machine that stopped
+the driver, its actor and the supervisor at once) can outlive its run and hold a port or GPU memory. Every group a run
+starts is recorded in the run directory (``processes/<run id>.<pgid>.json``: group id, the group leader's start time,
+the run id) and carries the run id in its environment (``GRID_RUN_ID``); the next invocation ends what is left of an
+earlier run's groups (:func:`reap_leftovers`), touching only processes that match all three.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+RUN_ID_ENV = "GRID_RUN_ID"                  # the run-id marker in every server's environment
+REGISTRY_ENV = "GRID_PROCESS_REGISTRY"      # where ManagedServer records the groups it starts (a directory)
 
 OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|Capture cuda graph failed", re.IGNORECASE)
 BIND_PATTERNS = re.compile(r"error while attempting to bind on address|address already in use", re.IGNORECASE)
@@ -110,6 +119,117 @@ def group_alive(pgid: int | None) -> bool:
     return pgid is not None and bool(group_members(pgid))
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22, proc(5)); None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def process_env(pid: int, name: str) -> str | None:
+    """The value of ``name`` in the environment ``pid`` was started with (``/proc/<pid>/environ``); None when unset
+    or unreadable (another user's process, a process that is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+@dataclass
+class GroupRecord:
+    """A process group a run started: its id, its leader's start time (``process_start_ticks``) and the run id that
+    its processes carry in ``GRID_RUN_ID``."""
+
+    pgid: int
+    start_ticks: int
+    run_id: str
+    command: str = ""
+
+
+class ProcessRegistry:
+    """The process groups started by grid runs, one JSON file per group in ``directory`` (the run directory's
+    ``processes/``). A group is recorded when its supervisor reports it and removed once it is stopped."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, run_id: str, pgid: int) -> Path:
+        return self.directory / f"{run_id}.{pgid}.json"
+
+    def add(self, record: GroupRecord) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self._path(record.run_id, record.pgid)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(record)))
+        os.replace(tmp, path)
+
+    def remove(self, run_id: str, pgid: int) -> None:
+        self._path(run_id, pgid).unlink(missing_ok=True)
+
+    def records(self) -> list[GroupRecord]:
+        out = []
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                out.append(GroupRecord(**json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError):
+                continue
+        return out
+
+
+def leftover_members(record: GroupRecord) -> list[int]:
+    """Live processes of ``record``'s group that belong to it: process group ``pgid``, started no earlier than the
+    group's leader, and ``GRID_RUN_ID`` equal to its run id. A recycled group id or an unrelated process that joined
+    the group carries no marker (or another run's) and is not listed."""
+    return [pid for pid in group_members(record.pgid)
+            if (process_start_ticks(pid) or -1) >= record.start_ticks
+            and process_env(pid, RUN_ID_ENV) == record.run_id]
+
+
+def reap_leftovers(directory: str | Path, current_run_id: str | None = None, grace_s: float = 5.0) -> list[str]:
+    """End what is left of the process groups earlier runs recorded in ``directory``; one line per group that had
+    processes left (what was ended). Only processes matching :func:`leftover_members` get a signal (SIGTERM, then
+    SIGKILL after ``grace_s`` real seconds); records of ``current_run_id`` are left alone. Records are removed."""
+    registry = ProcessRegistry(directory)
+    notes = []
+    for record in registry.records():
+        if record.run_id == current_run_id:
+            continue
+        found = pids = leftover_members(record)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+            while pids and time.monotonic() < deadline:
+                time.sleep(0.05)
+                members = set(group_members(record.pgid))
+                pids = [p for p in pids if p in members]
+            if not pids:
+                break
+        if found:
+            what = f" ({record.command})" if record.command else ""
+            notes.append(f"ended {len(found) - len(pids)} leftover process(es) {found} of group {record.pgid} from "
+                         f"run {record.run_id}{what}" + (f"; could not end {pids}" if pids else ""))
+        registry.remove(record.run_id, record.pgid)
+    return notes
+
+
+def _run_registry() -> tuple[ProcessRegistry | None, str]:
+    """The registry and run id this process records its groups under: ``GRID_PROCESS_REGISTRY`` and ``GRID_RUN_ID``,
+    set by the server actor (grid/cluster/actor.py) for its process; (None, "") outside a sweep (tests, tools)."""
+    directory, run_id = os.environ.get(REGISTRY_ENV), os.environ.get(RUN_ID_ENV)
+    return (ProcessRegistry(directory), run_id) if directory and run_id else (None, "")
+
+
 class ManagedServer:
     """A server process in its own session (process group), logging to ``log_path``, supervised by
     grid/server/watchdog.py: the group dies with the process that created this object (the Ray actor), even when that
@@ -155,6 +275,10 @@ class ManagedServer:
             time.sleep(0.01)
         state = json.loads(self._state.read_text())
         self.pgid, self.pid = int(state["pgid"]), int(state["pid"])
+        registry, run_id = _run_registry()
+        if registry is not None:
+            registry.add(GroupRecord(self.pgid, process_start_ticks(self.pgid) or 0, run_id,
+                                     " ".join(self.argv)[:300]))
 
     def elapsed_s(self) -> float:
         """Modelled seconds since launch."""
@@ -225,6 +349,9 @@ class ManagedServer:
         while time.monotonic() < deadline and group_alive(self.pgid):
             time.sleep(0.02)
         self.exit_code()
+        registry, run_id = _run_registry()
+        if registry is not None and not group_alive(self.pgid):
+            registry.remove(run_id, self.pgid)
         self.last_pgid, self.pgid = self.pgid, None
 
     # -- logs ------------------------------------------------------------------------------------------------

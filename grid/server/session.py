@@ -27,6 +27,7 @@ from pathlib import Path
 from grid.server.logparse import error_headline, strip_poll_lines
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
+from grid.server.net import urlopen
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
@@ -240,7 +241,7 @@ class ServerSession:
         if api_key:
             req.add_header("Authorization", f"Bearer {api_key}")
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urlopen(req, timeout=10) as resp:
                 return json.loads(resp.read())
         except (OSError, ValueError):
             return None

@@ -77,6 +77,9 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("load_points.trial_error_class", "env_dirty", "skipped: the node was not clean (a process of the last server "
                                                    "left, its port held, GPU memory not freed); nothing launched"),
     ("load_points.trial_error_class", "port_in_use", "skipped: every port tried was taken at launch"),
+    ("load_points.trial_error_class", "actor_lost", "skipped: the Ray actor that owns the node's server died "
+                                                    "(killed, its worker crashed, its node was lost); points measured "
+                                                    "before are kept, the configuration runs again"),
 )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,17 +69,44 @@ class _NoTuneResumeAdvice(logging.Filter):
     DROP = ("Experiment has been interrupted", "Failed to fetch metrics")
     LOGGERS = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")
 
+    interrupted = False  # Tune logged that Ctrl-C ended its run (its own SIGINT handler returns from fit())
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.DROP)
+        message = str(record.msg)
+        if message.startswith(self.DROP[0]):
+            _NoTuneResumeAdvice.interrupted = True
+        return not message.startswith(self.DROP)
 
 
-def run_trials(spec: RunSpec, plan: Plan, console) -> None:
+def registry_dir(spec: RunSpec) -> Path:
+    """Where the run's process groups are recorded (grid.server.process.ProcessRegistry)."""
+    return (Path(spec.run_dir) / "processes").resolve()
+
+
+def new_run_id() -> str:
+    """This invocation's id: the marker its servers carry in ``GRID_RUN_ID`` (time + random, unique per machine)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def end_leftovers(spec: RunSpec, run_id: str | None, console, whose: str = "an earlier run") -> list[str]:
+    """End the process groups an earlier invocation on this machine left running (grid.server.process.
+    reap_leftovers), all but those of ``run_id`` (None: this run's too, once its servers are stopped); print and
+    return one line per group."""
+    from grid.server.process import reap_leftovers
+
+    notes = reap_leftovers(registry_dir(spec), run_id, grace_s=spec.engine.stop_grace_s)
+    for note in notes:
+        console.print(f"[yellow]Leftover from {whose}:[/] {note}", highlight=False, soft_wrap=True)
+    return notes
+
+
+def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     import ray
     from ray import tune
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ServerActor, actor_name
+    run_id = run_id or new_run_id()
+    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes, start_actor
     from grid.sweep.progress import ProgressCallback
     from grid.sweep.trial import run_trial
 
@@ -87,34 +115,25 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
         if not any(isinstance(f, _NoTuneResumeAdvice) for f in tune_log.filters):
             tune_log.addFilter(_NoTuneResumeAdvice())
 
-    init = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
-                include_dashboard=spec.ray.dashboard, configure_logging=True)
-    if spec.ray.address is None:
-        init.update(resources={NODE_RESOURCE: 1}, num_cpus=spec.ray.num_cpus or max(2, os.cpu_count() or 2),
-                    object_store_memory=200 * 1024**2)
-        if spec.ray.dashboard:
-            init.update(dashboard_host="127.0.0.1", dashboard_port=spec.ray.dashboard_port)
-    else:
-        init.update(address=spec.ray.address)
-    ctx = ray.init(**init)
+    from grid.cluster.local import ray_init_args, start_ray
+
+    init = ray_init_args(spec.ray, NAMESPACE, NODE_RESOURCE)
+    for note in init.notes:
+        console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
+    ctx = start_ray(init)
+    gcs = ctx.address_info.get("gcs_address") if hasattr(ctx, "address_info") else None
+    console.print(f"Ray cluster: {'local, ' if init.local else ''}GCS at {gcs}", highlight=False)
     if spec.ray.dashboard and getattr(ctx, "dashboard_url", None):
         console.print(f"Ray dashboard: http://{ctx.dashboard_url}  (token: `ray get-auth-token`)")
     actors = []
     try:
-        for node in ray.nodes():
-            if not node["Alive"] or not node["Resources"].get(NODE_RESOURCE):
-                continue
-            gpus = int(node["Resources"].get("GPU", 0))
-            label = node.get("NodeManagerHostname", node["NodeID"][:8])
-            actors.append(ServerActor.options(
-                name=actor_name(node["NodeID"]), get_if_exists=True, num_gpus=gpus,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-            ).remote(label, spec.engine.host))
+        owner = ActorOwner(host=spec.engine.host, run_id=run_id, registry=str(registry_dir(spec)))
+        actors = [start_actor(node, owner) for node in grid_nodes()]
         if not actors:
             raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
                                f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
         plans = {p.config_hash: p for p in plan.todo}
-        trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans),
+        trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
                                         {"cpu": 0, NODE_RESOURCE: 1})
         storage = str((Path(spec.run_dir) / "tune").resolve())
         tuner = tune.Tuner(
@@ -127,7 +146,10 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
                                       verbose=0, callbacks=[ProgressCallback(plans, len(plan.all), console)],
                                       failure_config=tune.FailureConfig(max_failures=0)),
         )
+        _NoTuneResumeAdvice.interrupted = False
         tuner.fit()
+        if _NoTuneResumeAdvice.interrupted:  # Ctrl-C: Tune saved its state and returned; grid stops and exits 130
+            raise KeyboardInterrupt
     finally:
         for actor in actors:
             try:
@@ -135,6 +157,8 @@ def run_trials(spec: RunSpec, plan: Plan, console) -> None:
             except Exception:  # the actor may be gone already; its process group died with it
                 pass
         ray.shutdown()
+        # whatever this run started and is still there (nothing, normally) ends with it; ended groups are unrecorded
+        end_leftovers(spec, None, console, "this run")
 
 
 def run(spec: RunSpec, console) -> Plan:
@@ -169,6 +193,8 @@ def run(spec: RunSpec, console) -> Plan:
     skipped = len(plan.all) - len(plan.todo)
     console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} (SGLang {version}), "
                   f"{spec.model.name} on {spec.hardware.name}; {skipped} already recorded, {len(plan.todo)} to run")
+    run_id = new_run_id()
+    end_leftovers(spec, run_id, console)
     if plan.todo:
-        run_trials(spec, plan, console)
+        run_trials(spec, plan, console, run_id)
     return plan

@@ -23,6 +23,7 @@ from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
 from grid.report.select import level_name
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
+from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
@@ -160,7 +161,7 @@ def _judge_server(server: Any, target: Target, vocab_size: int, seed: int, index
     failed = server_failures(records)
     check = None
     runtime = runtime_error(server.read_log(log_offset))
-    if server.alive() and (failed or runtime is not None):
+    if (failed or runtime is not None) and server.alive():
         check = check_request(target, vocab_size, seed)
         if check.status != "ok" and server.alive():
             server.wait_exit(EXIT_SETTLE_S)  # a crash surfaces to the client before the exit is recorded
@@ -182,6 +183,7 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
     """Run the trial and write its Parquet files. Returns the load-point rows (also written). The server is stopped
     on every way out (KeyboardInterrupt included)."""
     api_key = spec.engine.api_key
+    server = GuardedServer(server)  # a lost actor ends the trial as an infrastructure failure (grid/server/infra.py)
     refusal = engine.refuse(plan)
     if refusal is not None:
         port, infra_notes = spec.engine.port or 0, []
@@ -326,6 +328,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         for row in rows:
             row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed",
                        trial_error_message=message)
+    if server.lost is not None:
+        infra_verdict(server.lost, server.lost_in, rows, tables)
     rows = [load_point_row({}, **row) for row in rows]
     write_trial(spec.run_dir, plan.config_hash, {**tables, "load_points": rows})
     return rows

@@ -62,6 +62,8 @@ class ProgressCallback(tune.Callback):
                            + (f"  [dim]({eta})[/]" if eta else ""))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("note"):
+            self.console.print(f"   [yellow]{result['note']}[/]", highlight=False, soft_wrap=True)
         if "point_value" not in result:
             return
         self.console.print(

@@ -3,6 +3,11 @@
 Tune grants the trial its node's ``grid_node`` slot (so one trial per node at a time); the trial finds that node's
 ServerActor by name and runs grid.sweep.measure.measure_trial against it, reporting each load point to Tune. An
 external engine (engine=openai: a server that is already up) is measured through grid/server/external.py instead.
+
+When the node's actor is lost (``actor_lost``, an infrastructure failure: the trial is recorded ``skipped`` with the
+load points measured before the loss), a new actor is made on the node and the configuration runs again, up to
+``ACTOR_LOST_ATTEMPTS`` times in all; its last attempt's files replace the earlier ones. A configuration still
+``skipped`` runs again when the same command runs again.
 """
 
 from __future__ import annotations
@@ -10,11 +15,14 @@ from __future__ import annotations
 import ray
 from ray import tune
 
-from grid.cluster.actor import NAMESPACE, ActorServer, actor_name
+from grid.cluster.actor import ActorOwner, ActorServer, node_actor
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.sweep.measure import measure_trial
+from grid.server.infra import InfrastructureLost
 from grid.sweep.space import TrialPlan
+
+ACTOR_LOST_ATTEMPTS = 2  # attempts per trial when the node's actor is lost (the first + one on a new actor)
 
 REPORTED = ("point_index", "point_kind", "point_value", "status", "output_tok_per_s", "total_tok_per_s", "ttft_median_ms",
             "tpot_median_ms", "e2e_median_ms", "completed", "failed")
@@ -29,14 +37,20 @@ def _metrics(row: dict) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan]) -> None:
+def _node_server(node_id: str, owner: ActorOwner) -> ActorServer:
+    """The node's server actor (made anew if the last one died), or an adapter that reports it lost."""
+    try:
+        return ActorServer(node_actor(node_id, owner), node_id[:12])
+    except InfrastructureLost as err:
+        lost = ActorServer(None, node_id[:12])
+        lost.lost = str(err)
+        return lost
+
+
+def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan], owner: ActorOwner | None = None) -> None:
     plan = plans[config["config_hash"]]
     node_id = ray.get_runtime_context().get_node_id()
     engine = get_engine(spec)
-    if getattr(engine, "external", False):  # already running elsewhere: no launch, no node actor (external.py)
-        server = engine.server()
-    else:
-        server = ActorServer(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
     trial_id = tune.get_context().get_trial_id() or plan.config_hash
     reported = []
 
@@ -44,7 +58,16 @@ def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan]) -> No
         reported.append(row)
         tune.report(_metrics(row))
 
-    rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point)
+    if getattr(engine, "external", False):  # already running elsewhere: no launch, no node actor (external.py)
+        rows = measure_trial(spec, engine, plan, engine.server(), trial_id=trial_id, on_point=on_point)
+    else:
+        for attempt in range(1, ACTOR_LOST_ATTEMPTS + 1):
+            server = _node_server(node_id, owner or ActorOwner(spec.engine.host))
+            rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point)
+            if not (rows and rows[0].get("trial_error_class") == "actor_lost") or attempt == ACTOR_LOST_ATTEMPTS:
+                break
+            tune.report({"note": f"attempt {attempt}: {rows[0].get('trial_error_message')}; running the "
+                                 "configuration again on a new server actor"})
     final = rows[-1].get("trial_status") if rows else "failed"
     # nothing was measured, or the verdict changed after the last point (e.g. every point failed): report the verdict
     if not reported or final != reported[-1].get("trial_status"):

@@ -20,6 +20,7 @@ import urllib.request
 from typing import Any
 
 from grid.twin.perf import modelled_power_fraction
+from grid.server.net import urlopen
 
 TELEMETRY_PATH = "/grid/telemetry"  # grid.twin.server.TELEMETRY_PATH (not imported: it pulls in aiohttp)
 
@@ -44,7 +45,7 @@ class ModelledReader:
         req = urllib.request.Request(self.url)
         if self.api_key:
             req.add_header("Authorization", f"Bearer {self.api_key}")
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+        with urlopen(req, timeout=self.timeout_s) as resp:
             return json.loads(resp.read())
 
     def read(self) -> list[dict[str, Any]]:

@@ -64,8 +64,10 @@ def test_servers_bind_localhost_by_default(tmp_path):
     spec = make_spec(tmp_path)
     argv = get_engine(spec).launch_plan(expand(spec)[0], 30000).argv
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
-    assert spec.ray.dashboard_port and "dashboard_host=\"127.0.0.1\"" in (
-        ROOT / "grid" / "sweep" / "driver.py").read_text()
+    from grid.cluster.local import ray_init_args  # the Ray side: tests/integration/test_cluster_network.py
+
+    init = ray_init_args(spec.ray, "grid", "grid_node")
+    assert init.kwargs["dashboard_host"] == "127.0.0.1" and init.kwargs["_node_ip_address"] == "127.0.0.1"
 
 
 def _rows(h):

@@ -188,3 +188,11 @@ def test_every_status_and_class_is_documented():
                                                          "port_in_use", "env_dirty", "garbage_output", "empty_output",
                                                          "nan_output", "probe_error", "all_points_failed"}
     assert produced <= listed["load_points.trial_error_class"]
+
+
+def test_every_infrastructure_class_is_in_the_vocabulary():
+    from grid.server.infra import INFRA_CLASSES
+    from grid.storage.vocabulary import VOCABULARY
+
+    listed = {value for column, value, _ in VOCABULARY if column == "load_points.trial_error_class"}
+    assert set(INFRA_CLASSES) <= listed

@@ -1,0 +1,102 @@
+"""How grid starts (or joins) its Ray cluster: the arguments of ``ray.init`` and the checks before it.
+
+Single-machine mode (``ray.address: null``, the default) always starts grid's own local cluster
+(``ray.init(address="local")``), whatever else runs on the machine: with ``address=None`` Ray would use ``RAY_ADDRESS``
+or join the latest cluster a ``ray start`` left behind ("Found multiple active Ray instances ... Connecting to latest
+cluster", ray/_private/services.py ``get_ray_address_from_environment``, Ray 2.60) and then refuse grid's
+``num_cpus``/``resources``. Joining a cluster is what ``ray.address=auto|HOST:PORT`` is for.
+
+In single-machine mode nothing grid's cluster opens listens beyond 127.0.0.1. ``ray.init(_node_ip_address=
+"127.0.0.1")`` alone does not do it: Ray replaces a loopback node address by the machine's routable one
+(``resolve_ip_for_localhost``, ray/_private/services.py, Ray 2.60), and its GCS, raylet, object manager, workers and
+dashboard agent then listen on all interfaces. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (ray/_private/ray_constants.py:
+Ray's switch for its single-machine-only platforms) makes Ray take 127.0.0.1 as the node address, and every one of
+those services, the runtime-env agent and the metrics agent bind to it; ``dashboard_host="127.0.0.1"`` binds the
+dashboard. Measured on Ray 2.60 with ``ss -ltnp``: without the switch the GCS, raylet and workers listened on ``::``,
+the dashboard agent on 0.0.0.0 and the node's external address; with it every socket was 127.0.0.1
+(tests/integration/test_cluster_network.py keeps checking it). The switch only changes which address Ray picks for the
+node and makes ``ray start`` refuse to form a multi-node cluster, so it is set for the local cluster only.
+
+The dashboard port (``ray.dashboard_port``, Ray's default 8265) may be held by another process, e.g. a second sweep's
+dashboard on the same head node; Ray then fails with a traceback. grid checks it first and uses a free port instead,
+saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from grid.config.schema import RaySpec
+from grid.server.process import free_port, port_is_free
+
+LOOPBACK = "127.0.0.1"
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+OBJECT_STORE_BYTES = 200 * 1024**2  # grid moves only small rows through Ray's object store
+
+
+@dataclass
+class RayInit:
+    """The ``ray.init`` keyword arguments for a run, and what to tell the user about them."""
+
+    kwargs: dict
+    notes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set in the driver's environment before Ray is imported
+
+    @property
+    def local(self) -> bool:
+        return self.kwargs.get("address") == "local"
+
+
+def ray_init_args(ray: RaySpec, namespace: str, node_resource: str) -> RayInit:
+    """The arguments for ``ray.init`` (pure but for the dashboard-port check, which binds a socket on 127.0.0.1)."""
+    kwargs: dict = dict(namespace=namespace, log_to_driver=False, logging_level=logging.WARNING,
+                        include_dashboard=ray.dashboard, configure_logging=True)
+    notes: list[str] = []
+    if ray.address is not None:
+        kwargs["address"] = ray.address
+        return RayInit(kwargs, notes)
+    env = {LOOPBACK_SWITCH: "0"}
+    kwargs.update(address="local", _node_ip_address=LOOPBACK, resources={node_resource: 1},
+                  num_cpus=ray.num_cpus or max(2, os.cpu_count() or 2), object_store_memory=OBJECT_STORE_BYTES)
+    if os.environ.get("RAY_ADDRESS"):
+        notes.append(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is ignored: with ray.address unset grid starts its own "
+                     "local Ray cluster (set ray.address to join a cluster)")
+    if ray.dashboard:
+        port = ray.dashboard_port
+        if not port_is_free(LOOPBACK, port):
+            port = free_port(LOOPBACK)
+            notes.append(f"ray.dashboard_port {ray.dashboard_port} is in use by another process; "
+                         f"the Ray dashboard uses port {port}")
+        kwargs.update(dashboard_host=LOOPBACK, dashboard_port=port)
+    return RayInit(kwargs, notes, env)
+
+
+class RayStartError(RuntimeError):
+    """Ray could not be started or joined; ``setting`` names the configuration key to change (or None)."""
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+def start_ray(init: RayInit):
+    """``ray.init(**init.kwargs)`` after setting ``init.env``; returns Ray's context. Raises ``RayStartError`` (the
+    cluster at ``ray.address`` cannot be reached: ``setting='ray.address'``; the local cluster does not start)."""
+    os.environ.update(init.env)
+    import ray
+    from ray._private import ray_constants
+
+    if init.env.get(LOOPBACK_SWITCH) == "0":
+        # read once when Ray is imported; Ray may have been imported before this call (tests, notebooks)
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        return ray.init(**init.kwargs)
+    except (ConnectionError, ValueError) as err:
+        if init.local:
+            raise RayStartError(f"the local Ray cluster did not start: {err}") from err
+        raise RayStartError(f"cannot join the Ray cluster at ray.address={init.kwargs['address']}: {err}",
+                            "ray.address") from err
+    except RuntimeError as err:
+        raise RayStartError(f"Ray did not start: {err}") from err

@@ -1,0 +1,49 @@
+"""The arguments grid gives ray.init (grid/cluster/local.py): its own loopback-only local cluster by default,
+whatever RAY_ADDRESS or a `ray start` says; a free dashboard port when the configured one is held."""
+
+import socket
+
+from grid.cluster.local import LOOPBACK_SWITCH, ray_init_args
+from grid.config.schema import RaySpec
+
+
+def test_default_starts_own_local_cluster_on_loopback(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    init = ray_init_args(RaySpec(dashboard=False, num_cpus=3), "grid", "grid_node")
+    assert init.local and init.kwargs["address"] == "local"  # never the "latest cluster" nor RAY_ADDRESS
+    assert init.kwargs["_node_ip_address"] == "127.0.0.1" and init.env == {LOOPBACK_SWITCH: "0"}
+    assert init.kwargs["num_cpus"] == 3 and init.kwargs["resources"] == {"grid_node": 1}
+    assert "dashboard_port" not in init.kwargs and init.notes == []
+
+
+def test_ray_address_env_is_ignored_and_said(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")
+    init = ray_init_args(RaySpec(dashboard=False), "grid", "grid_node")
+    assert init.kwargs["address"] == "local"
+    assert init.notes == ["RAY_ADDRESS=10.1.2.3:6379 is ignored: with ray.address unset grid starts its own local "
+                          "Ray cluster (set ray.address to join a cluster)"]
+
+
+def test_joining_a_cluster_is_ray_address(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    init = ray_init_args(RaySpec(address="auto"), "grid", "grid_node")
+    assert not init.local and init.kwargs["address"] == "auto" and init.env == {}
+    assert not {"num_cpus", "resources", "_node_ip_address", "dashboard_port"} & set(init.kwargs)
+
+
+def test_held_dashboard_port_moves_to_a_free_one(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    held = holder.getsockname()[1]
+    try:
+        init = ray_init_args(RaySpec(dashboard_port=held), "grid", "grid_node")
+        port = init.kwargs["dashboard_port"]
+        assert port != held and init.kwargs["dashboard_host"] == "127.0.0.1"
+        assert init.notes == [f"ray.dashboard_port {held} is in use by another process; the Ray dashboard uses "
+                              f"port {port}"]
+    finally:
+        holder.close()
+    free = ray_init_args(RaySpec(dashboard_port=held), "grid", "grid_node")
+    assert free.kwargs["dashboard_port"] == held and free.notes == []
