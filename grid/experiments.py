@@ -1,7 +1,7 @@
 """Experiments: post-processing registered by ``kind`` that turns a run's load points into a comparison artefact.
 
 ``seed_replay`` (``+experiment=seed_session``) compares the twin with the seed session's own measurements
-(../shared/reference/hardware_models_calibration.md §0) and writes ``seed_vs_twin.csv`` with columns
+(docs/sources.md#the-seed-session) and writes ``seed_vs_twin.csv`` with columns
 ``condition, metric, unit, seed, twin``.
 """
 

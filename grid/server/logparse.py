@@ -1,6 +1,7 @@
 """Parse SGLang scheduler log lines ("Prefill batch", "Decode batch") of every 0.5.x format into dicts (pure).
 
-Formats (../shared/reference/sglang.md §3.2-3.3): ``Decode batch. #running-req: 1, ...,`` (<=0.5.2, period and a
+Formats (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes):
+``Decode batch. #running-req: 1, ...,`` (<=0.5.2, period and a
 trailing ", "), ``Decode batch, #running-req: ...`` (0.5.5+), optional ``[N]`` iteration marker, hybrid-pool keys.
 Keys are normalised: ``#running-req`` -> ``running_req``, ``gen throughput (token/s)`` -> ``gen_throughput_tok_per_s``.
 """

@@ -2,7 +2,7 @@
 
 A configuration whose output is empty, repeats one token, is not text, or whose log shows NaN in the logits is
 ``invalid`` and is never chosen as best (the seed session lost hours to backends that served "!!!!" after a NaN in
-decode; ../shared/reference/sglang.md §5 row 1).
+decode; docs/sources.md#sglang-log-formats-readiness-phases-failure-modes, NaN row).
 
 The check functions are pure; ``run_probe`` does the HTTP calls (blocking; it runs inside the server actor).
 """

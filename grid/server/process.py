@@ -1,12 +1,13 @@
 """One server process: start it in its own process group, wait until it is ready, stop the whole group.
 
-Readiness follows SGLang's three phases (../shared/reference/sglang.md §7.2): connection refused while loading,
+Readiness follows SGLang's three phases (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes):
+connection refused while loading,
 503 from ``/health_generate`` while warming up, 200 once "The server is fired up and ready to roll!" is logged.
 Deadlines are in modelled seconds and are divided by the engine's ``time_scale`` (the twin's clock may run faster).
 
 Whoever starts a process reaps its whole process group: ``stop`` sends SIGTERM to the group, waits up to a grace
 period, then SIGKILLs it. The process is started through grid/server/watchdog.py, which kills the group when the
-launching process dies (../shared/reference/ray_hydra.md §3.6-3.7). No Ray here: grid/cluster/actor.py wraps this class.
+launching process dies (docs/sources.md#ray-process-cleanup). No Ray here: grid/cluster/actor.py wraps this class.
 
 Leftovers: a process that leaves its group's supervision (the supervisor SIGKILLed on its own, a machine that stopped
 the driver, its actor and the supervisor at once) can outlive its run and hold a port or GPU memory. Every group a run

@@ -3,7 +3,7 @@
 This is everything the Ray server actor does, without Ray, so it runs and tests on its own. One session owns at
 most one server process at a time; ``launch`` stops the previous one first.
 
-Infrastructure faults are never charged to a configuration (../shared/reference/metrics.md, status vocabulary):
+Infrastructure faults are never charged to a configuration (status vocabulary: docs/schema.md, trial_status):
 
 * ``port_in_use``: the preferred port is held (a leftover listener) or is taken between the check and the server's
   bind; a free port is used and the launch retried (up to ``PORT_RETRIES`` times), the note kept in ``infra_retries``.

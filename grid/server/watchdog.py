@@ -15,7 +15,7 @@ included), so no TP worker, detokenizer or port holder of the server outlives it
 ``FILE`` receives ``{"pgid": ..., "pid": <CMD pid>}`` (written atomically) as soon as CMD has started.
 Owner and CMD are watched with ``os.pidfd_open`` (Linux >= 5.3; no pid-reuse race), else by polling every 0.2 s.
 
-Source: ../shared/reference/ray_hydra.md §3.6-3.7 (what Ray does and does not clean up; the verified layering).
+Source: docs/sources.md#ray-process-cleanup (what Ray does and does not clean up; the layering grid uses).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Effects: ``startup_crash`` (exception during startup, process exits), ``startup_
 ``startup_hang`` (startup never finishes; the process stays alive), ``nan_output`` (server runs, decode produces NaN
 logits / garbage text; the process keeps running, ``exit_code`` 0), ``runtime_crash`` (scheduler dies during serving).
 
-Sources: ../shared/reference/sglang.md §5 (failure table), ../shared/reference/hardware_models_calibration.md §0, §1a,
-§2, and ../shared/seeds/*.txt.
+Sources: docs/sources.md#sglang-log-formats-readiness-phases-failure-modes (failure table),
+docs/sources.md#the-seed-session, docs/sources.md#hardware-spec-sheets and docs/sources.md#model-architectures.
 """
 
 from __future__ import annotations

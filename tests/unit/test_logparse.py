@@ -1,6 +1,7 @@
 from grid.server.logparse import decode_stats, parse_batch_line, peak_gen_throughput
 
-# Verbatim lines from ../shared/reference/sglang.md §3.3
+# Verbatim lines from sgl-project/sglang#22166, #22331 and #10053
+# (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)
 V10 = ("[2026-04-05 20:02:51] Decode batch, #running-req: 32, #token: 11179, token usage: 0.08, cuda graph: True, "
        "gen throughput (token/s): 1635.11, #queue-req: 0")
 TP = ("[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, "
