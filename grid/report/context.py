@@ -45,7 +45,7 @@ def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | N
     engine = spec.engine.kind
     lines = [
         f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path else ""),
-        f"Hardware: {hw.name}: {hw.gpu_count} x {hw.gpu} (SM {hw.sm_version / 10:g}, {hw.memory_gb:g} GB, "
+        f"Hardware: {hw.name}: {hw.gpu_count} x {hw.gpu} (sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
         f"{hw.interconnect})",
         f"Engine: {ENGINE_WORDS.get(engine, engine)}; SGLang release {', '.join(versions)} (engine={engine})",
     ]
@@ -70,9 +70,10 @@ def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | N
     scales = _distinct(r.get("time_scale") for r in rows)
     if engine == "sim":
         scale = _levels(scales) if scales else str(spec.engine.time_scale)
-        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving (startup "
-                     f"{spec.engine.startup_time_scale or 'the same'}x); every ms and per-second value is modelled "
-                     "time (README, 'The twin's clock')")
+        startup = spec.engine.startup_time_scale
+        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ("
+                     + (f"{startup:g}x until ready" if startup else "the same until ready")
+                     + "); every ms and per-second value is modelled time (README, 'The twin's clock')")
     lines.append(f"Objective: {spec.objective.kind}" + (f" with SLOs {slo_text(spec.objective.slo)}"
                                                        if slo_text(spec.objective.slo) else " (no SLOs)"))
     return lines

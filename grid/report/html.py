@@ -211,7 +211,7 @@ def _e(text: Any) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#f0f0f0}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:12px}
-img{max-width:100%;border:1px solid #ddd;margin:6px 0}.note{background:#fff6d5;padding:6px}
+pre.cmd{white-space:pre-wrap}img{max-width:100%;border:1px solid #ddd;margin:6px 0}.note{background:#fff6d5;padding:6px}
 .best{color:#060;font-weight:bold}.failed{color:#a00}.invalid{color:#a60}"""
 
 
@@ -226,7 +226,7 @@ def render_html(rep: HtmlReport) -> str:
     if best:
         out.append(f"<h2>Best: <code>{_e(best.label)}</code></h2><p>{_e(best.reason)}</p>")
         if rep.command:
-            out.append(f"<pre>{_e(rep.command)}</pre>")
+            out.append(f"<pre class='cmd'>{_e(rep.command)}</pre>")
         out.append("<table><tr>" + "".join(f"<th>{_e(n)}</th>" for n, _, _ in POINT_COLUMNS) + "</tr>")
         for row in best.rows:
             out.append("<tr>" + "".join(f"<td>{_e(fmt(row, k, p))}</td>" for _, k, p in POINT_COLUMNS) + "</tr>")
