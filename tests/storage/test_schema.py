@@ -169,6 +169,16 @@ python -c "from tests.storage.test_schema import write_schema_doc; write_schema_
 `tests/storage/test_schema.py::test_schema_doc_is_current` fails while this page is stale. An empty unit means the
 column has none (identifiers, labels, text, JSON).
 
+The report adds `parquet/rejudged/rejudged.parquet` (table `rejudged` below): the SLO-dependent values it judged
+every load point by, for the objective it ranked with. `load_points` keeps the values of the SLOs each point was
+measured under (a resumed or re-reported run may use other SLOs); join the two on `config_hash` + `point_index` to
+see the numbers the report shows. Every report rewrites it.
+
+The timeline of a sweep (report.html) comes from `launch_unix_ns` / `ready_unix_ns` (a configuration's launch,
+readiness wait and correctness probe) and `started_unix_ns` / `finished_unix_ns` (each load point). Repeated load
+points, if a run holds any (the same `config_hash`, `point_kind` and `point_value` more than once), are what
+`python -m grid.compare` measures the spread from.
+
 """
 
 
