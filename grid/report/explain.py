@@ -73,15 +73,22 @@ def _v(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
+def _quoted(match: re.Match) -> str:
+    """A quoted ASCII identifier (a module or backend name: 'aiter') stays; other quoted text is masked."""
+    return match.group(0) if _IDENTIFIER.fullmatch(match.group(0)[1:-1]) else "'…'"
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _MASKS = (
-    (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),          # quoted text (generated garbage, paths, values)
+    (re.compile(r"'[^']*'|\"[^\"]*\""), _quoted),        # quoted text (generated garbage, paths, values)
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),            # addresses
     (re.compile(r"(?<![\w.])\d+(\.\d+)?(?!\w)"), "N"),     # counts, sizes, ports (not names: fa3, sm_120)
 )
 
 
 def normalize_message(text: str) -> str:
-    """``text`` with quoted strings, hex addresses and free-standing numbers masked and whitespace collapsed (for grouping)."""
+    """``text`` with quoted text (except ASCII identifiers such as module names), hex addresses and free-standing
+    numbers masked and whitespace collapsed (for grouping)."""
     for pattern, repl in _MASKS:
         text = pattern.sub(repl, text)
     return " ".join(text.split())
@@ -112,20 +119,35 @@ def varied_settings(verdicts: Iterable[Verdict]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pattern(members: set[str], allowed: set[str], varied: dict[str, dict[str, Any]]
-             ) -> tuple[list[tuple[str, list[Any]]], set[str]]:
-    """Each varied setting's values that some member has and that occur only in ``allowed`` (config hashes), and
-    the members having one of them."""
-    pattern, covered = [], set()
+def _value_sets(varied: dict[str, dict[str, Any]]) -> list[tuple[str, str, set[str]]]:
+    """(setting, value as JSON, config hashes having it) for every value of every varied setting."""
+    out = []
     for key, by_hash in varied.items():
         values: dict[str, set[str]] = {}
         for h, value in by_hash.items():
             values.setdefault(json.dumps(value, sort_keys=True), set()).add(h)
-        always = {text: hashes for text, hashes in values.items() if hashes <= allowed and hashes & members}
-        if always:
-            pattern.append((key, [json.loads(text) for text in sorted(always)]))
-            covered |= {h for hs in always.values() for h in hs & members}
-    return pattern, covered
+        out += [(key, text, hashes) for text, hashes in sorted(values.items())]
+    return out
+
+
+def _patterns(members: dict[Any, set[str]], varied: dict[str, dict[str, Any]]) -> dict[Any, list[tuple[str, str]]]:
+    """Each group's pattern values (setting, value as JSON): see :func:`group_failures`."""
+    values = _value_sets(varied)
+    claimed: dict[tuple[str, str], Any] = {}
+    covered: dict[Any, set[str]] = {g: set() for g in members}
+    while True:
+        offers: dict[tuple[str, str], list[tuple[int, Any, set[str]]]] = {}
+        for g, m in members.items():
+            allowed = m.union(*(c for k, c in covered.items() if k != g))
+            for key, text, hashes in values:
+                if (key, text) not in claimed and hashes <= allowed and hashes & m:
+                    offers.setdefault((key, text), []).append((len(hashes & m), g, hashes & m))
+        if not offers:
+            return {g: [v for v, owner in claimed.items() if owner == g] for g in members}
+        for value, bids in offers.items():
+            _, g, mine = max(bids, key=lambda bid: bid[0])   # the group holding most configurations with it
+            claimed[value] = g
+            covered[g] |= mine
 
 
 def group_failures(verdicts: list[Verdict],
@@ -136,8 +158,11 @@ def group_failures(verdicts: list[Verdict],
     settings); a group lists those found for every one of its configurations.
 
     A group's pattern is each value of a setting the sweep varies such that every configuration with it (among all
-    ``verdicts``) is in the group, or in another group that such a value explains outright: a pair that crashed at
-    startup because of its decode backend never got to show the garbage its prefill backend gives elsewhere.
+    ``verdicts``) is in the group, or in another group whose own pattern explains it: a pair that crashed at startup
+    because of its decode backend never got to show the garbage its prefill backend gives elsewhere. Values that hold
+    outright are found first; then, round by round, values whose other configurations earlier rounds explained. A
+    value belongs to one group only (the first round that admits it; within a round, the group holding most
+    configurations with it), so explanations that only lean on each other are never admitted.
     """
     groups: dict[tuple[str, str, str], list[Verdict]] = {}
     for v in verdicts:
@@ -150,13 +175,17 @@ def group_failures(verdicts: list[Verdict],
     varied = varied_settings(verdicts)
     labels = {v.config_hash: v.label for v in verdicts}
     members = {key: {v.config_hash for v in vs} for key, vs in groups.items()}
-    strict = {key: _pattern(m, m, varied)[1] for key, m in members.items()}   # explained outright
+    patterns = _patterns(members, varied)
     out = []
     for key, vs in groups.items():
         g = FailureGroup(*key, vs)
-        others = set().union(*(c for k, c in strict.items() if k != key))
-        g.pattern, covered = _pattern(members[key], members[key] | others, varied)
-        g.uncovered = sorted(labels[h] for h in members[key] - covered) if g.pattern else []
+        by_setting: dict[str, list[Any]] = {}
+        for setting, text in sorted(patterns[key]):
+            by_setting.setdefault(setting, []).append(json.loads(text))
+        g.pattern = list(by_setting.items())
+        explained = {h for h in members[key]
+                     if any(json.dumps(varied[k][h], sort_keys=True) == t for k, t in patterns[key])}
+        g.uncovered = sorted(labels[h] for h in members[key] - explained) if g.pattern else []
         if causes_for is not None:
             per_config = [causes_for(v) for v in vs]
             g.causes = [c for c in per_config[0] if all(c in other for other in per_config[1:])]

@@ -128,7 +128,8 @@ def pareto_figure(fronts: Sequence[Front]) -> str | None:
     fig, axes = plt.subplots(2, 2, figsize=(13, 8))
     for ax, f in zip(axes.flat, fronts):
         ax.scatter([p[f.x] for p in f.points], [p[f.y] for p in f.points], s=14, color="0.65", label="load points")
-        ax.plot([p[f.x] for p in f.front], [p[f.y] for p in f.front], "o-", color="tab:red", label="Pareto front")
+        ax.plot([p[f.x] for p in f.front], [p[f.y] for p in f.front], "o-", color="tab:red", label="Pareto front",
+                drawstyle="steps-pre")  # more throughput than a front point costs the next point's latency
         for p in f.front:
             ax.annotate(f"{p['label']} @{p['point_value']:g}", (p[f.x], p[f.y]), fontsize=6,
                         xytext=(3, 3), textcoords="offset points")
@@ -189,7 +190,7 @@ def timeline_figure(verdicts: list[Verdict]) -> str | None:
     if not spans:
         return None
     plt = _pyplot()
-    labels = list(dict.fromkeys(s.label for s in spans))
+    labels = list(dict.fromkeys(s.label for s in sorted(spans, key=lambda s: s.start_s)))  # in launch order
     fig, ax = plt.subplots(figsize=(13, max(2.5, 0.32 * len(labels) + 1.2)))
     for i, label in enumerate(labels):
         for what, color in TIMELINE_COLORS.items():
@@ -199,7 +200,7 @@ def timeline_figure(verdicts: list[Verdict]) -> str | None:
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel="real seconds since the sweep's first launch",
-           title="Sweep timeline: launch + probe (grey), load points (blue), failed launch (red)")
+           title="Sweep timeline: launch + probe (grey), load points (blue), launch or probe failed (red)")
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)
 

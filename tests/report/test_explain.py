@@ -15,6 +15,10 @@ def verdict(prefill, decode):
     settings = {"dsa_prefill_backend": prefill, "dsa_decode_backend": decode, "kv_cache_dtype": "bfloat16"}
     label = f"prefill={prefill} decode={decode}"
     row = {"config_json": json.dumps(settings), "label": label, "config_hash": label, "point_index": 0}
+    if "aiter" in (prefill, decode):   # fails at import, before fa3 could
+        row.update(trial_status="failed", trial_error_class="startup_exit",
+                   log_tail="ModuleNotFoundError: No module named 'aiter'\n")
+        return Verdict(label, label, "failed", None, "", None, [row])
     if "fa3" in (prefill, decode):
         row.update(trial_status="failed", trial_error_class="startup_exit", log_tail=f"loading\n{FA3_LINE}\n",
                    trial_error_message="server exited with code 1 before it was ready")
@@ -31,9 +35,25 @@ def verdict(prefill, decode):
 VERDICTS = [verdict(p, d) for p in VALUES for d in VALUES]
 
 
+def test_three_causes_that_hide_each_other():
+    # aiter kills fa3 pairs first, fa3 kills flashmla_kv pairs first: each pattern still names its own backend
+    values = ("flashmla_kv", "fa3", "aiter", "trtllm")
+    groups = group_failures([verdict(p, d) for p in values for d in values])
+    assert [(g.message, len(g.verdicts), g.pattern_text(), g.uncovered) for g in groups] == [
+        ("ModuleNotFoundError: No module named 'aiter'", 7,
+         "every configuration with dsa_decode_backend=aiter or dsa_prefill_backend=aiter", []),
+        ("RuntimeError: FlashAttention-N (fa3) requires compute capability N (Hopper wgmma/TMA); this device is "
+         "sm_120.", 5, "every configuration with dsa_decode_backend=fa3 or dsa_prefill_backend=fa3", []),
+        ("probe N: '…'", 3,
+         "every configuration with dsa_decode_backend=flashmla_kv or dsa_prefill_backend=flashmla_kv", []),
+    ]
+
+
 def test_normalize_masks_quotes_numbers_and_addresses():
     assert normalize_message("probe 0: '!!!!'") == normalize_message("probe 11: 'ёё 12'") == "probe N: '…'"
     assert normalize_message("at 0x7f3a  size 1.5 GiB") == "at <addr> size N GiB"
+    assert normalize_message("No module named 'sgl_kernel.ops'") == "No module named 'sgl_kernel.ops'"
+    assert normalize_message("open '/tmp/x y'") == "open '…'"
 
 
 def test_groups_patterns_and_causes_exact():
