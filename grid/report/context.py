@@ -101,12 +101,13 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
 
 def base_warnings(spec: RunSpec) -> list[str]:
     """Warnings about settings every configuration of the sweep shares (``sweep.base`` over ``server``): CUDA graphs
-    turned off (SGLang's own error text calls that a huge performance loss, sglang.md §5 row 2)."""
-    base = {**spec.server, **(spec.sweep.base if spec.sweep else {})}
+    turned off (SGLang's own capture-failure hint calls ``--disable-cuda-graph`` "Not recommended. Huge performance
+    loss": python/sglang/srt/model_executor/cuda_graph_runner.py, 0.5.x)."""
+    sweep = spec.sweep
+    base = {**spec.server, **(sweep.base if sweep else {})}
     out = []
     if base.get("cuda_graph") is False:
-        varied = spec.sweep and any("cuda_graph" in c for c in spec.sweep.configs) or (
-            spec.sweep and "cuda_graph" in spec.sweep.grid)
+        varied = sweep is not None and ("cuda_graph" in sweep.grid or any("cuda_graph" in c for c in sweep.configs))
         out.append("The sweep's base turns CUDA graphs off (cuda_graph=false)"
                    + (" except where a configuration sets it" if varied else " for every configuration")
                    + ": decode runs kernel by kernel, so absolute throughput and TPOT are worse than a deployment "
