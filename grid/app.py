@@ -32,19 +32,22 @@ REQUEST_COLUMNS = ("config_hash", "point_index", "status", "ttft_ms", "tpot_ms",
 
 
 def report(spec: RunSpec, console: Console) -> list:
-    """Rank every recorded configuration, print the verdicts, write report.md and plots. Returns the verdicts.
+    """Rank every recorded configuration, print the verdicts, write report.md, report.html, plots and the re-judged
+    SLO table (grid/report/build.py). Returns the verdicts.
 
     Every recorded load point is judged against the current objective's SLOs from its stored requests (a resumed
     sweep may have measured it under other SLOs); nothing stored is rewritten. A sweep with planned configurations
     not yet recorded (an interrupted run) is reported as incomplete.
     """
     from grid.experiments import run_experiment
-    from grid.report.render import incomplete_note, markdown, metrics_names_note, plot, print_report
+    from grid.report import build
+    from grid.report.render import incomplete_note, metrics_names_note
     from grid.report.select import rank, rejudge
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
 
-    wanted = {p.config_hash for p in expand(spec)}
+    plans = expand(spec)
+    wanted = {p.config_hash for p in plans}
     stored = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if r["config_hash"] in wanted]
     requests = [r for r in read_table(spec.run_dir, "requests", list(REQUEST_COLUMNS)).to_pylist()
                 if r["config_hash"] in wanted]
@@ -53,14 +56,12 @@ def report(spec: RunSpec, console: Console) -> list:
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted), len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
     notes = [n for n in (note, metrics_names_note(rows)) if n]
-    print_report(verdicts, console, notes)
     run_dir = Path(spec.run_dir)
-    (run_dir / "report.md").write_text(markdown(verdicts, f"grid: {spec.name}", notes))
-    png = plot(verdicts, run_dir / "throughput.png")
+    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes), rows, console)
     if spec.experiment:
         out = run_experiment(spec, rows, console)
         console.print(f"Experiment output: {out}")
-    console.print(f"\nRun directory: {run_dir.resolve()} (report.md{', throughput.png' if png else ''}, "
+    console.print(f"\nRun directory: {run_dir.resolve()} ({', '.join(written)}, "
                   "parquet/requests, parquet/load_points, logs/)")
     return verdicts
 

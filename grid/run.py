@@ -10,6 +10,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from grid.app import main as run_app
 
+# hydra.output_subdir (conf/config.yaml): a dry run writes no .hydra/ into the run directory, so that it never
+# replaces the resolved config of the results already there.
+OmegaConf.register_new_resolver("grid_output_subdir", lambda dry_run: None if dry_run else ".hydra", replace=True)
+
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:

@@ -30,6 +30,7 @@ never matches):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 CLIENT_LATE_MS = 50.0
@@ -137,10 +138,20 @@ def classify(row: dict[str, Any]) -> tuple[str, str]:
         latency = "many small kernels (and of any per-layer collectives)"
     else:  # an idle link, e.g. one GPU: no collectives to blame
         latency = "many small kernels"
+    graphs = ("which CUDA graphs do not remove" if _cuda_graph(row) is not False else
+              "run without CUDA graphs here (cuda_graph=false), so kernel launches add to it")
     return "latency-bound", "; ".join(
         x for x in (not_link, "GPUs busy but neither memory bandwidth nor power near their limits: each step is the "
-                              f"fixed latency of {latency}, which CUDA graphs do not remove; more requests per step "
+                              f"fixed latency of {latency}, {graphs}; more requests per step "
                               "amortise it") if x)
+
+
+def _cuda_graph(row: dict[str, Any]) -> bool | None:
+    """The configuration's ``cuda_graph`` setting from the row's ``config_json`` (None: not set or not recorded)."""
+    try:
+        return json.loads(row.get("config_json") or "{}").get("cuda_graph")
+    except ValueError:
+        return None
 
 
 def diagnose(row: dict[str, Any]) -> dict[str, Any]:

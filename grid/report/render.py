@@ -145,9 +145,11 @@ def deploy_command(command: str) -> str:
     return shlex.join(out)
 
 
-def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str, ...] = ()) -> None:
+def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str, ...] = (),
+                 command: str | None = None) -> None:
     """Print the best configuration, its load points and diagnosis, then every verdict. ``notes`` (e.g.
-    :func:`incomplete_note`) are printed first, in yellow."""
+    :func:`incomplete_note`) are printed first, in yellow. ``command``: the best configuration's command line to
+    show (default: the stored one without ``--port``)."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
     console.print()
     for note in notes:
@@ -156,7 +158,7 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
         console.print("[bold red]No configuration qualified.[/]")
     else:
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
-        console.print(f"  {deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
+        console.print(f"  {command or deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
         console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
         caution = sample_note(best.rows)
         if caution:
@@ -169,14 +171,21 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
     console.print(verdict_table(verdicts))
 
 
-def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, ...] = ()) -> str:
-    """``report.md``: the ``notes`` (each its own paragraph), the best configuration and every verdict."""
+def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, ...] = (), *,
+             measured: list[str] | tuple[str, ...] = (), command: str | None = None,
+             sections: list[str] | tuple[str, ...] = ()) -> str:
+    """``report.md``: what was ``measured`` (bullets), the ``notes`` (each its own paragraph), the best configuration
+    with ``command`` (default: the stored command without ``--port``), every verdict, then ``sections`` (markdown
+    lines, e.g. the Pareto fronts and the failures grouped by cause)."""
     lines = [f"# {title}", ""]
+    if measured:
+        lines += ["## What was measured", ""] + [f"- {m}" for m in measured] + [""]
     for note in notes:
         lines += [f"**{note}**", ""]
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best:
-        lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```", deploy_command(best.rows[0]["command"]),
+        lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```",
+                  command or deploy_command(best.rows[0]["command"]),
                   "```", "",
                   "| " + " | ".join(n for n, _, _ in POINT_COLUMNS) + " |",
                   "|" + "---|" * len(POINT_COLUMNS)]
@@ -193,7 +202,8 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
     for i, v in enumerate(verdicts, 1):
         lines.append(f"| {i} | `{v.label}` | {v.outcome} | {v.reason.replace('|', '/')} | "
                      f"{short_diagnosis(v).replace('|', '/')} |")
-    return "\n".join(lines) + "\n"
+    lines += ["", *sections]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def plot(verdicts: list[Verdict], path: Path) -> Path | None:

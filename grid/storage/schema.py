@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from grid.metrics.loadpoint import METRIC_COLUMNS
+from grid.metrics.loadpoint import METRIC_COLUMNS, SLO_COLUMNS
 from grid.metrics.request import request_metrics
 
 if TYPE_CHECKING:
@@ -119,6 +119,9 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("trial_error_class", "string", "", "why the trial failed (startup_oom, server_crash, ...)"),
     ("trial_error_message", "string", "", "trial error detail"),
     ("startup_s", "float64", "s", "server start to ready"),
+    ("launch_unix_ns", "int64", "ns", "wall-clock time the server launch began (null: not launched, e.g. refused)"),
+    ("ready_unix_ns", "int64", "ns",
+     "wall-clock time launch, readiness wait and correctness probe ended (whatever their outcome)"),
     ("log_tail", "string", "", "last lines of the server log"),
     ("point_index", "int32", "", "index of the load point within the trial"),
     ("point_kind", "string", "", "concurrency (closed loop) | rate (open loop) | trace (open loop, replayed timestamps)"),
@@ -133,6 +136,7 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("status", "string", "", "load point status: ok | failed | partial | not_run"),
     ("error_class", "string", "", "load point error class"),
     ("time_scale", "float64", "modelled s / real s", "time scale of the server; *_ms = real duration x time_scale"),
+    ("started_unix_ns", "int64", "ns", "wall-clock time the load point began (warm-up requests included)"),
     ("finished_unix_ns", "int64", "ns", "wall-clock time the load point finished"),
     ("kv_capacity_tokens", "int64", "tokens", "KV pool size the server reported (/server_info max_total_num_tokens)"),
     ("server_gen_tok_per_s_peak", "float64", "tok/s",
@@ -181,9 +185,24 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
     ("bottleneck_evidence", "string", "", "the evidence behind the verdict, then the reason"),
 ]
 
+#: ``parquet/rejudged/rejudged.parquet``: the SLO-dependent values the latest report judged every load point by
+#: (grid/report: the current objective's SLOs applied to the stored requests). ``load_points`` keeps the values of
+#: the SLOs each point was measured under; this table is rewritten by every report.
+REJUDGED_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("point_index", "int32", "", "index of the load point within the trial"),
+    ("objective_kind", "string", "", "the objective the report ranked by (max_output_throughput, ...)"),
+    *[c for c in METRIC_COLUMNS if c[0] in SLO_COLUMNS],
+    ("slo_ttft_at_pct_ms", "float64", "ms", "TTFT at the SLO's percentile over ok requests (null: no TTFT SLO)"),
+    ("slo_tpot_at_pct_ms", "float64", "ms", "TPOT at the SLO's percentile over ok requests (null: no TPOT SLO)"),
+    ("slo_e2e_at_pct_ms", "float64", "ms", "E2E at the SLO's percentile over ok requests (null: no E2E SLO)"),
+    ("slo_unjudged", "string", "", "why the SLOs could not be judged (stored requests missing); null: judged"),
+]
+
 REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")
 LOAD_POINTS_SCHEMA: pa.Schema = _schema(
     LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS + LOAD_POINT_SAMPLER_COLUMNS, "load_points")
+REJUDGED_SCHEMA: pa.Schema = _schema(REJUDGED_COLUMNS, "rejudged")
 
 
 def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int) -> list[dict[str, Any]]:
@@ -329,7 +348,7 @@ def describe_schema() -> str:
     out = [f"Schema version {SCHEMA_VERSION}. Null means not measured, never 0.", ""]
     for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA),
                           ("server_log", SERVER_LOG_SCHEMA), ("server_metrics", SERVER_METRICS_SCHEMA),
-                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA)):
+                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA), ("rejudged", REJUDGED_SCHEMA)):
         out += [f"### {title}", "", "| column | type | unit | definition |", "|---|---|---|---|"]
         for f in schema:
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}

@@ -194,10 +194,12 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         port, infra_notes = server.pick_port(spec.engine.port)
         launch = engine.launch_plan(plan, port)
         log_path = f"{spec.run_dir}/logs/{plan.config_hash}.log"
+        launch_ns = time.time_ns()
         result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
                                time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
                                startup_timeout_s=spec.engine.startup_timeout_s,
                                api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
+        result.update(launch_unix_ns=launch_ns, ready_unix_ns=time.time_ns())  # for the report's timeline
         infra_notes += result.get("infra_retries") or []
         if result.get("port") and result["port"] != port:  # retried on another port: record the command that ran
             launch = engine.launch_plan(plan, result["port"])
@@ -233,6 +235,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "trial_error_message": redact_secrets("; ".join([result["message"], *infra_notes]).strip("; "),
                                               secrets) or None,
         "startup_s": result["startup_s"],
+        "launch_unix_ns": result.get("launch_unix_ns"),
+        "ready_unix_ns": result.get("ready_unix_ns"),
         "log_tail": redact_secrets((result["log_tail"] or "")[-LOG_TAIL_BYTES:], secrets) or None,
         "input_len": load.input_len,
         "output_len": load.output_len,
@@ -264,6 +268,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             point.num_prompts + point.warmup_requests, load.input_len, load.output_len, load.range_ratio,
             spec.model.vocab_size, point.seed, load.dataset_path)).prompts
         log_offset = server.log_size()
+        row["started_unix_ns"] = time.time_ns()
         for sampler in samplers:
             sampler.start(index)
         outcome = run_load_point_sync(

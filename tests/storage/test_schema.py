@@ -56,6 +56,7 @@ ORCHESTRATION = {
     "num_prompts": pa.int32(), "max_concurrency": pa.int64(), "dataset": pa.string(),
     "input_len": pa.int32(), "output_len": pa.int32(), "status": pa.string(),
     "error_class": pa.string(), "time_scale": pa.float64(), "finished_unix_ns": pa.int64(), "kv_capacity_tokens": pa.int64(),
+    "launch_unix_ns": pa.int64(), "ready_unix_ns": pa.int64(), "started_unix_ns": pa.int64(),
     "server_gen_tok_per_s_peak": pa.float64(), "server_running_at_peak": pa.int64(),
     "server_info_json": pa.string(),
 }
@@ -181,6 +182,16 @@ that is not UTF-8 (e.g. a multi-byte character cut off at the end of the stream)
 not the expected JSON. With `load.max_concurrency`, an open-loop request that is due while that many are in flight
 waits on the client for a slot: `slot_wait_ms`; its latencies count from the actual send, and `client_queue_ms`
 (scheduled to actual send) includes the wait.
+
+The report adds `parquet/rejudged/rejudged.parquet` (table `rejudged` below): the SLO-dependent values it judged
+every load point by, for the objective it ranked with. `load_points` keeps the values of the SLOs each point was
+measured under (a resumed or re-reported run may use other SLOs); join the two on `config_hash` + `point_index` to
+see the numbers the report shows. Every report rewrites it.
+
+The timeline of a sweep (report.html) comes from `launch_unix_ns` / `ready_unix_ns` (a configuration's launch,
+readiness wait and correctness probe) and `started_unix_ns` / `finished_unix_ns` (each load point). Repeated load
+points, if a run holds any (the same `config_hash`, `point_kind` and `point_value` more than once), are what
+`python -m grid.compare` measures the spread from.
 
 """
 

@@ -1,0 +1,94 @@
+"""Assemble and write the report of a run directory: console output, ``report.md``, ``report.html``,
+``throughput.png`` and the re-judged SLO table (``parquet/rejudged/rejudged.parquet``).
+
+Called by grid.app.report once the load points are re-judged and ranked. The SLO-dependent values the report shows
+(goodput, attainment, SLO percentiles) are those of the *current* objective, recomputed from the stored requests;
+``parquet/load_points`` keeps the values of the SLOs each point was measured under, so the report writes the values
+it used beside them, and says so, instead of rewriting the measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from grid.config.schema import RunSpec
+from grid.metrics.loadpoint import SLO_COLUMNS, SLO_LATENCY_KEYS
+from grid.report import context, explain
+from grid.report.html import HtmlReport, render_html
+from grid.report.pareto import fronts as pareto_fronts
+from grid.report.render import markdown, plot, print_report
+from grid.report.select import Verdict, slo_text
+
+REJUDGED_PATH = Path("parquet") / "rejudged" / "rejudged.parquet"
+
+
+def rejudged_rows(rows: list[dict], objective_kind: str) -> list[dict]:
+    """The rows of ``REJUDGED_SCHEMA``: per load point its key and the SLO values the report judged it by."""
+    keys = ("config_hash", "point_index", *SLO_COLUMNS, *SLO_LATENCY_KEYS.values(), "slo_unjudged")
+    return [{**{k: r.get(k) for k in keys}, "objective_kind": objective_kind} for r in rows]
+
+
+def write_rejudged(run_dir: str | Path, rows: list[dict], objective_kind: str) -> Path:
+    from grid.storage.parquet import write_atomic
+    from grid.storage.schema import REJUDGED_SCHEMA
+
+    path = Path(run_dir) / REJUDGED_PATH
+    write_atomic(pa.Table.from_pylist(rejudged_rows(rows, objective_kind), schema=REJUDGED_SCHEMA), path)
+    return path
+
+
+def rejudge_note(spec: RunSpec) -> str:
+    slo = slo_text(spec.objective.slo)
+    return ("SLO values in this report (goodput, SLO attainment, latency at the SLO percentile) are re-judged for "
+            f"this objective ({spec.objective.kind}, {'SLOs ' + slo if slo else 'no SLOs'}) from the stored requests "
+            f"and written to {REJUDGED_PATH.as_posix()}; the same columns in parquet/load_points keep the SLOs each "
+            "point was measured under.")
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    measured: list[str]
+    notes: list[str]
+    command: str | None
+    fronts: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+
+
+def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str]) -> Report:
+    """Everything the report says, from the ranked ``verdicts`` and re-judged ``rows`` (see module docstring)."""
+    best = next((v for v in verdicts if v.outcome == "best"), None)
+    return Report(
+        verdicts=verdicts,
+        measured=context.measured_lines(spec, rows, plans),
+        notes=context.base_warnings(spec) + notes,
+        command=context.real_command(spec, best) if best else None,
+        fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
+        failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),
+    )
+
+
+def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
+    """Print the report and write its files into ``spec.run_dir``. Returns the names of the files written."""
+    run_dir = Path(spec.run_dir)
+    title = f"grid: {spec.name}"
+    print_report(rep.verdicts, console, rep.notes, rep.command)
+    for g in rep.failures:
+        console.print(f"  {g.headline()}" + (f"; {g.pattern_text()}" if g.pattern_text() else ""),
+                      markup=False, highlight=False, soft_wrap=True)
+    write_rejudged(run_dir, rows, spec.objective.kind)
+    sections = ["## Pareto fronts (throughput vs latency, every configuration and load level)", "",
+                *[f"- {f.describe()}" for f in rep.fronts], "", *explain.markdown_lines(rep.failures),
+                rejudge_note(spec)]
+    (run_dir / "report.md").write_text(markdown(rep.verdicts, title, rep.notes, measured=rep.measured,
+                                                command=rep.command, sections=sections))
+    page = HtmlReport(title, rep.verdicts, rep.measured, rep.notes, rep.command, rep.fronts, rep.failures,
+                      (rejudge_note(spec),))
+    (run_dir / "report.html").write_text(render_html(page), encoding="utf-8")
+    written = ["report.md", "report.html", REJUDGED_PATH.as_posix()]
+    if plot(rep.verdicts, run_dir / "throughput.png"):
+        written.append("throughput.png")
+    return written

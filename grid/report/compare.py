@@ -1,0 +1,216 @@
+"""Compare two runs (pure): the same configurations side by side, what got faster, slower, broke or was fixed.
+
+Input: the load-point rows of run A and run B (grid.storage.schema.LOAD_POINTS_SCHEMA). Configurations are matched
+by ``config_hash``; the hash covers the SGLang version, so after an upgrade the remaining ones are matched by their
+settings (``config_json``), then by ``label``. Load points are matched by (``point_kind``, ``point_value``).
+
+A difference counts only when it is larger than the spread of the measurement:
+
+* *measured*: when a run holds the same configuration and load level more than once (repeated load points), the
+  spread of a metric there is (max - min) / mean of the repeats, in percent; a pair is compared by its means, against
+  the larger spread of its two sides, else against the largest spread measured anywhere in the two runs;
+* *unknown*: with no repeats at all, ``DEFAULT_THRESHOLD_PERCENT`` applies and the result says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from grid.report.select import fmt_delta, fmt_score, level_name
+
+#: Compared metrics: column -> (name, higher is better).
+METRICS: dict[str, tuple[str, bool]] = {
+    "output_tok_per_s": ("output tok/s", True),
+    "tpot_median_ms": ("TPOT p50 ms", False),
+    "tpot_p99_ms": ("TPOT p99 ms", False),
+    "ttft_median_ms": ("TTFT p50 ms", False),
+    "ttft_p99_ms": ("TTFT p99 ms", False),
+}
+
+#: Threshold (percent) per metric when no repeated load point measured the spread. Source: grid issue 14's repeats
+#: on the twin: one configuration measured three times differed by up to 2.5 % in output tok/s (TPOT likewise,
+#: taken as 5 % to leave a margin), while closed-loop TTFT at concurrency 64 came in synchronized waves and its
+#: median ranged 4.9-6.9 s (about 40 %) between runs.
+DEFAULT_THRESHOLD_PERCENT: dict[str, float] = {
+    "output_tok_per_s": 5.0, "tpot_median_ms": 5.0, "tpot_p99_ms": 5.0, "ttft_median_ms": 40.0, "ttft_p99_ms": 40.0,
+}
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    metric: str
+    level: str
+    a: float
+    b: float
+    delta_percent: float        # (b - a) / a x 100
+    threshold_percent: float
+    spread_source: str          # measured | unknown (default threshold)
+    verdict: str                # better | worse | within spread
+
+
+@dataclass
+class ConfigDiff:
+    label: str
+    hash_a: str | None
+    hash_b: str | None
+    matched_by: str             # hash | settings | label | only in A | only in B
+    status_a: str | None
+    status_b: str | None
+    diffs: list[MetricDiff] = field(default_factory=list)
+
+    @property
+    def change(self) -> str:
+        """broke | fixed | still failing | faster | slower | mixed | same | only in A | only in B."""
+        if self.hash_a is None or self.hash_b is None:
+            return self.matched_by
+        ok_a, ok_b = self.status_a == "ok", self.status_b == "ok"
+        if ok_a and not ok_b:
+            return "broke"
+        if ok_b and not ok_a:
+            return "fixed"
+        if not ok_a:
+            return "still failing"
+        verdicts = {d.verdict for d in self.diffs}
+        if {"better", "worse"} <= verdicts:
+            return "mixed"
+        return "faster" if "better" in verdicts else "slower" if "worse" in verdicts else "same"
+
+
+@dataclass
+class Comparison:
+    versions_a: list[str]
+    versions_b: list[str]
+    configs: list[ConfigDiff]
+    spread_measured: bool       # some metric's spread came from repeated load points
+
+    def by_change(self, change: str) -> list[ConfigDiff]:
+        return [c for c in self.configs if c.change == change]
+
+
+def _by_config(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["config_hash"], []).append(r)
+    return out
+
+
+def _settings(rows: list[Mapping[str, Any]]) -> str:
+    return json.dumps(json.loads(rows[0].get("config_json") or "{}"), sort_keys=True)
+
+
+def match_configs(a: dict[str, list], b: dict[str, list]) -> list[tuple[str | None, str | None, str]]:
+    """(hash in A, hash in B, matched by) for every configuration of either run: by hash, then by settings, then by
+    label; the rest ``only in A`` / ``only in B``. Order: A's order, then B's leftovers (:func:`compare` sorts its
+    result by label)."""
+    pairs: dict[str, tuple[str, str]] = {h: (h, "hash") for h in a if h in b}
+    left_b = [h for h in b if h not in a]
+    for how, key in (("settings", _settings), ("label", lambda rows: rows[0]["label"])):
+        for h in a:
+            if h in pairs:
+                continue
+            found = next((hb for hb in left_b if key(b[hb]) == key(a[h])), None)
+            if found is not None:
+                pairs[h] = (found, how)
+                left_b.remove(found)
+    out: list[tuple[str | None, str | None, str]] = [
+        (h, *pairs[h]) if h in pairs else (h, None, "only in A") for h in a]
+    return out + [(None, h, "only in B") for h in left_b]
+
+
+def _points(rows: list[Mapping[str, Any]]) -> dict[tuple[str, float], list[Mapping[str, Any]]]:
+    """ok load points of an ok trial by (kind, level); more than one per key are repeats."""
+    out: dict[tuple[str, float], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r.get("trial_status") == "ok" and r.get("status") == "ok":
+            out.setdefault((r.get("point_kind") or "", r["point_value"]), []).append(r)
+    return out
+
+
+def spread_percent(values: list[float]) -> float | None:
+    """(max - min) / mean x 100 of repeated measurements; None for fewer than two or a zero mean."""
+    if len(values) < 2 or fmean(values) == 0:
+        return None
+    return (max(values) - min(values)) / abs(fmean(values)) * 100
+
+
+def _values(points: list[Mapping[str, Any]], metric: str) -> list[float]:
+    return [p[metric] for p in points if p.get(metric) is not None]
+
+
+def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, Any]]) -> Comparison:
+    """Compare run A (before) with run B (after); see the module docstring for matching and thresholds."""
+    a, b = _by_config(rows_a), _by_config(rows_b)
+    pts_a = {h: _points(rows) for h, rows in a.items()}
+    pts_b = {h: _points(rows) for h, rows in b.items()}
+    run_spread: dict[str, float] = {}
+    for pts in (*pts_a.values(), *pts_b.values()):
+        for group in pts.values():
+            for m in METRICS:
+                s = spread_percent(_values(group, m))
+                if s is not None:
+                    run_spread[m] = max(run_spread.get(m, 0.0), s)
+    configs = []
+    for ha, hb, how in match_configs(a, b):
+        ref = a[ha][0] if ha else b[hb][0]
+        c = ConfigDiff(ref["label"], ha, hb, how, a[ha][0]["trial_status"] if ha else None,
+                       b[hb][0]["trial_status"] if hb else None)
+        if ha and hb:
+            for key in sorted(set(pts_a[ha]) & set(pts_b[hb]), key=lambda k: (k[0], k[1])):
+                pa_, pb_ = pts_a[ha][key], pts_b[hb][key]
+                for m, (_, higher) in METRICS.items():
+                    va, vb = _values(pa_, m), _values(pb_, m)
+                    if not va or not vb or fmean(va) == 0:
+                        continue
+                    own = [s for s in (spread_percent(va), spread_percent(vb)) if s is not None]
+                    if own:
+                        threshold, source = max(own), "measured"
+                    elif m in run_spread:
+                        threshold, source = run_spread[m], "measured"
+                    else:
+                        threshold, source = DEFAULT_THRESHOLD_PERCENT[m], "unknown"
+                    delta = (fmean(vb) - fmean(va)) / abs(fmean(va)) * 100
+                    verdict = ("within spread" if abs(delta) <= threshold else
+                               "better" if (delta > 0) == higher else "worse")
+                    c.diffs.append(MetricDiff(m, level_name(pa_[0]), fmean(va), fmean(vb), delta, threshold,
+                                              source, verdict))
+        configs.append(c)
+    configs.sort(key=lambda c: c.label)
+    versions = [sorted({r.get("engine_version") or "?" for rows in x.values() for r in rows}) for x in (a, b)]
+    return Comparison(versions[0], versions[1], configs, bool(run_spread))
+
+
+ORDER = ("broke", "slower", "mixed", "faster", "fixed", "same", "still failing", "only in A", "only in B")
+
+
+def markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
+    """The comparison as markdown: a summary line per kind of change, then each configuration's differences."""
+    va, vb = ", ".join(cmp.versions_a), ", ".join(cmp.versions_b)
+    lines = [f"# {name_a} (SGLang {va}) vs {name_b} (SGLang {vb})", ""]
+    if cmp.spread_measured:
+        lines.append("Thresholds: the spread measured by repeated load points ((max - min) / mean).")
+    else:
+        lines.append("Spread unknown (no repeated load points in either run): a difference counts only beyond the "
+                     "default thresholds " + ", ".join(f"{METRICS[m][0]} {t:g}%"
+                                                       for m, t in DEFAULT_THRESHOLD_PERCENT.items())
+                     + " (grid.report.compare.DEFAULT_THRESHOLD_PERCENT).")
+    lines.append("")
+    for change in ORDER:
+        group = cmp.by_change(change)
+        if group:
+            lines.append(f"- **{change}** ({len(group)}): " + ", ".join(f"`{c.label}`" for c in group))
+    lines += ["", "| configuration | matched by | status A -> B | level | metric | A | B | change | threshold | "
+                  "verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for change in ORDER:
+        for c in cmp.by_change(change):
+            status = f"{c.status_a or '-'} -> {c.status_b or '-'}"
+            if not c.diffs:
+                lines.append(f"| `{c.label}` | {c.matched_by} | {status} | | | | | | | {change} |")
+            for d in c.diffs:
+                lines.append(f"| `{c.label}` | {c.matched_by} | {status} | {d.level} | {METRICS[d.metric][0]} | "
+                             f"{fmt_score(d.a)} | {fmt_score(d.b)} | {fmt_delta(d.delta_percent)} | "
+                             f"{d.threshold_percent:.1f}% ({d.spread_source}) | {d.verdict} |")
+    return "\n".join(lines) + "\n"

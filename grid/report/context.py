@@ -1,0 +1,149 @@
+"""What the report says about the run itself: what was measured, the command to deploy, warnings about the sweep's
+base, and the known failure modes that explain a failed configuration.
+
+These need the typed run specification (``grid.config.schema.RunSpec``) and grid's engines, so they live here and
+not in the pure ranking/rendering modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from grid.config.schema import RunSpec
+from grid.report.explain import Cause, settings_of
+from grid.report.select import Verdict, slo_text
+
+ENGINE_WORDS = {
+    "sim": "the embedded SGLang twin (modelled performance; no GPU ran)",
+    "sglang": "real SGLang servers (measured on the GPUs)",
+    "openai": "an already running OpenAI-compatible server (measured)",
+}
+
+
+def _levels(values: list[float]) -> str:
+    return ", ".join(f"{v:g}" for v in values)
+
+
+def _distinct(values) -> list:
+    out = []
+    for v in values:
+        if v is not None and v not in out:
+            out.append(v)
+    return out
+
+
+def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | None = None) -> list[str]:
+    """Bullet lines saying what was measured: model, hardware, engine and release, twin or real, workload (ISL/OSL,
+    closed or open loop, levels, requests per point), the twin's time scale and the objective.
+
+    ``rows``: the run's load-point rows (versions, time scales and request counts are read from them); ``plans``:
+    ``grid.sweep.space.expand(spec)`` (each configuration's load; default: ``spec.load``).
+    """
+    hw = spec.hardware
+    versions = _distinct(r.get("engine_version") for r in rows) or [spec.version]
+    engine = spec.engine.kind
+    lines = [
+        f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path else ""),
+        f"Hardware: {hw.name}: {hw.gpu_count} x {hw.gpu} (sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
+        f"{hw.interconnect})",
+        f"Engine: {ENGINE_WORDS.get(engine, engine)}; SGLang release {', '.join(versions)} (engine={engine})",
+    ]
+    loads = _distinct(p.load for p in plans) if plans else [spec.load]
+    for load in loads:
+        lengths = (f"ISL {load.input_len} / OSL {load.output_len} tokens"
+                   + (" (fixed)" if load.range_ratio >= 1 else
+                      f" (uniform in [{load.range_ratio:g}x, 1x] of each)"))
+        parts = []
+        if load.concurrency:
+            parts.append(f"closed loop at concurrency {_levels(load.concurrency)}")
+        if load.request_rate:
+            parts.append(f"open loop ({load.arrival} arrivals) at {_levels(load.request_rate)} req/s")
+        requests = (f"{load.num_prompts} requests per point" if load.num_prompts else
+                    f"{load.prompts_per_stream} requests per stream per point (at least {load.min_prompts})")
+        lines.append(f"Workload: random prompts, {lengths}; {' and '.join(parts) or 'no load points'}; {requests}, "
+                     f"after {load.warmup_requests} warm-up request{'s' if load.warmup_requests != 1 else ''}")
+    counts = [r["num_prompts"] for r in rows if r.get("num_prompts") and r.get("status") != "not_run"]
+    if counts:
+        lines.append(f"Requests measured per load point: {min(counts)}" +
+                     (f"-{max(counts)}" if max(counts) != min(counts) else ""))
+    scales = _distinct(r.get("time_scale") for r in rows)
+    if engine == "sim":
+        scale = _levels(scales) if scales else str(spec.engine.time_scale)
+        startup = spec.engine.startup_time_scale
+        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ("
+                     + (f"{startup:g}x until ready" if startup else "the same until ready")
+                     + "); every ms and per-second value is modelled time (README, 'The twin's clock')")
+    lines.append(f"Objective: {spec.objective.kind}" + (f" with SLOs {slo_text(spec.objective.slo)}"
+                                                       if slo_text(spec.objective.slo) else " (no SLOs)"))
+    return lines
+
+
+def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
+    """The ``python -m sglang.launch_server ...`` line of ``verdict``'s configuration for the SGLang release it was
+    measured for (its ``engine_version``), rendered by grid's sglang engine: no twin-only flag, no ``--port``
+    (SGLang's default applies). ``--model-path`` is ``model.path``, else a placeholder naming the model. None for
+    engine=openai (grid did not launch that server)."""
+    from grid.engines.sglang import SGLangEngine
+    from grid.report.render import deploy_command
+    from grid.sweep.space import TrialPlan
+
+    if spec.engine.kind == "openai" or not verdict.rows:
+        return None
+    version = verdict.rows[0].get("engine_version") or spec.version
+    model = spec.model.model_copy(update={"path": spec.model.path or f"/path/to/{spec.model.name}"})
+    engine_spec = spec.engine.model_copy(update={"kind": "sglang", "version": version, "python": "python",
+                                                 "env": {}})
+    engine = SGLangEngine(spec.model_copy(update={"engine": engine_spec, "model": model}))
+    plan = TrialPlan(0, settings_of(verdict), spec.load, verdict.label, verdict.config_hash)
+    return deploy_command(engine.launch_plan(plan, 30000).command)
+
+
+def base_warnings(spec: RunSpec) -> list[str]:
+    """Warnings about settings every configuration of the sweep shares (``sweep.base`` over ``server``): CUDA graphs
+    turned off (SGLang's own capture-failure hint calls ``--disable-cuda-graph`` "Not recommended. Huge performance
+    loss": python/sglang/srt/model_executor/cuda_graph_runner.py, 0.5.x)."""
+    sweep = spec.sweep
+    base = {**spec.server, **(sweep.base if sweep else {})}
+    out = []
+    if base.get("cuda_graph") is False:
+        varied = sweep is not None and ("cuda_graph" in sweep.grid or any("cuda_graph" in c for c in sweep.configs))
+        out.append("The sweep's base turns CUDA graphs off (cuda_graph=false)"
+                   + (" except where a configuration sets it" if varied else " for every configuration")
+                   + ": decode runs kernel by kernel, so absolute throughput and TPOT are worse than a deployment "
+                   "with CUDA graphs; compare configurations with each other, not with production numbers.")
+    return out
+
+
+#: Which known failure effects (grid/twin/failures.py) can produce which recorded trial error class.
+EFFECT_CLASSES: dict[str, set[str]] = {
+    "nan_output": {"garbage_output", "nan_output", "empty_output"},
+    "startup_crash": {"startup_exit"},
+    "startup_oom": {"startup_oom", "startup_exit"},
+    "startup_hang": {"startup_timeout", "server_hang"},
+    "runtime_crash": {"server_crash"},
+}
+
+
+def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
+    """The known failure modes (grid/twin/failures.py, each with its source) whose conditions hold for ``verdict``'s
+    configuration on this model and hardware and whose effect matches its recorded error class; [] when none does
+    or the configuration cannot be parsed for its version."""
+    from grid.engines.flags import parse_version, to_argv
+    from grid.twin import cli
+    from grid.twin.failures import find_failures
+    from grid.twin.perf import PerfModel
+
+    row = verdict.rows[0] if verdict.rows else {}
+    cls = row.get("trial_error_class")
+    version = row.get("engine_version") or spec.version
+    try:
+        flags = to_argv(settings_of(verdict), parse_version(version))
+        args = cli.parse_args(["--model-path", "m", *flags], version)
+        cli.resolve_args(args, spec.model)
+        cfg = cli.to_serving_config(args)
+        modes = find_failures(spec.model, spec.hardware, cfg, PerfModel(spec.model, spec.hardware, cfg))
+    except (SystemExit, ValueError, AssertionError, KeyError):
+        return []
+    return [Cause(m.id, m.description, m.source) for m in modes if cls in EFFECT_CLASSES.get(m.effect, set())]
+

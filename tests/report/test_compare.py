@@ -1,0 +1,93 @@
+"""grid.compare on two recorded runs (Parquet written with grid's own writers): an SGLang upgrade changes every
+config hash, so configurations are matched by settings; exact deltas, thresholds and verdicts."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from test_measure import spec_for  # noqa: E402
+
+from grid.compare import main  # noqa: E402
+from grid.report.compare import compare, spread_percent  # noqa: E402
+from grid.storage.parquet import read_table  # noqa: E402
+from grid.sweep.space import expand  # noqa: E402
+from recorded import record  # noqa: E402
+
+SWEEP = ("+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85,0.9,0.95]")
+CRASH = ("failed", "server_crash", "server exited with code 1 during load point 0", "Traceback\nRuntimeError: x\n")
+
+
+def two_runs(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    plans_a = expand(spec_for(a_dir, *SWEEP))
+    plans_b = expand(spec_for(b_dir, *SWEEP, "engine.version=0.5.23"))
+    record(a_dir, plans_a, [{1: (100.0, 10.0, 50.0), 4: (400.0, 12.0, 80.0)},
+                            {1: (100.0, 10.0, 50.0), 4: (400.0, 12.0, 80.0)},
+                            {1: (100.0, 10.0, 50.0)},
+                            CRASH], version="0.5.9")
+    record(b_dir, plans_b, [{1: (102.0, 10.0, 60.0), 4: (440.0, 11.0, 100.0)},   # +10% tok/s, TTFT +25% (noise)
+                            {1: (100.0, 10.0, 50.0), 4: (400.0, 13.0, 80.0)},    # TPOT +8.3%
+                            CRASH,
+                            {1: (90.0, 11.0, 50.0)}], version="0.5.23")
+    return a_dir, b_dir, plans_a, plans_b
+
+
+def test_upgrade_comparison_exact(tmp_path):
+    a_dir, b_dir, plans_a, plans_b = two_runs(tmp_path)
+    assert plans_a[0].config_hash != plans_b[0].config_hash      # the version is part of the hash
+    cmp = compare(read_table(a_dir, "load_points").to_pylist(), read_table(b_dir, "load_points").to_pylist())
+    assert (cmp.versions_a, cmp.versions_b, cmp.spread_measured) == (["0.5.9"], ["0.5.23"], False)
+    assert [(c.label, c.matched_by, c.change) for c in cmp.configs] == [
+        ("mem_fraction_static=0.8", "settings", "faster"),
+        ("mem_fraction_static=0.85", "settings", "slower"),
+        ("mem_fraction_static=0.9", "settings", "broke"),
+        ("mem_fraction_static=0.95", "settings", "fixed"),
+    ]
+    faster = {(d.level, d.metric): d for d in cmp.configs[0].diffs}
+    tok = faster[("concurrency 4", "output_tok_per_s")]
+    assert (tok.a, tok.b, tok.delta_percent, tok.threshold_percent, tok.spread_source, tok.verdict) == \
+        (400.0, 440.0, 10.0, 5.0, "unknown", "better")
+    ttft = faster[("concurrency 4", "ttft_median_ms")]
+    assert (ttft.delta_percent, ttft.verdict) == (25.0, "within spread")          # inside the 40% default
+    assert faster[("concurrency 1", "output_tok_per_s")].verdict == "within spread"  # +2%
+    tpot = {(d.level, d.metric): d for d in cmp.configs[1].diffs}[("concurrency 4", "tpot_median_ms")]
+    assert (round(tpot.delta_percent, 3), tpot.verdict) == (8.333, "worse")
+    assert cmp.configs[2].diffs == [] and cmp.configs[3].diffs == []
+
+
+def test_cli_prints_and_writes_markdown(tmp_path, capsys):
+    a_dir, b_dir, _, _ = two_runs(tmp_path)
+    out = tmp_path / "cmp.md"
+    assert main([str(a_dir), str(b_dir), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text == out.read_text()
+    assert text.splitlines()[0] == f"# {a_dir} (SGLang 0.5.9) vs {b_dir} (SGLang 0.5.23)"
+    assert text.splitlines()[2].startswith("Spread unknown (no repeated load points in either run): a difference "
+                                           "counts only beyond the default thresholds output tok/s 5%, TPOT p50 ms 5%")
+    assert "- **broke** (1): `mem_fraction_static=0.9`" in text
+    assert "- **fixed** (1): `mem_fraction_static=0.95`" in text
+    assert ("| `mem_fraction_static=0.8` | settings | ok -> ok | concurrency 4 | output tok/s | 400 | 440 | +10.0% | "
+            "5.0% (unknown) | better |") in text
+    assert "| `mem_fraction_static=0.9` | settings | ok -> failed | | | | | | | broke |" in text
+    assert main([str(a_dir), str(tmp_path / "nothing")]) == 2
+
+
+def row(h, idx, level, tok, status="ok", version="1"):
+    return {"config_hash": h, "label": h, "config_json": f'{{"tag": "{h}"}}', "trial_status": status, "status": "ok",
+            "point_index": idx, "point_kind": "concurrency", "point_value": level, "output_tok_per_s": tok,
+            "engine_version": version}
+
+
+def test_repeated_load_points_set_the_threshold():
+    assert spread_percent([98.0, 102.0]) == 4.0 and spread_percent([5.0]) is None
+    a = [row("x", 0, 8, 98.0), row("x", 1, 8, 102.0), row("y", 0, 8, 100.0)]    # x repeated: 4% spread
+    b = [row("x", 0, 8, 103.0), row("y", 0, 8, 103.5)]
+    cmp = compare(a, b)
+    assert cmp.spread_measured
+    x, y = ({d.metric: d for d in c.diffs}["output_tok_per_s"] for c in cmp.configs)
+    assert (x.a, x.b, x.delta_percent, x.threshold_percent, x.verdict) == (100.0, 103.0, 3.0, 4.0, "within spread")
+    # y was not repeated: the largest spread measured in either run (4%) applies, not the 5% default
+    assert (round(y.delta_percent, 9), y.threshold_percent, y.spread_source, y.verdict) == (3.5, 4.0, "measured",
+                                                                                 "within spread")
+    assert compare(a, [row("x", 0, 8, 105.0)]).configs[0].change == "faster"
+    assert [c.change for c in compare(a, [row("z", 0, 8, 1.0)]).configs] == ["only in A", "only in A", "only in B"]

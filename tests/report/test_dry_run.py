@@ -1,0 +1,27 @@
+"""A dry run into an existing results folder leaves its resolved config (.hydra/config.yaml) alone; a real run (here
+one refused before launching anything) still writes it."""
+
+import subprocess
+import sys
+
+
+def grid_run(run_dir, *overrides):
+    return subprocess.run([sys.executable, "-m", "grid.run", *overrides, f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_keeps_the_resolved_config(tmp_path):
+    saved = tmp_path / ".hydra" / "config.yaml"
+    saved.parent.mkdir()
+    saved.write_text("name: the measured run\n")
+    out = grid_run(tmp_path, "+sweep=cuda_graph", "dry_run=true")
+    assert out.returncode == 0, out.stderr
+    assert "--disable-cuda-graph" in out.stdout
+    assert saved.read_text() == "name: the measured run\n"
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["config.yaml"]
+
+
+def test_a_real_run_writes_the_resolved_config(tmp_path):
+    out = grid_run(tmp_path, "objective.kind=nope")
+    assert out.returncode == 2 and "unknown objective 'nope'" in out.stdout
+    assert "kind: nope" in (tmp_path / ".hydra" / "config.yaml").read_text()
