@@ -14,9 +14,11 @@ Exit status (README, "Exit status"):
 
 from __future__ import annotations
 
+import io
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 
@@ -25,6 +27,30 @@ from grid.engines.base import EngineUnavailable
 
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 2, 3, 130
+RUN_LOG = "run.log"  # in the run directory: everything grid printed, without colour codes (Hydra's job log file)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class _Tee(io.TextIOBase):
+    """The console's file: writes go to the terminal as they are and to ``run.log`` without ANSI colour codes."""
+
+    def __init__(self, term: IO[str], log: IO[str]) -> None:
+        self.term, self.log = term, log
+
+    def write(self, text: str) -> int:
+        self.term.write(text)
+        self.log.write(_ANSI.sub("", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.term.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return self.term.isatty()
+
+    def fileno(self) -> int:
+        return self.term.fileno()
 PIPED_WIDTH = 160  # console columns when stdout is not a terminal and COLUMNS is unset
 
 # The requests columns the report needs to judge the SLOs (grid.report.select.rejudge).
@@ -92,6 +118,17 @@ def main(cfg: dict[str, Any], console: Console | None = None) -> int:
         console.print("[bold red]Configuration error:[/]", end=" ")
         console.print(str(err), markup=False, highlight=False, soft_wrap=True)
         return EXIT_REFUSED
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    term = console.file
+    with open(Path(spec.run_dir) / RUN_LOG, "a", encoding="utf-8") as log:
+        console.file = _Tee(term, log)
+        try:
+            return _run(spec, console)
+        finally:
+            console.file = term
+
+
+def _run(spec: RunSpec, console: Console) -> int:
     from grid.cluster.local import RayStartError
     from grid.sweep import driver
 

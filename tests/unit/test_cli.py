@@ -19,6 +19,10 @@ def test_dry_run_prints_every_twin_command(tmp_path):
     assert len(commands) == 49
     assert "--nsa-prefill-backend trtllm --nsa-decode-backend trtllm" in out.stdout
     assert not (tmp_path / "parquet").exists()
+    # run.log holds what was printed, line for line, without colour codes
+    logged = (tmp_path / "run.log").read_text().splitlines()
+    assert [ln for ln in logged if "-m grid.twin" in ln] == commands
+    assert "\x1b[" not in "".join(logged)
 
 
 def test_dry_run_plans_for_a_chosen_sglang_version_without_sglang(tmp_path):
