@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from grid.server.metrics_vllm import as_sglang
+
 #: SGLang gauge (without the ``sglang:`` prefix) -> (grid column suffix, how samples over ranks combine, unit).
 GAUGES: dict[str, tuple[str, str, str]] = {
     "num_running_reqs": ("running_reqs", "sum", "requests"),
@@ -43,7 +45,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     Prometheus text format (prometheus_client's parser error).
     """
     values: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in as_sglang(text_string_to_metric_families(text)):  # vLLM's names read as SGLang's
         name = family.name.removeprefix("sglang:")
         for sample in family.samples:
             sname = sample.name.removeprefix("sglang:")

@@ -148,7 +148,7 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
-    notes = [*engine.notes, *plan_notes(spec, plan.all, version)]
+    notes = [*engine.notes, *engine.workload_notes(spec.load), *plan_notes(spec, plan.all, version)]
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:

@@ -14,7 +14,6 @@ from typing import Any, Callable
 from grid.config.schema import RunSpec
 from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine
-from grid.loadgen.dataset import random_prompts
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
 from grid.server.session import redact_secrets
@@ -65,7 +64,8 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
                                time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
                                startup_timeout_s=spec.engine.startup_timeout_s,
-                               api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
+                               api=spec.engine.api, model=engine.served_model(), api_key=api_key, label=plan.label,
+                               probe_enabled=spec.probe.enabled)
         infra_notes += result.get("infra_retries") or []
         if result.get("port") and result["port"] != port:  # retried on another port: record the command that ran
             launch = engine.launch_plan(plan, result["port"])
@@ -94,7 +94,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "command": launch.command,
         "engine": spec.engine.kind,
         "engine_version": engine.version(),
-        "model": spec.model.name,
+        "model": engine.served_model(),
         "hardware": spec.hardware.name,
         "trial_status": result["status"],
         "trial_error_class": result["error_class"],
@@ -107,12 +107,14 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "time_scale": launch.time_scale,
         "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
         "server_info_json": redact_secrets(json.dumps(info, sort_keys=True, default=str), secrets) if info else None,
+        "probe_status": result.get("probe_status"),
     }
     points = load_points(plan)
     rows: list[dict] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
-    target = Target(result["base_url"], spec.engine.api, spec.model.name, api_key, launch.time_scale)
+    target = Target(result["base_url"], spec.engine.api, engine.served_model(), api_key, launch.time_scale)
+    form = engine.prompt_form(load) if result["status"] == "ok" else None
     samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
         server, result["base_url"], api_key, spec.engine.kind, launch.time_scale, plan.config_hash, trial_id,
         spec.hardware))
@@ -126,8 +128,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
                          "finished_unix_ns": time.time_ns()})
             continue
-        prompts = random_prompts(point.num_prompts + point.warmup_requests, load.input_len, load.output_len,
-                                 load.range_ratio, spec.model.vocab_size, point.seed)
+        prompts = form.random(point.num_prompts + point.warmup_requests, load.input_len, load.output_len,
+                              load.range_ratio, point.seed)
         for sampler in samplers:
             sampler.start(index)
         outcome = run_load_point_sync(
