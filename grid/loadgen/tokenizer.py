@@ -21,13 +21,13 @@ def load_tokenizer(source: str) -> tuple[Any | None, str]:
     """(tokenizer, "") or (None, why not). Cached per process (one trial after another reuses it)."""
     if not source or source.lower() == NO_TOKENIZER:
         return None, "no tokenizer requested (load.tokenizer=none)"
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return None, "transformers is not installed (pip install -e '.[tokenizer]')"
     looks_local = os.path.isabs(source) or source.startswith((".", "~")) or os.path.exists(source)
     if looks_local and not os.path.isdir(os.path.expanduser(source)):
         return None, f"{source} is not a folder on this machine"
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None, "transformers is not installed (pip install transformers)"
     attempts = [{"local_files_only": True}] if looks_local else [{"local_files_only": True}, {}]
     error = ""
     for kwargs in attempts:

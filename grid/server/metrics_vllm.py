@@ -29,8 +29,8 @@ VLLM_TO_SGLANG: dict[str, str] = {
     "vllm:prompt_tokens": "prompt_tokens",               # counter: prompt tokens processed
     "vllm:request_success": "num_requests",              # counter: finished requests (per finished_reason)
 }
-#: vLLM's KV-cache configuration, an info gauge whose labels carry ``num_gpu_blocks`` and ``block_size``: their
-#: product is the KV pool in tokens (SGLang's ``max_total_num_tokens``).
+#: vLLM's KV-cache configuration, an info gauge whose labels carry ``kv_cache_size_tokens`` (0.32.0) or
+#: ``num_gpu_blocks`` and ``block_size`` (their product): the KV pool in tokens (SGLang's ``max_total_num_tokens``).
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
 
@@ -45,8 +45,9 @@ def _renamed(family: Metric, name: str) -> Metric:
 def _kv_capacity(family: Metric) -> Metric | None:
     out = Metric("sglang:max_total_num_tokens", "KV pool in tokens (vLLM num_gpu_blocks x block_size)", "gauge")
     for s in family.samples:
-        try:
-            tokens = int(s.labels["num_gpu_blocks"]) * int(s.labels["block_size"])
+        try:  # kv_cache_size_tokens where the release reports it (0.32.0 does), else blocks x block size
+            tokens = int(s.labels.get("kv_cache_size_tokens") or 0) or (
+                int(s.labels["num_gpu_blocks"]) * int(s.labels["block_size"]))
         except (KeyError, ValueError):  # "None" before the cache is sized
             continue
         out.samples.append(s._replace(name="sglang:max_total_num_tokens", labels={}, value=float(tokens)))

@@ -23,7 +23,7 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 2  # 2: server metrics, GPU telemetry and bottleneck columns + their tables
+SCHEMA_VERSION: int = 3  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: probe_status
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
