@@ -62,6 +62,8 @@ class LaunchPlan:
 
 class Engine(ABC):
     kind: ClassVar[str]
+    #: random token ids in [0, model.vocab_size) fit the server (it serves conf/model's checkpoint)
+    ids_trusted: ClassVar[bool] = True
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -122,9 +124,6 @@ class Engine(ABC):
                     "(set load.tokenizer=PATH to build them from the model's vocabulary); their input lengths are "
                     "estimates, the server's usage.prompt_tokens is recorded as each request's input length"]
         return []
-
-    #: random token ids in [0, model.vocab_size) fit the server (it serves conf/model's checkpoint)
-    ids_trusted: ClassVar[bool] = True
 
     def common_args(self, port: int) -> list[str]:
         args = ["--host", self.spec.engine.host, "--port", str(port)]

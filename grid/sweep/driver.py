@@ -167,7 +167,8 @@ def run(spec: RunSpec, console) -> Plan:
     engine.check_runnable()
     engine.prepare(spec.run_dir)
     skipped = len(plan.all) - len(plan.todo)
-    console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} (SGLang {version}), "
+    engine_label = f"SGLang {version}" if version[:1].isdigit() else version  # an external server: "vllm 0.32.0"
+    console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} ({engine_label}), "
                   f"{spec.model.name} on {spec.hardware.name}; {skipped} already recorded, {len(plan.todo)} to run")
     if plan.todo:
         run_trials(spec, plan, console)
