@@ -8,7 +8,7 @@ torch/transformers; vLLM listens on 127.0.0.1 only. Then ``python -m grid.run en
 1. by default the correctness probe judges the random model invalid (its answers are consonant garbage);
 2. with ``probe.enabled=false`` a two-point sweep is measured: every request ok, the served model's id and vLLM's
    version recorded, vLLM's /metrics read into the ``srv_*`` columns, the skipped probe in the table and report;
-3. ``engine.api=chat`` measures chat requests (TTFT and TTFO recorded).
+3. ``engine.api=chat`` measures chat requests (TTFT and TTFO recorded), here with text prompts and no tokenizer.
 
 Run: ``GRID_VLLM_PYTHON=$PWD/.venv-vllm/bin/python python -m pytest -m real_server`` (CI deselects the marker).
 """
@@ -107,9 +107,9 @@ def vllm_server(tmp_path_factory):
             proc.wait(timeout=30)
 
 
-def _grid(run_dir: Path, url: str, *overrides: str) -> subprocess.CompletedProcess:
+def _grid(run_dir: Path, url: str, *overrides: str, output_len: int = 64) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "grid.run", "engine=openai", f"engine.base_url={url}", "ray.dashboard=false",
-            "load.input_len=64", "load.output_len=64", f"hydra.run.dir={run_dir}", *overrides]
+            "load.input_len=64", f"load.output_len={output_len}", f"hydra.run.dir={run_dir}", *overrides]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, **OFFLINE, "COLUMNS": "200"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -133,7 +133,9 @@ def test_the_probe_judges_a_random_weight_model_invalid(vllm_server, tmp_path):
 
 def test_a_measured_sweep_with_the_probe_skipped(vllm_server, tmp_path):
     url = vllm_server["url"]
-    done = _grid(tmp_path, url, "probe.enabled=false", "load.concurrency=[1,4]", "load.min_prompts=16")
+    # long enough load points (about 9 s and 3 s) that /metrics is scraped while requests run
+    done = _grid(tmp_path, url, "probe.enabled=false", "load.concurrency=[1,4]", "load.min_prompts=16",
+                 output_len=256)
     rows = read_table(tmp_path, "load_points").to_pylist()
     assert [r["status"] for r in rows] == ["ok", "ok"] and {r["trial_status"] for r in rows} == {"ok"}
     for row in rows:
@@ -146,7 +148,7 @@ def test_a_measured_sweep_with_the_probe_skipped(vllm_server, tmp_path):
     metrics = read_table(tmp_path, "server_metrics").to_pylist()
     assert metrics and max(m["max_total_num_tokens"] or 0 for m in metrics) > 0
     requests = read_table(tmp_path, "requests").to_pylist()
-    assert requests and all(r["status"] == "ok" and r["output_tokens"] == 64 for r in requests)
+    assert requests and all(r["status"] == "ok" and r["output_tokens"] == 256 for r in requests)
     assert "probe was skipped (probe.enabled=false)" in (tmp_path / "report.md").read_text()
     try:
         import transformers  # noqa: F401
@@ -159,11 +161,15 @@ def test_a_measured_sweep_with_the_probe_skipped(vllm_server, tmp_path):
 
 
 def test_chat_requests_end_to_end(vllm_server, tmp_path):
-    _grid(tmp_path, vllm_server["url"], "probe.enabled=false", "engine.api=chat", "load.concurrency=[2]")
+    # without a tokenizer (load.tokenizer=none): random words, lengths estimated, the server's counts recorded
+    done = _grid(tmp_path, vllm_server["url"], "probe.enabled=false", "engine.api=chat", "load.concurrency=[2]",
+                 "load.tokenizer=none")
+    assert "input lengths are estimates" in done.stdout
     rows = read_table(tmp_path, "load_points").to_pylist()
     assert rows[0]["status"] == "ok" and rows[0]["failed"] == 0
     requests = read_table(tmp_path, "requests").to_pylist()
     assert requests and all(r["status"] == "ok" and r["api"] == "chat" for r in requests)
+    assert all(r["input_tokens_source"] == "usage" and r["input_tokens"] > 0 for r in requests)
     # no reasoning parser: the first token is content, so TTFO equals TTFT
     assert all(r["ttfo_ms"] == r["ttft_ms"] and r["ttft_ms"] > 0 for r in requests)
     info = json.loads(urllib.request.urlopen(vllm_server["url"] + "/version", timeout=5).read())
