@@ -82,6 +82,11 @@ def report(spec: RunSpec, console: Console) -> list:
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted), len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
     notes = [n for n in (note, metrics_names_note(rows)) if n]
+    skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
+    if skipped_probe:
+        notes.append(f"The correctness probe was skipped (probe.enabled=false) for {len(skipped_probe)} "
+                     f"configuration{'s' if len(skipped_probe) != 1 else ''} ({', '.join(skipped_probe)}): their "
+                     "answers were not checked, so a configuration serving garbage is ranked as if it were correct.")
     run_dir = Path(spec.run_dir)
     written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes), rows, console)
     if spec.experiment:

@@ -83,6 +83,10 @@ class LoadSpec(_Spec):
     trace_speed: list[float] = Field(default_factory=lambda: [1.0],
                                      description="dataset=trace: one open-loop point per speed (1.0: as recorded)")
     max_concurrency: int | None = Field(None, ge=1, description="open-loop points: cap on requests in flight")
+    tokenizer: str | None = Field(
+        None, description="tokenizer (local directory or HF id, loaded with transformers.AutoTokenizer) the prompts "
+                          "are built with; None: an external server's own (the path /v1/models reports), else none; "
+                          "'none': never load one")
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
@@ -146,7 +150,8 @@ class LoadSpec(_Spec):
 
 
 #: LoadSpec settings added after config hashes were first recorded, with their defaults (see LoadSpec._identity).
-_LATER_DEFAULTS: dict[str, Any] = {"dataset_path": None, "trace_speed": [1.0], "max_concurrency": None}
+_LATER_DEFAULTS: dict[str, Any] = {"dataset_path": None, "trace_speed": [1.0], "max_concurrency": None,
+                                   "tokenizer": None}
 
 
 class SLOSpec(_Spec):
@@ -185,6 +190,13 @@ class SweepSpec(_Spec):
         return v
 
 
+class ProbeSpec(_Spec):
+    """The correctness probe (grid/server/probe.py) run once per launch before any load."""
+
+    enabled: bool = Field(True, description="false: skip it (e.g. a random-weight model, whose answers are "
+                                            "garbage by construction); recorded as probe_status 'skipped'")
+
+
 class RaySpec(_Spec):
     address: str | None = Field(None, description="None: start a local cluster; 'auto': join a running one")
     dashboard: bool = True
@@ -201,6 +213,7 @@ class RunSpec(_Spec):
     server: dict[str, Any] = Field(default_factory=dict, description="base server settings, by meaning")
     load: LoadSpec = Field(default_factory=LoadSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    probe: ProbeSpec = Field(default_factory=ProbeSpec)
     sweep: SweepSpec | None = None
     experiment: dict[str, Any] | None = None
     ray: RaySpec = Field(default_factory=RaySpec)
@@ -261,11 +274,33 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
                         check_setting(key, value, version)
     except SettingError as err:
         raise ConfigError(str(err)) from None
+    _check_dataset_api(spec)
     if spec.engine.kind == "sglang" and not spec.model.path:
         raise ConfigError("model.path: required with engine=sglang (a local checkpoint directory or HF id), "
                           "e.g. engine=sglang model.path=/models/GLM-5-NVFP4")
     _check_writable(spec.run_dir)
     return spec
+
+
+def _check_dataset_api(spec: RunSpec) -> None:
+    """Refuse a dataset that cannot produce the prompts ``engine.api`` takes (e.g. token ids for chat messages), for
+    the run's load and every sweep entry's. Raises ``ConfigError`` naming both keys and the datasets that fit."""
+    from grid.loadgen.client import ENDPOINTS
+    from grid.loadgen.dataset import DATASET_FORMS
+
+    takes = ENDPOINTS[spec.engine.api].accepts
+    loads = [("load.dataset", spec.load)]
+    if spec.sweep is not None:
+        sweep_load = _load_override(spec.load, spec.sweep.load, "sweep.load") if spec.sweep.load else spec.load
+        loads.append(("sweep.load.dataset", sweep_load))
+        loads += [("sweep.configs[].load.dataset", _load_override(sweep_load, c["load"]))
+                  for c in spec.sweep.configs if "load" in c]
+    for key, load in loads:
+        if not DATASET_FORMS[load.dataset] & takes:
+            fits = sorted(d for d, forms in DATASET_FORMS.items() if forms & takes)
+            raise ConfigError(f"{key}={load.dataset} cannot serve engine.api={spec.engine.api}: it yields "
+                              f"{' or '.join(sorted(DATASET_FORMS[load.dataset]))} prompts, the {spec.engine.api} API "
+                              f"takes {' or '.join(sorted(takes))}; allowed datasets: {', '.join(fits)}")
 
 
 def _load_override(base: LoadSpec, override: Any, key: str = "sweep.configs[].load") -> LoadSpec:

@@ -62,6 +62,8 @@ class LaunchPlan:
 
 class Engine(ABC):
     kind: ClassVar[str]
+    #: random token ids in [0, model.vocab_size) fit the server (it serves conf/model's checkpoint)
+    ids_trusted: ClassVar[bool] = True
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -88,6 +90,40 @@ class Engine(ABC):
     @abstractmethod
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         """The command line and environment for ``trial`` listening on ``port``."""
+
+    def served_model(self) -> str:
+        """The model name requests carry (the OpenAI ``model`` field): conf/model's ``name``."""
+        return self.spec.model.name
+
+    def tokenizer_source(self, load) -> str | None:
+        """Where the prompts' tokenizer comes from: ``load.tokenizer`` (None: no tokenizer)."""
+        return load.tokenizer
+
+    def prompt_form(self, load):
+        """How ``load``'s prompts are built (grid.loadgen.dataset.PromptForm): with the tokenizer of
+        ``tokenizer_source`` when it loads, token ids where the API takes them, text where it needs text. Raises
+        ``EngineUnavailable`` when a tokenizer named by ``load.tokenizer`` cannot be loaded."""
+        from grid.loadgen.client import ENDPOINTS
+        from grid.loadgen.dataset import PromptForm
+        from grid.loadgen.tokenizer import NO_TOKENIZER, load_tokenizer
+
+        source = self.tokenizer_source(load)
+        tokenizer, why = load_tokenizer(source) if source else (None, "")
+        if tokenizer is None and load.tokenizer and load.tokenizer.lower() != NO_TOKENIZER:
+            raise EngineUnavailable(f"load.tokenizer={load.tokenizer}: cannot be loaded ({why}); set "
+                                    "load.tokenizer=none to send prompts without one")
+        return PromptForm.choose(load.dataset, ENDPOINTS[self.spec.engine.api].accepts, self.spec.model.vocab_size,
+                                 tokenizer, source or "", ids_trusted=self.ids_trusted)
+
+    def workload_notes(self, load) -> list[str]:
+        """What the user should know about how ``load``'s prompts are built (printed before the run). Raises
+        ``EngineUnavailable`` when a tokenizer named by ``load.tokenizer`` cannot be loaded."""
+        form = self.prompt_form(load)
+        if form.text and form.tokenizer is None:
+            return [f"engine.api={self.spec.engine.api} takes text: prompts are random words without a tokenizer "
+                    "(set load.tokenizer=PATH to build them from the model's vocabulary); their input lengths are "
+                    "estimates, the server's usage.prompt_tokens is recorded as each request's input length"]
+        return []
 
     def common_args(self, port: int) -> list[str]:
         args = ["--host", self.spec.engine.host, "--port", str(port)]

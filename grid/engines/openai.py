@@ -1,16 +1,23 @@
 """``engine=openai``: benchmark a server that is already running at ``engine.base_url`` (any OpenAI-compatible
-engine, or an SGLang server with its native /generate). Nothing is launched or stopped: the trial measures it through
-grid/server/external.py, with the same load points, Parquet tables and report as a launched server.
+engine: vLLM, SGLang, ...; or an SGLang server with its native /generate). Nothing is launched or stopped: the trial
+measures it through grid/server/external.py, with the same load points, Parquet tables and report as a launched
+server.
 
-The server's own settings are whatever it was started with; the sweep's settings only label the trial. Its version
-is the one /server_info reports (SGLang), else ``engine.version``, else ``"external"``.
+The server's own settings are whatever it was started with; the sweep's settings only label the trial. What grid
+uses comes from the server itself (grid.server.external.discover):
+
+* the model: the id ``/v1/models`` serves (used instead of conf/model's ``name`` when that is not served);
+* the prompts' tokenizer: ``load.tokenizer``, else the path the server reports as the model's ``root`` when it loads
+  here (transformers installed, the folder or HF cache present); without one, prompts are text and their lengths
+  are estimates (the server's ``usage.prompt_tokens`` is what the metrics use);
+* the version: SGLang's ``/server_info``, vLLM's ``/version``; ``engine.version`` overrides; else ``"external"``.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import logging
 import socket
-import urllib.request
 from typing import ClassVar
 from urllib.parse import urlparse
 
@@ -21,11 +28,14 @@ from grid.server.net import urlopen
 
 CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take
 
+log = logging.getLogger("grid.engines.openai")
+
 
 @register
 class OpenAIEngine(Engine):
     kind = "openai"
     external: ClassVar[bool] = True
+    ids_trusted: ClassVar[bool] = False  # conf/model's vocab_size need not be the served model's
 
     def _url(self) -> str:
         url = getattr(self.spec.engine, "base_url", None)
@@ -33,17 +43,65 @@ class OpenAIEngine(Engine):
             raise EngineUnavailable("engine=openai needs engine.base_url=http://HOST:PORT of a running server")
         return str(url).rstrip("/")
 
+    @functools.cached_property
+    def facts(self):
+        """What the server says about itself (grid.server.external.ServerFacts), read once per engine object."""
+        from grid.server.external import discover
+
+        return discover(self._url(), self.spec.engine.api_key)
+
     def version(self) -> str:
         if self.spec.engine.version:
             return self.spec.engine.version
-        try:
-            req = urllib.request.Request(self._url() + "/server_info")
-            if self.spec.engine.api_key:
-                req.add_header("Authorization", f"Bearer {self.spec.engine.api_key}")
-            with urlopen(req, timeout=5) as resp:
-                return str(json.loads(resp.read()).get("version") or "external")
-        except (OSError, ValueError):
-            return "external"
+        return self.facts.version_label
+
+    def served_model(self) -> str:
+        """conf/model's ``name`` when the server serves it, else the first id ``/v1/models`` lists (else the name)."""
+        ids = [m.id for m in self.facts.models]
+        if not ids or self.spec.model.name in ids:
+            return self.spec.model.name
+        return ids[0]
+
+    def tokenizer_source(self, load) -> str | None:
+        """``load.tokenizer``, else the served model's ``root`` as /v1/models reports it (None when it does not)."""
+        if load.tokenizer:
+            return load.tokenizer
+        served = self.served_model()
+        return next((m.root for m in self.facts.models if m.id == served and m.root), None)
+
+    def workload_notes(self, load) -> list[str]:
+        """What grid took from the server: the model name, the tokenizer (or that lengths are estimates), and why
+        /v1/models could not be read. Raises ``EngineUnavailable`` for a ``load.tokenizer`` that does not load."""
+        notes = []
+        facts = self.facts
+        ids = [m.id for m in facts.models]
+        if facts.error:
+            notes.append(f"{self._url()}: {facts.error}; requests name the model {self.spec.model.name!r} "
+                         "(conf/model's name)")
+        elif self.served_model() != self.spec.model.name:
+            notes.append(f"the server at {self._url()} serves {', '.join(repr(i) for i in ids)} (/v1/models), not "
+                         f"conf/model's {self.spec.model.name!r}: requests name {self.served_model()!r} (set "
+                         "model.name to choose)")
+        form = self.prompt_form(load)
+        if form.tokenizer is not None:
+            notes.append(f"prompts are built with the server's tokenizer from {form.source} "
+                         f"({len(form.tokenizer)} tokens; token ids stay inside its vocabulary)")
+        else:
+            from grid.loadgen.tokenizer import load_tokenizer
+
+            source = self.tokenizer_source(load)
+            why = load_tokenizer(source)[1] if source else "the server reports no model path (/v1/models root)"
+            if form.text:
+                notes.append(f"no tokenizer for the served model ({why}; set load.tokenizer=PATH): prompts are "
+                             "random words, their input lengths are estimates (about one token per word); the "
+                             "server's usage.prompt_tokens is recorded as each request's input length")
+            else:
+                notes.append(f"no tokenizer for the served model ({why}): token ids are drawn below "
+                             f"model.vocab_size={self.spec.model.vocab_size}, which must not exceed the served "
+                             "model's vocabulary")
+        for note in notes:
+            log.info(note)
+        return notes
 
     def check_runnable(self) -> None:
         """Raises ``EngineUnavailable`` for a malformed URL, and when nothing listens at its host and port (the

@@ -100,6 +100,8 @@ class Endpoint:
 
     name: ClassVar[str]
     path: ClassVar[str]
+    #: prompt forms the API takes: "token_ids" and/or "text" (checked against the dataset before launch)
+    accepts: ClassVar[frozenset[str]] = frozenset({"token_ids", "text"})
 
     def __init__(self, model: str = "default", ignore_eos: bool = True, extra_body: dict | None = None) -> None:
         self.model = model
@@ -310,10 +312,11 @@ class CompletionsEndpoint(_OpenAIEndpoint):
 class ChatEndpoint(_OpenAIEndpoint):
     name = "chat"
     path = "/v1/chat/completions"
+    accepts = frozenset({"text"})
 
     def payload(self, prompt: Prompt, stream: bool) -> dict:
         if prompt.text is None:
-            raise ValueError("the chat api needs text prompts (use as_text=True or a text dataset)")
+            raise ValueError("the chat api needs text prompts (grid.loadgen.dataset.PromptForm builds them for it)")
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt.text}],

@@ -11,6 +11,13 @@
 * ``shared_prefix_prompts``: groups of prompts that share a long prefix (bench_serving
   ``generated-shared-prefix``), for prefix-cache behaviour.
 
+``PromptForm`` picks the form per run: token ids where the API takes them and ids can be trusted (inside the
+tokenizer's vocabulary, or ``model.vocab_size``), else text (the chat API takes only text messages). With a
+tokenizer, text prompts are random in-vocabulary token ids decoded to text and their planned length is the length
+of that text re-encoded (exact up to the chat template); without one they are random common words (an estimate).
+``DATASET_FORMS`` says which forms each ``load.dataset`` yields, so that a dataset that cannot serve an API is
+refused before launch (grid/config/schema.py).
+
 Lengths follow bench_serving's ``--random-range-ratio``: each length is uniform in ``[max(int(L*ratio), 1), L]``
 inclusive, so ratio 1.0 gives fixed lengths and ratio 0.0 lengths in ``[1, L]``.
 
@@ -27,6 +34,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +47,16 @@ _WORDS = (
     "other into over only most some made then could many may about them these such should any between city "
     "state world water place house school point group number part home light night hand river music story"
 ).split()
+
+
+#: ``load.dataset`` -> the prompt forms it can yield ("token_ids", "text"); an API takes the forms its endpoint lists
+#: (``grid.loadgen.client.Endpoint.accepts``).
+DATASET_FORMS: dict[str, frozenset[str]] = {
+    "random": frozenset({"token_ids", "text"}),
+    "random_ids": frozenset({"token_ids"}),
+    "sharegpt": frozenset({"text"}),
+    "trace": frozenset({"token_ids", "text"}),
+}
 
 
 def _lengths(rng: np.random.Generator, num: int, length: int, range_ratio: float) -> np.ndarray:
@@ -77,6 +95,73 @@ def random_prompts(
             ids = rng.integers(0, vocab_size, size=n)
             prompts.append(Prompt(i, n, int(out_lens[i]), input_ids=tuple(int(t) for t in ids)))
     return prompts
+
+
+def vocab_ids(tokenizer: Any) -> np.ndarray:
+    """The ids a random prompt may use: every id of ``tokenizer`` (``len(tokenizer)``, added tokens included) except
+    its special tokens (BOS/EOS/pad/unk/...), as sorted int64."""
+    special = set(int(i) for i in getattr(tokenizer, "all_special_ids", []) or [])
+    ids = np.arange(len(tokenizer), dtype=np.int64)
+    return ids[~np.isin(ids, sorted(special))] if special else ids
+
+
+def tokenizer_prompts(num: int, input_len: int, output_len: int, range_ratio: float, tokenizer: Any, seed: int,
+                      as_text: bool) -> list[Prompt]:
+    """``random_prompts`` with ids drawn from ``tokenizer``'s non-special vocabulary (``vocab_ids``). As text: the
+    ids decoded, with the re-encoded length (no special tokens) as ``input_len``. Raises ``ValueError`` for a
+    tokenizer without ordinary tokens."""
+    allowed = vocab_ids(tokenizer)
+    if len(allowed) == 0:
+        raise ValueError("the tokenizer has no ordinary (non-special) tokens")
+    rng = np.random.default_rng(seed)
+    in_lens = _lengths(rng, num, input_len, range_ratio)
+    out_lens = _lengths(rng, num, output_len, range_ratio)
+    prompts = []
+    for i in range(num):
+        ids = [int(t) for t in allowed[rng.integers(0, len(allowed), size=int(in_lens[i]))]]
+        if as_text:
+            text = tokenizer.decode(ids)
+            n = len(tokenizer.encode(text, add_special_tokens=False)) or int(in_lens[i])
+            prompts.append(Prompt(i, n, int(out_lens[i]), text=text))
+        else:
+            prompts.append(Prompt(i, len(ids), int(out_lens[i]), input_ids=tuple(ids)))
+    return prompts
+
+
+@dataclass(frozen=True)
+class PromptForm:
+    """How a run's random prompts are built: ``text`` or token ids; from ``tokenizer`` (a transformers tokenizer)
+    when there is one, else ids in ``[0, vocab_size)`` or common words. ``source`` names where the tokenizer came
+    from (for notes); ``exact_lengths`` is False when prompt lengths are estimates (words without a tokenizer)."""
+
+    vocab_size: int
+    text: bool = False
+    tokenizer: Any = None
+    source: str = ""
+
+    @property
+    def exact_lengths(self) -> bool:
+        return self.tokenizer is not None or not self.text
+
+    @classmethod
+    def choose(cls, dataset: str, api_takes: frozenset[str], vocab_size: int, tokenizer: Any = None,
+               source: str = "", ids_trusted: bool = True) -> "PromptForm":
+        """The form for ``load.dataset`` on an API that takes ``api_takes``: token ids when both allow them and the
+        ids are known to lie in the server's vocabulary (a tokenizer, or ``ids_trusted``: ``vocab_size`` is the
+        served model's), else text. Raises ``ValueError`` when the dataset yields no form the API takes (the config
+        check refuses that earlier). Pure."""
+        forms = DATASET_FORMS[dataset] & api_takes
+        if not forms:
+            raise ValueError(f"dataset {dataset!r} yields {sorted(DATASET_FORMS[dataset])}, the API takes "
+                             f"{sorted(api_takes)}")
+        ids = "token_ids" in forms and (tokenizer is not None or ids_trusted or "text" not in forms)
+        return cls(vocab_size, text=not ids, tokenizer=tokenizer, source=source)
+
+    def random(self, num: int, input_len: int, output_len: int, range_ratio: float, seed: int) -> list[Prompt]:
+        """``num`` seeded prompts (same arguments, same prompts)."""
+        if self.tokenizer is not None:
+            return tokenizer_prompts(num, input_len, output_len, range_ratio, self.tokenizer, seed, self.text)
+        return random_prompts(num, input_len, output_len, range_ratio, self.vocab_size, seed, as_text=self.text)
 
 
 def _estimate_tokens(text: str) -> int:
@@ -277,6 +362,7 @@ class DatasetArgs:
     seed: int
     path: str | None = None
     as_text: bool = False
+    form: "PromptForm | None" = None  # the run's prompt form (tokenizer, text or ids); random kinds build through it
 
 
 @dataclass(frozen=True)
@@ -319,14 +405,25 @@ def _check_sharegpt(path: str) -> None:
 def _build_trace(a: DatasetArgs) -> Dataset:
     assert a.path is not None
     reqs = trace_requests(a.path)
-    return Dataset(trace_prompts(a.path, a.num, a.vocab_size, a.seed, a.as_text),
+    as_text = a.form.text if a.form is not None else a.as_text
+    return Dataset(trace_prompts(a.path, a.num, a.vocab_size, a.seed, as_text),
                    tuple(r.offset_ms / 1000.0 for r in reqs))
 
 
+def _build_random(a: DatasetArgs) -> Dataset:
+    if a.form is not None:
+        return Dataset(a.form.random(a.num, a.input_len, a.output_len, a.range_ratio, a.seed))
+    return Dataset(random_prompts(a.num, a.input_len, a.output_len, a.range_ratio, a.vocab_size, a.seed,
+                                  as_text=a.as_text))
+
+
 register_dataset(DatasetKind(
-    "random", lambda a: Dataset(random_prompts(a.num, a.input_len, a.output_len, a.range_ratio, a.vocab_size, a.seed,
-                                               as_text=a.as_text)),
-    description="random token ids (or words) of load.input_len/output_len and load.range_ratio"))
+    "random", _build_random,
+    description="random token ids of load.input_len/output_len and load.range_ratio, or random text where the API "
+                "or the server needs text (chat; an external server whose tokenizer grid cannot load)"))
+register_dataset(DatasetKind(
+    "random_ids", _build_random,
+    description="random token ids only (exact input lengths; cannot serve engine.api=chat)"))
 register_dataset(DatasetKind(
     "sharegpt", _build_sharegpt, needs_path=True, check=_check_sharegpt,
     description="a local ShareGPT-format JSON file (text prompts; output lengths from the replies)"))

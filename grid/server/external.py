@@ -3,6 +3,11 @@
 ``ExternalServer`` has the ServerSession interface (grid/server/session.py) so a trial measures it exactly as it
 measures a server it launched: ``launch()`` only waits for readiness and runs the correctness probe, ``stop()`` does
 nothing (the server is not ours), ``alive()`` asks the server. There is no process, so no exit code and no log.
+
+``discover()`` reads what the server says about itself: the models it serves (``GET /v1/models``: ``id``, the
+``root`` path it loaded, ``max_model_len``, ``owned_by``), its engine and version (SGLang's ``/server_info`` or
+``/get_server_info`` ``version``; vLLM's ``GET /version`` -> ``{"version": ...}``). Every failure message carries
+the server's own error body.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from grid.server.probe import probe
@@ -21,9 +27,14 @@ from grid.server.net import urlopen
 #: OpenAI-compatible model list every such server serves.
 READY_PATHS = ("/health", "/v1/models")
 POLL_S = 0.5
+#: SGLang's server-info routes (``/get_server_info`` in every release grid knows, ``/server_info`` added later).
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+#: vLLM's version route (vllm/entrypoints/openai/api_server.py: ``GET /version`` -> ``{"version": ...}``).
+VERSION_PATH = "/version"
 
 
 def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, bytes]:
+    """(HTTP status, body); an HTTP error status returns its error body. Raises ``OSError`` when nothing answers."""
     req = urllib.request.Request(url)
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
@@ -31,7 +42,97 @@ def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, bytes]:
         with urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
-        return err.code, b""
+        try:
+            return err.code, err.read() or b""
+        except (OSError, ValueError):
+            return err.code, b""
+
+
+def _get_json(url: str, api_key: str | None, timeout_s: float) -> dict | None:
+    """The JSON object at ``url`` when it answers 200 with one, else None. Never raises."""
+    try:
+        status, body = _get(url, api_key, timeout_s)
+        obj = json.loads(body) if status == 200 else None
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One entry of ``/v1/models``: the name requests must use (``id``), the path or HF id the server loaded
+    (``root``; vLLM and SGLang report it), its context length and owner (``vllm``, ``sglang``, ...)."""
+
+    id: str
+    root: str | None = None
+    max_model_len: int | None = None
+    owned_by: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What an external server says about itself. ``engine``: ``sglang`` (it serves /server_info), else the models'
+    ``owned_by`` (``vllm``), else ``""``. ``version``: the engine's release, None when it does not say.
+    ``error``: why ``/v1/models`` could not be read ("" when it was)."""
+
+    models: tuple[ServedModel, ...] = ()
+    engine: str = ""
+    version: str | None = None
+    error: str = ""
+
+    @property
+    def version_label(self) -> str:
+        """The ``engine_version`` column: SGLang's release as is (flag catalogs apply), another engine's prefixed with
+        its name (``vllm 0.32.0``), ``external`` when the server does not say."""
+        if not self.version:
+            return "external"
+        return self.version if self.engine == "sglang" else f"{self.engine or 'external'} {self.version}"
+
+
+def parse_models(obj: dict) -> tuple[ServedModel, ...]:
+    """The ``data`` list of an OpenAI ``/v1/models`` body. Raises ``ValueError`` for another shape. Pure."""
+    data = obj.get("data")
+    if not isinstance(data, list):
+        raise ValueError(f"/v1/models: no 'data' list in {json.dumps(obj)[:200]}")
+    out = []
+    for entry in data:
+        if isinstance(entry, dict) and entry.get("id"):
+            length = entry.get("max_model_len")
+            out.append(ServedModel(str(entry["id"]), str(entry["root"]) if entry.get("root") else None,
+                                   int(length) if isinstance(length, (int, float)) else None,
+                                   str(entry["owned_by"]) if entry.get("owned_by") else None))
+    return tuple(out)
+
+
+def discover(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ServerFacts:
+    """Read ``/v1/models``, SGLang's server info and vLLM's ``/version`` from ``base_url``. Never raises: a server
+    that does not answer gives ``ServerFacts(error=...)`` with the reason (its error body included)."""
+    base = base_url.rstrip("/")
+    models: tuple[ServedModel, ...] = ()
+    error = ""
+    try:
+        status, body = _get(base + "/v1/models", api_key, timeout_s)
+        if status == 200:
+            models = parse_models(json.loads(body))
+            if not models:
+                error = "/v1/models lists no model"
+        else:
+            text = body.decode("utf-8", "replace").strip()[:300]
+            error = f"/v1/models answered HTTP {status}" + (f": {text}" if text else "")
+    except (OSError, ValueError) as err:
+        error = f"/v1/models: {err}"
+    version, engine = None, ""
+    for path in SERVER_INFO_PATHS:
+        info = _get_json(base + path, api_key, timeout_s)
+        if info is not None and info.get("version"):
+            version, engine = str(info["version"]), "sglang"
+            break
+    if version is None:
+        info = _get_json(base + VERSION_PATH, api_key, timeout_s)
+        if info is not None and info.get("version"):
+            version = str(info["version"])
+        engine = next((m.owned_by for m in models if m.owned_by), "") or ""
+    return ServerFacts(models, engine, version, error)
 
 
 class ExternalServer:
@@ -47,27 +148,34 @@ class ExternalServer:
         self.api_key = api_key
         self.ready_timeout_s = ready_timeout_s
         self.label = "external"
+        self.last_answer = ""  # what the readiness paths last answered (status and error body), for messages
 
     def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
         return self.port, []
 
     def ready(self, timeout_s: float = 5.0) -> str | None:
         """The readiness path that answered 200, or None."""
+        answers = []
         for path in READY_PATHS:
             try:
-                status, _ = _get(self.base_url + path, self.api_key, timeout_s)
-            except (OSError, ValueError):
+                status, body = _get(self.base_url + path, self.api_key, timeout_s)
+            except (OSError, ValueError) as err:
+                answers.append(f"{path}: {err}")
                 continue
             if status == 200:
                 return path
+            text = body.decode("utf-8", "replace").strip()[:300]
+            answers.append(f"{path}: HTTP {status}" + (f" {text}" if text else ""))
+        self.last_answer = "; ".join(answers)
         return None
 
     def launch(self, argv: list[str] | None = None, env: dict | None = None, port: int = 0, log_path: str = "",
                time_scale: float = 1.0, startup_timeout_s: float = 0.0, api: str = "generate", model: str = "",
                api_key: str | None = None, label: str = "", startup_time_scale: float | None = None,
-               **_: object) -> dict:
-        """Wait (up to ``ready_timeout_s`` real seconds) for the server to answer, then run the correctness probe.
-        ``argv``/``env``/``log_path`` are ignored: nothing is started. Returns ``LaunchResult.to_dict()``."""
+               probe_enabled: bool = True, **_: object) -> dict:
+        """Wait (up to ``ready_timeout_s`` real seconds) for the server to answer, then run the correctness probe
+        (unless ``probe_enabled`` is False). ``argv``/``env``/``log_path`` are ignored: nothing is started. Returns
+        ``LaunchResult.to_dict()``."""
         self.label = label or "external"
         key = api_key if api_key is not None else self.api_key
         self.api_key = key
@@ -80,11 +188,14 @@ class ExternalServer:
         if path is None:
             return LaunchResult("failed", "external_unreachable",
                                 f"{self.base_url} did not answer {' or '.join(READY_PATHS)} with 200 within "
-                                f"{self.ready_timeout_s:.0f} s", self.port, self.base_url).to_dict()
-        verdict = probe(self.base_url, api, model, key, lambda: "", timeout_s=max(30.0, 600 / time_scale))
+                                f"{self.ready_timeout_s:.0f} s (last answers: {self.last_answer})", self.port,
+                                self.base_url).to_dict()
+        verdict = probe(self.base_url, api, model, key, lambda: "", timeout_s=max(30.0, 600 / time_scale),
+                        enabled=probe_enabled)
         status = "ok" if verdict.ok else ("failed" if verdict.error_class == "probe_error" else "invalid")
         return LaunchResult(status, verdict.error_class, verdict.detail, self.port, self.base_url,
-                            startup_s=None, phases=[f"ready: {path}"], probe_answers=verdict.answers).to_dict()
+                            startup_s=None, phases=[f"ready: {path}"], probe_answers=verdict.answers,
+                            probe_status=verdict.status).to_dict()
 
     def alive(self) -> bool:
         return self.ready() is not None
@@ -106,7 +217,7 @@ class ExternalServer:
 
     def server_info(self, api_key: str | None = None) -> dict | None:
         """SGLang's /server_info when the server has it (None for other engines)."""
-        for path in ("/server_info", "/get_server_info"):
+        for path in SERVER_INFO_PATHS:
             try:
                 status, body = _get(self.base_url + path, api_key or self.api_key, 10.0)
                 if status == 200:

@@ -23,6 +23,9 @@ from packaging.version import InvalidVersion, Version
 from prometheus_client.parser import text_string_to_metric_families
 from grid.server.net import urlopen
 
+
+from grid.server.metrics_vllm import as_sglang
+
 #: Gauge (the name after the engine's prefix) -> (grid column suffix, how samples over ranks combine, unit).
 GAUGES: dict[str, tuple[str, str, str]] = {
     "num_running_reqs": ("running_reqs", "sum", "requests"),
@@ -97,7 +100,7 @@ def parse_metrics(text: str, prefixes: tuple[str, ...] | None = None) -> dict[st
     """
     prefixes = prefixes or metric_prefixes("sglang")
     values: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in as_sglang(text_string_to_metric_families(text)):  # vLLM's names read as SGLang's
         name = _strip(family.name, prefixes)
         if name is None or (name not in GAUGES and name not in COUNTERS):
             continue

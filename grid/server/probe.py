@@ -25,12 +25,42 @@ PROBES: tuple[tuple[str, str], ...] = (
 NAN_LOG = re.compile(r"NaN in the logits|probability tensor contains either `?inf`?, `?nan`?", re.IGNORECASE)
 
 
+#: Characters of a server's error body kept in a failure message.
+ERROR_BODY_CHARS = 500
+
+
 @dataclass
 class ProbeResult:
     ok: bool
     error_class: str | None = None     # garbage_output | nan_output | empty_output | probe_error
     detail: str = ""
     answers: list[str] = field(default_factory=list)
+    skipped: bool = False              # probe.enabled=false: nothing was sent, nothing judged
+
+    @property
+    def status(self) -> str:
+        """``skipped`` | ``passed`` | ``failed`` (the ``probe_status`` column)."""
+        return "skipped" if self.skipped else ("passed" if self.ok else "failed")
+
+
+def http_error_text(err: urllib.error.HTTPError) -> str:
+    """``HTTP 404 Not Found: <the server's error body>``: the status line and the body the server sent with it (its
+    ``error.message`` / ``message`` / ``detail`` when the body is JSON, else the text), cut to ``ERROR_BODY_CHARS``."""
+    try:
+        raw = err.read() or b""
+    except (OSError, ValueError):
+        raw = b""
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            inner = obj.get("error")
+            msg = inner.get("message") if isinstance(inner, dict) else inner
+            text = str(msg or obj.get("message") or obj.get("detail") or text)
+    except ValueError:
+        pass
+    head = f"HTTP {err.code} {err.reason}".rstrip()
+    return f"{head}: {text[:ERROR_BODY_CHARS]}" if text else head
 
 
 def judge_answer(text: str, expected: str) -> str | None:
@@ -96,11 +126,16 @@ def run_probe(base_url: str, api: str, model: str, api_key: str | None = None, t
     return answers
 
 
-def probe(base_url: str, api: str, model: str, api_key: str | None, log_tail_fn, timeout_s: float = 120.0
-          ) -> ProbeResult:
-    """Run the probe and judge it; HTTP failures become ``probe_error``."""
+def probe(base_url: str, api: str, model: str, api_key: str | None, log_tail_fn, timeout_s: float = 120.0,
+          enabled: bool = True) -> ProbeResult:
+    """Run the probe and judge it; HTTP failures become ``probe_error`` with the server's error body. With
+    ``enabled`` False (``probe.enabled=false``) nothing is sent and the result is ok and ``skipped``."""
+    if not enabled:
+        return ProbeResult(True, None, "probe skipped (probe.enabled=false)", skipped=True)
     try:
         answers = run_probe(base_url, api, model, api_key, timeout_s)
+    except urllib.error.HTTPError as err:
+        return ProbeResult(False, "probe_error", f"probe request failed: {http_error_text(err)}")
     except (OSError, urllib.error.URLError, ValueError) as err:
         return ProbeResult(False, "probe_error", f"probe request failed: {err}")
     return judge(answers, log_tail_fn())

@@ -73,6 +73,7 @@ class LaunchResult:
     log_tail: str = ""
     probe_answers: list[str] = field(default_factory=list)
     infra_retries: list[str] = field(default_factory=list)
+    probe_status: str | None = None  # passed | failed | skipped (probe.enabled=false) | None: not reached
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,7 +103,7 @@ class ServerSession:
 
     def launch(self, argv: list[str], env: dict[str, str], port: int, log_path: str, time_scale: float,
                startup_timeout_s: float, api: str, model: str, api_key: str | None, label: str = "",
-               startup_time_scale: float | None = None) -> dict:
+               startup_time_scale: float | None = None, probe_enabled: bool = True) -> dict:
         """Start the server, wait for readiness, run the correctness probe. Returns ``LaunchResult.to_dict()``.
 
         ``startup_time_scale`` converts real seconds to modelled ones until ready (default ``time_scale``). When the
@@ -138,14 +139,15 @@ class ServerSession:
                 cause = error_headline(tail)  # the server's own words say more than "exited before ready"
                 return LaunchResult(status, err.error_class, f"{err}: {cause}" if cause else str(err), port, base_url,
                                     exit_code=code, log_tail=tail, infra_retries=notes).to_dict()
-        verdict = probe(base_url, api, model, api_key, self.server.log_tail, timeout_s=max(10.0, 600 / time_scale))
+        verdict = probe(base_url, api, model, api_key, self.server.log_tail, timeout_s=max(10.0, 600 / time_scale),
+                        enabled=probe_enabled)
         if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.server.alive():
             verdict.error_class = "server_hang"  # alive, port open, yet no answer: not the configuration's output
         status = "ok" if verdict.ok else ("failed" if verdict.error_class in ("probe_error", "server_hang")
                                           else "invalid")
         result = LaunchResult(status, verdict.error_class, verdict.detail, port, base_url, ready.startup_s,
                               ready.port_open_s, ready.phases, None, "" if verdict.ok else self.log_tail(),
-                              verdict.answers, notes)
+                              verdict.answers, notes, verdict.status)
         return result.to_dict()
 
     # -- node cleanliness ------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
 SCHEMA_VERSION: int = 3  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
-# decode_error, max_concurrency, dataset and srv_gauges_found columns
+# decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -75,7 +75,8 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("chunk_perf_ns", "list<int64>", "ns",
      "arrival time of every streamed data event except [DONE] (role, finish and usage events included)"),
     ("chunk_tokens", "list<int32>", "tokens", "generated tokens carried by each event of chunk_perf_ns"),
-    ("first_token_perf_ns", "int64", "ns", "arrival of the first event carrying a generated token"),
+    ("first_token_perf_ns", "int64", "ns",
+     "arrival of the first event carrying a generated token of any kind (reasoning_content included)"),
     ("first_content_perf_ns", "int64", "ns", "arrival of the first event carrying a content (non-reasoning) token"),
     ("last_token_perf_ns", "int64", "ns", "arrival of the last event carrying a generated token"),
     ("done_marker", "bool", "flag", "the [DONE] marker was received"),
@@ -90,8 +91,10 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("content_null", "bool", "flag", "tokens were generated but no content text (reasoning only / content null)"),
     ("text", "string", "", f"generated content text, first {TEXT_MAX_CHARS} characters"),
     ("text_truncated", "bool", "flag", "text was cut to the first characters"),
-    ("ttft_ms", "float64", "ms", "send to first token event, modelled ms (null: no token / not streamed)"),
-    ("ttfo_ms", "float64", "ms", "send to first content token event, modelled ms"),
+    ("ttft_ms", "float64", "ms", "send to first token event of any kind (a reasoning model's reasoning_content "
+     "counts), modelled ms (null: no token / not streamed)"),
+    ("ttfo_ms", "float64", "ms", "send to first output content token event (chat delta.content, not "
+     "reasoning_content; equals ttft_ms for non-reasoning output), modelled ms"),
     ("tpot_ms", "float64", "ms", "(e2e - TTFT) / (output_tokens - 1), modelled ms; ok requests, > 1 token"),
     ("e2e_ms", "float64", "ms", "send to last token event (non-streamed: body read), modelled ms; ok requests"),
     ("client_queue_ms", "float64", "ms", "scheduled to actual send, modelled ms (includes slot_wait_ms)"),
@@ -111,9 +114,12 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("config_json", "string", "json", "full server configuration"),
     ("label", "string", "", "short human name of the configuration"),
     ("command", "string", "", "server command line, secrets redacted"),
-    ("engine", "string", "", "engine kind (sim | sglang)"),
-    ("engine_version", "string", "", "engine version"),
-    ("model", "string", "", "model name"),
+    ("engine", "string", "", "engine kind (sim | sglang | openai)"),
+    ("engine_version", "string", "", "engine version: SGLang's release; an external server's as it reports it "
+     "(e.g. 'vllm 0.32.0'), 'external' when it does not say"),
+    ("model", "string", "", "model name requests carry (an external server's: the id its /v1/models serves)"),
+    ("probe_status", "string", "", "correctness probe: passed | failed | skipped (probe.enabled=false) | null "
+     "(not launched)"),
     ("hardware", "string", "", "hardware description"),
     ("trial_status", "string", "", "ok | failed | invalid | skipped"),
     ("trial_error_class", "string", "", "why the trial failed (startup_oom, server_crash, ...)"),

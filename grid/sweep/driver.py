@@ -172,7 +172,7 @@ def run(spec: RunSpec, console) -> Plan:
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
     plan = plan_run(spec)
     version = engine.version()
-    notes = [*engine.notes, *plan_notes(spec, plan.all, version)]
+    notes = [*engine.notes, *engine.workload_notes(spec.load), *plan_notes(spec, plan.all, version)]
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     if spec.dry_run:
@@ -191,7 +191,8 @@ def run(spec: RunSpec, console) -> Plan:
     engine.check_runnable()
     engine.prepare(spec.run_dir)
     skipped = len(plan.all) - len(plan.todo)
-    console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} (SGLang {version}), "
+    engine_label = f"SGLang {version}" if version[:1].isdigit() else version  # an external server: "vllm 0.32.0"
+    console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} ({engine_label}), "
                   f"{spec.model.name} on {spec.hardware.name}; {skipped} already recorded, {len(plan.todo)} to run")
     run_id = new_run_id()
     end_leftovers(spec, run_id, console)

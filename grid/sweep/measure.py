@@ -198,7 +198,8 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
         result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
                                time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
                                startup_timeout_s=spec.engine.startup_timeout_s,
-                               api=spec.engine.api, model=spec.model.name, api_key=api_key, label=plan.label)
+                               api=spec.engine.api, model=engine.served_model(), api_key=api_key, label=plan.label,
+                               probe_enabled=spec.probe.enabled)
         result.update(launch_unix_ns=launch_ns, ready_unix_ns=time.time_ns())  # for the report's timeline
         infra_notes += result.get("infra_retries") or []
         if result.get("port") and result["port"] != port:  # retried on another port: record the command that ran
@@ -228,7 +229,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "command": launch.command,
         "engine": spec.engine.kind,
         "engine_version": engine.version(),
-        "model": spec.model.name,
+        "model": engine.served_model(),
         "hardware": spec.hardware.name,
         "trial_status": result["status"],
         "trial_error_class": result["error_class"],
@@ -243,12 +244,14 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "time_scale": launch.time_scale,
         "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
         "server_info_json": redact_secrets(json.dumps(info, sort_keys=True, default=str), secrets) if info else None,
+        "probe_status": result.get("probe_status"),
     }
     points = load_points(plan)
     rows: list[dict] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
-    target = Target(result["base_url"], spec.engine.api, spec.model.name, api_key, launch.time_scale)
+    target = Target(result["base_url"], spec.engine.api, engine.served_model(), api_key, launch.time_scale)
+    form = engine.prompt_form(load) if result["status"] == "ok" else None
     samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
         server, result["base_url"], api_key, spec.engine.kind, launch.time_scale, plan.config_hash, trial_id,
         spec.hardware))
@@ -266,7 +269,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             continue
         prompts = build_dataset(load.dataset, DatasetArgs(
             point.num_prompts + point.warmup_requests, load.input_len, load.output_len, load.range_ratio,
-            spec.model.vocab_size, point.seed, load.dataset_path)).prompts
+            spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
         log_offset = server.log_size()
         row["started_unix_ns"] = time.time_ns()
         for sampler in samplers:

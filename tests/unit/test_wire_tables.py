@@ -26,11 +26,12 @@ sglang:token_usage{tp_rank="1"} 0.29
 sglang:generation_tokens_total{model_name="m"} 11179.0
 """
 UNDERSCORE = COLON.replace("sglang:", "sglang_")
-VLLM = """\
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{model_name="tiny"} 3.0
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{model_name="tiny"} 0.0
+# Hugging Face TGI's gauges (text-generation-inference router metrics): an engine grid has no names for.
+TGI = """\
+# TYPE tgi_batch_current_size gauge
+tgi_batch_current_size 3.0
+# TYPE tgi_queue_size gauge
+tgi_queue_size 0.0
 """
 
 
@@ -46,10 +47,10 @@ def test_both_sglang_spellings_read_the_same_values():
 
 def test_a_scrape_without_expected_gauges_says_so():
     assert missing_gauges_message(UNDERSCORE) is None
-    msg = missing_gauges_message(VLLM)
+    msg = missing_gauges_message(TGI)
     assert msg.startswith("/metrics names none of the expected gauges (e.g. sglang:num_running_reqs or "
-                          "sglang_num_running_reqs); it has: vllm:num_requests_running, vllm:num_requests_waiting.")
-    assert gauges_found([parse_metrics(VLLM)]) == 0 and gauges_found([parse_metrics(COLON), {}]) == 2
+                          "sglang_num_running_reqs); it has: tgi_batch_current_size, tgi_queue_size.")
+    assert gauges_found([parse_metrics(TGI)]) == 0 and gauges_found([parse_metrics(COLON), {}]) == 2
 
 
 def test_report_note_once_for_configurations_without_gauges():
