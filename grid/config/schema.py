@@ -7,7 +7,9 @@ before any server launches. Nothing here imports omegaconf or Ray.
 
 from __future__ import annotations
 
+import difflib
 import os
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -226,6 +228,23 @@ class RunSpec(_Spec):
         return self.engine.version or "0.5.9"
 
 
+def _sibling_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys a config section at ``loc`` (a pydantic error location below ``model``) accepts; [] when ``loc`` does
+    not lead to a typed section (a free-form dict such as ``server``)."""
+    for part in loc:
+        if isinstance(part, int):  # an item of a list: its type was unwrapped below
+            continue
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        candidates += [a for c in candidates for a in typing.get_args(c)]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
 def _format_validation(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
@@ -233,6 +252,9 @@ def _format_validation(err: ValidationError) -> str:
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+            close = difflib.get_close_matches(str(e["loc"][-1]), _sibling_keys(RunSpec, e["loc"][:-1]), n=1)
+            if close:
+                msg += f"; did you mean {'.'.join([*map(str, e['loc'][:-1]), close[0]])}?"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
         elif e["type"] == "literal_error":

@@ -117,3 +117,13 @@ def test_dsa_backends_on_a_model_without_dsa_get_a_note(tmp_path):
     assert "dsa_decode_backend, dsa_prefill_backend only matter for models with DeepSeek Sparse Attention" in text
     glm = grid_run("+sweep=cuda_graph", "dry_run=true", tmp_path=tmp_path)
     assert "only matter for models with DeepSeek Sparse Attention" not in glm.stdout
+
+
+def test_unknown_key_names_the_closest_known_key(tmp_path):
+    # Hydra's own hint for a misspelt key is to append it with '+'; grid then names the key it probably meant
+    out = grid_run("+load.concurency=[4]", "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 2
+    assert out.stdout.strip().splitlines()[-1] == (
+        "Configuration error: load.concurency: unknown key; did you mean load.concurrency?")
+    nothing_close = grid_run("+load.zzz=1", "dry_run=true", tmp_path=tmp_path)
+    assert nothing_close.stdout.strip().splitlines()[-1] == "Configuration error: load.zzz: unknown key"
