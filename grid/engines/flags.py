@@ -22,27 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grid.engines import catalog
+from grid.versions import release_tuple
 
 Version = tuple[int, ...]
 
 
 def parse_version(text: str) -> Version:
-    """``"0.5.13.post1"`` -> ``(0, 5, 13)``. Raises ``ValueError`` naming the text when it has no numeric release."""
-    parts: list[int] = []
-    for piece in str(text).split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if digits != piece:
-            break
-    if len(parts) < 2:
-        raise ValueError(f"not an SGLang version: {text!r} (expected e.g. 0.5.9 or 0.5.23)")
-    return tuple(parts)
+    """``"0.5.13.post1"`` -> ``(0, 5, 13)`` (grid.versions.release_tuple). Raises ``ValueError`` naming the text when
+    it is not a version with at least a major and a minor number."""
+    return release_tuple(text)
 
 
 #: The releases the catalog covers (grid/engines/catalog/data); others are planned as the nearest.

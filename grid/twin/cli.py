@@ -27,19 +27,15 @@ import re
 from typing import Any, Callable, Sequence
 
 from grid.engines import catalog
+from grid.versions import release_tuple
 
 DEFAULT_VERSION = "0.5.9"
 Version = tuple[int, int, int]
 
 
 def parse_version(text: str) -> Version:
-    """``"0.5.13.post1"`` -> ``(0, 5, 13)``."""
-    nums = [int(x) for x in re.findall(r"\d+", text)[:3]]
-    if not nums:
-        raise ValueError(f"not a version: {text!r}")
-    while len(nums) < 3:
-        nums.append(0)
-    return (nums[0], nums[1], nums[2])
+    """``"0.5.13.post1"`` -> ``(0, 5, 13)`` (grid.versions.release_tuple; raises ``ValueError``)."""
+    return release_tuple(text)
 
 
 def _v(text: str) -> Version:

@@ -68,6 +68,7 @@ import math
 from dataclasses import dataclass
 
 from grid.config.specs import HardwareSpec, ModelSpec
+from grid.versions import release_tuple
 
 GIB = 2**30
 MIB = 2**20
@@ -197,14 +198,8 @@ class ServingConfig:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """'0.5.10.post1' -> (0, 5, 10); non-numeric tails ignored."""
-    out: list[int] = []
-    for part in version.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
+    """'0.5.10.post1' -> (0, 5, 10) (grid.versions.release_tuple; raises ``ValueError``)."""
+    return release_tuple(version)
 
 
 def expert_coverage(tokens: int, experts: int, top_k: int) -> float:
