@@ -52,11 +52,12 @@ def test_256_streams_small_client_error(server):
     p50, p99 = np.percentile(d, 50), np.percentile(d, 99)
     print(f"client delay over {d.size} events (ms): p50 {p50:.2f} p99 {p99:.2f} max {d.max():.2f} "
           f"on {os.cpu_count()} cpus")
-    # Measured by this test: p99 ~2.7 ms on an otherwise idle 2-core machine; p50 0.02-0.03 ms and p99 13-15 ms at
-    # a load average of 9 on 2 cores. The bounds leave room for such a machine and still fail a stamp path that
-    # waits for the next read: events are GAP_S = 50 ms apart, so a stamp taken one event late is >= 50 ms.
-    assert p50 < 5.0, f"median client delay {p50:.2f} ms"
-    assert p99 < GAP_S * 1000, f"p99 client delay {p99:.2f} ms is an inter-event gap or more"
+    # Measured by this test: p99 ~2.7 ms on an otherwise idle 2-core machine; p50 0.02-3 ms and p99 13-40 ms at load
+    # averages of 9-17 on 2 cores (other test suites running). A stamp path that waits for the next read delays
+    # most events by an inter-event gap (GAP_S = 50 ms): the median bound (half a gap) catches it on any machine;
+    # the p99 bound (5 gaps) catches a path that loses seconds, with room for an overloaded machine.
+    assert p50 < GAP_S * 1000 / 2, f"median client delay {p50:.2f} ms"
+    assert p99 < GAP_S * 1000 * 5, f"p99 client delay {p99:.2f} ms"
     s = summarize(res)
     assert s["concurrency_peak"] == CONCURRENCY and s["completed"] == CONCURRENCY
 
