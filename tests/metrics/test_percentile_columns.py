@@ -67,7 +67,7 @@ STAT_Q = {"median": 50, "p90": 90, "p95": 95, "p99": 99}
 PCT_COLUMN = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>median|p\d+)_ms$")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def summary():
     recs = build()
     end = max(r.end_perf_ns for r in recs)

@@ -130,3 +130,17 @@ def test_nan_in_the_log_fails_even_with_right_answers(log):
 def test_other_log_lines_do_not_fail():
     assert judge(RIGHT, "Decode batch. #running-req: 1, token usage: 0.01, nan_count: 0").ok
     assert judge(RIGHT, "").ok
+
+
+def test_every_failure_carries_false_its_detail_and_the_answers():
+    nan = judge(RIGHT, "NaN in the logits")
+    assert (nan.ok, nan.error_class, nan.detail, nan.answers) == (
+        False, "nan_output", "server log reports NaN in the logits", RIGHT)
+    empty = judge([" Paris.", "", " Au"])
+    assert (empty.ok, empty.error_class, empty.detail, empty.answers) == (
+        False, "empty_output", "probe 1: ''", [" Paris.", "", " Au"])
+    wrong = ["London " + "x" * 50, "7", "Fe"]
+    res = judge(wrong)
+    assert (res.ok, res.error_class, res.answers) == (False, "garbage_output", wrong)
+    assert res.detail == "no probe answered correctly: " + repr(["London " + "x" * 33, "7", "Fe"])
+    assert judge(RIGHT).ok is True
