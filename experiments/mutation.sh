@@ -8,7 +8,7 @@
 # Each module runs on its own (mutmut runs, for each mutant, only the configured fast unit tests that call the
 # mutated function); the table of scores per module is printed at the end (experiments/mutation_score.py) and the
 # surviving mutants are listed with `mutmut results`; docs/mutation.md explains the ones that are equivalent.
-# Not part of CI: about 15 minutes on 2 cores. Results land in mutants/ (git-ignored); it is removed first unless
+# Not part of CI: 5-15 minutes on 2 cores. Results land in mutants/ (git-ignored); it is removed first unless
 # MUTATION_KEEP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."

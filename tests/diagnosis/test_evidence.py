@@ -86,3 +86,12 @@ def test_diagnose_joins_evidence_and_reason():
     assert diagnose({**FULL, "status": "partial"})["bottleneck"] is not None
     assert diagnose({**FULL, "status": None})["bottleneck"] is not None
     assert diagnose({**FULL, "status": "failed"}) == {"bottleneck": None, "bottleneck_evidence": None}
+
+
+def test_latency_reason_without_a_link_reading():
+    row = {"point_kind": "concurrency", "point_value": 64.0, "gpu_sm_util_mean": 1.0, "gpu_mem_bw_util_mean": 0.5,
+           "gpu_power_frac_mean": 0.5}
+    assert classify(row) == ("latency-bound", "GPUs busy but neither memory bandwidth nor power near their limits: "
+                                              "each step is the fixed latency of many small kernels (and of any "
+                                              "per-layer collectives), which CUDA graphs do not remove; more "
+                                              "requests per step amortise it")

@@ -95,3 +95,31 @@ def test_slo_met_at_percentile_100():
     rows.append({"status": "ok", "ttft_ms": 30.0, "tpot_ms": 5.0, "e2e_ms": 100.0})
     assert slo_values(rows, 1.0, SLO(ttft_ms=20.0, percentile=100.0))["slo_met"] is False   # 99.5 % < 100 %
     assert slo_values(rows, 1.0, SLO(ttft_ms=20.0, percentile=99.5))["slo_met"] is True
+
+
+def test_implausible_windows_in_days():
+    day = MAX_PLAUSIBLE_NS
+    for days, text in ((1000, "1000.00"), (10**7, "10000000.00")):
+        with pytest.raises(TimingError, match=rf"^measured window of {text} days is not plausible$"):
+            summarize(LoadPointResult([record([], status="failed", end_ms=0)], T0, T0 + days * day, 1.0))
+
+
+def test_unknown_error_classes_add_up():
+    recs = [shifted(record([], status="failed", end_ms=1, index=i), i) for i in range(2)]
+    for r in recs:
+        r.error_class = None
+    assert json.loads(summarize(result(recs))["error_counts_json"]) == {"unknown": 2}
+
+
+def test_unknown_output_tokens_are_null_not_zero():
+    recs = four_requests()
+    for r in recs:
+        r.output_tokens = None
+    s = summarize(result(recs, end_ms=400))
+    assert s["output_tok_per_s"] is None and s["total_tok_per_s"] is None and s["total_output_tokens"] is None
+    assert s["input_tok_per_s"] == pytest.approx(80.0)
+
+
+def test_chunk_gap_median_interpolates():
+    s = summarize(result([record([(100, 1), (110, 1), (130, 1), (160, 1), (200, 1)])]))
+    assert s["chunk_gap_median_ms"] == 25.0 and s["chunk_gap_mean_ms"] == 25.0 and s["chunk_gap_max_ms"] == 40.0

@@ -91,3 +91,11 @@ def test_spread_tokens(counts, total, expected):
     assert spread_tokens(counts, total) == expected
     if total is not None and total >= len(counts) and counts:
         assert sum(spread_tokens(counts, total)) == total
+
+
+def test_implausible_durations_in_days():
+    for days, text in ((1000, "1000.00"), (10**7, "10000000.00")):
+        r = record([(10, 1)])
+        r.end_perf_ns = SEND + days * 86_400 * 10**9
+        with pytest.raises(TimingError, match=rf"^request 0: end - send = {text} days is not plausible$"):
+            request_metrics(r)

@@ -166,3 +166,25 @@ def test_rising_note_edges():
     assert rising([(1, 5.0), (8, None)]) is None and rising([(1, None), (8, 5.0)]) is None
     rate = [pt("r", 0, 1.0, 10.0, kind="rate"), pt("r", 1, 2.0, 20.0, kind="rate")]
     assert rising_note(THROUGHPUT, rate, rate[-1]).endswith("add higher load.request_rate levels")
+
+
+def test_points_after_a_miss_are_still_judged():
+    slo_first = [pt("a", 0, 1, 90.0, ttft=5000.0), pt("a", 1, 8, 50.0, ttft=100.0)]
+    assert rank(slo_first, ObjectiveSpec(slo=SLOSpec(ttft_ms=2000.0)))[0].best_point is slo_first[1]
+    unscored_first = [pt("b", 0, 1, None), pt("b", 1, 8, 50.0)]
+    assert rank(unscored_first, ObjectiveSpec())[0].best_point is unscored_first[1]
+
+
+def test_min_tpot_takes_the_lowest():
+    low = [pt("b", 0, 1, 5.0, tpot=20.0), pt("b", 1, 1, 5.0, tpot=10.0), pt("b", 2, 8, 5.0, tpot=1.0)]
+    (v,) = rank(low, ObjectiveSpec(kind="min_tpot"))
+    assert v.best_point is low[1] and v.score == 10.0
+
+
+def test_unjudged_points_are_skipped_not_the_rest():
+    rows = [{**pt("a", 0, 1, 90.0), "slo_unjudged": "SLOs not judged: 1 of its 3 requests are in parquet/requests"},
+            pt("a", 1, 8, 50.0)]
+    (v,) = rank(rows, ObjectiveSpec(slo=SLOSpec(ttft_ms=2000.0)))
+    assert v.best_point is rows[1]
+    assert v.reason.endswith("; not counted: concurrency 1: SLOs not judged: 1 of its 3 requests are in "
+                             "parquet/requests")
