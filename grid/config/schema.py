@@ -135,25 +135,11 @@ class LoadSpec(_Spec):
 
         return list(self.trace_speed) if DATASETS[self.dataset].arrivals else []
 
-    @model_serializer(mode="wrap")
-    def _identity(self, handler):
-        """Settings added after a trial's identity was defined are left out while at their defaults, so the config
-        hash of every earlier trial (grid/sweep/space.py, over this dump) stays the same and its run resumes."""
-        data = handler(self)
-        for key, default in _LATER_DEFAULTS.items():
-            if key in data and data[key] == default:
-                del data[key]
-        return data
-
     def prompts_for(self, level: float) -> int:
         if self.num_prompts is not None:
             return self.num_prompts
         return max(self.min_prompts, int(round(self.prompts_per_stream * level)))
 
-
-#: LoadSpec settings added after config hashes were first recorded, with their defaults (see LoadSpec._identity).
-_LATER_DEFAULTS: dict[str, Any] = {"dataset_path": None, "trace_speed": [1.0], "max_concurrency": None,
-                                   "tokenizer": None}
 
 
 class SLOSpec(_Spec):

@@ -63,8 +63,33 @@ def http_error_text(err: urllib.error.HTTPError) -> str:
     return f"{head}: {text[:ERROR_BODY_CHARS]}" if text else head
 
 
+#: Words and numbers of an answer: runs of letters/digits/underscores, with decimal or thousands parts kept in the
+#: number ("4.5", "4,000"), so that "14", "w1234", "4th", "4.5" and "Parisian" are tokens of their own.
+_TOKEN = re.compile(r"\w+(?:[.,]\d+)*")
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower())
+
+
+def contains_answer(text: str, expected: str) -> bool:
+    """Whether ``expected`` appears in ``text`` as whole words or numbers (case-insensitive). Pure.
+
+    "Paris." and "2+2=4" contain their answers; "w1234", "14", "4.5" and "4th" do not contain "4", nor "Parisian"
+    "paris" (a random-weight model answered with words like "w1234", which a substring test took for "4").
+    """
+    want = _tokens(expected)
+    got = _tokens(text)
+    return bool(want) and any(got[i:i + len(want)] == want for i in range(len(got) - len(want) + 1))
+
+
 def judge_answer(text: str, expected: str) -> str | None:
-    """Why ``text`` is not a sane answer (an error class), or None when it is. Pure."""
+    """Why ``text`` is not a sane answer (an error class), or None when it is. Pure.
+
+    ``empty_output``: only whitespace. ``garbage_output``: a control character or U+FFFD (bytes that are not
+    text), or at least 4 pieces (words or punctuation marks) of which at most one in 8 is distinct (one token
+    repeated: the "!!!!" of a NaN in decode). ``wrong_answer``: ``expected`` is not among its words and numbers.
+    """
     stripped = text.strip()
     if not stripped:
         return "empty_output"
@@ -73,7 +98,7 @@ def judge_answer(text: str, expected: str) -> str | None:
     pieces = re.findall(r"\w+|[^\w\s]", stripped)
     if len(pieces) >= 4 and len(set(pieces)) <= max(1, len(pieces) // 8):
         return "garbage_output"
-    if expected.lower() not in stripped.lower():
+    if not contains_answer(stripped, expected):
         return "wrong_answer"
     return None
 

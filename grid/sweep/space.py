@@ -2,7 +2,7 @@
 
 A trial is one server configuration (base settings + sweep base + one point of the grid, or one explicit entry)
 together with the load points it is measured at. Its ``config_hash`` identifies it across runs: resume skips
-trials whose hash already has results.
+trials whose hash already has results, and the report reads only the rows of the current run's hashes.
 """
 
 from __future__ import annotations
@@ -26,24 +26,56 @@ class TrialPlan:
     settings: dict[str, Any]     # every setting passed to the server (None entries removed)
     load: LoadSpec
     label: str                   # short human name: the settings that vary across the sweep
-    config_hash: str             # 12 hex chars of sha256 over engine, version, model, hardware, settings, load
+    config_hash: str             # 12 hex chars of sha256 over everything that changes a result (see config_hash)
 
     @property
     def config_json(self) -> str:
         return json.dumps(self.settings, sort_keys=True)
 
 
-def config_hash(spec: RunSpec, settings: dict[str, Any], load: LoadSpec) -> str:
-    """Stable identity of a trial: same engine/version/model/hardware/settings/load -> same hash."""
-    ident = {
-        "engine": spec.engine.kind,
-        "version": spec.version,
-        "model": spec.model.name,
-        "hardware": spec.hardware.name,
+#: Fields of the model and hardware specs that do not enter the identity: ``source`` is the citation of the facts
+#: (conf/model/*.yaml, conf/hardware/*.yaml), not a fact; fixing a reference must not re-measure a sweep.
+SPEC_FIELDS_NOT_IN_IDENTITY = frozenset({"source"})
+#: Engine settings that enter the identity. The others do not change a measured value: the twin's clock
+#: (``time_scale``, ``max_time_scale``, ``min_step_real_ms``, ``startup_time_scale``: results are in modelled time),
+#: where and how the server is reached (``python``, ``host``, ``port``, ``api_key``) and the time limits
+#: (``startup_timeout_s``, ``stop_grace_s``).
+ENGINE_FIELDS_IN_IDENTITY = ("kind", "version", "api", "base_url", "env")
+
+
+def _spec_identity(spec_model: Any) -> dict[str, Any]:
+    return {k: v for k, v in spec_model.model_dump(mode="json").items() if k not in SPEC_FIELDS_NOT_IN_IDENTITY}
+
+
+def config_identity(spec: RunSpec, settings: dict[str, Any], load: LoadSpec) -> dict[str, Any]:
+    """Everything that changes a trial's results, as a JSON-able dict (pure).
+
+    The engine (``ENGINE_FIELDS_IN_IDENTITY``; ``version`` as resolved: ``RunSpec.version``), every field of the
+    model and hardware specs (their facts, not only their names; ``source`` excepted), the server settings, the
+    load (every LoadSpec field) and, for the twin (``engine.kind=sim``), ``grid.twin.MODEL_VERSION``.
+    """
+    from grid.twin import MODEL_VERSION
+
+    engine = {k: getattr(spec.engine, k) for k in ENGINE_FIELDS_IN_IDENTITY}
+    engine["version"] = spec.version
+    return {
+        "engine": engine,
+        "twin_model_version": MODEL_VERSION if spec.engine.kind == "sim" else None,
+        "model": _spec_identity(spec.model),
+        "hardware": _spec_identity(spec.hardware),
         "settings": settings,
         "load": load.model_dump(mode="json"),
     }
-    blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))
+
+
+def config_hash(spec: RunSpec, settings: dict[str, Any], load: LoadSpec) -> str:
+    """Stable identity of a trial: 12 hex chars of sha256 over :func:`config_identity` (canonical JSON, sorted keys).
+
+    Same identity -> same hash, whatever the order of keys; a change of any value in it -> another hash. Rows that an
+    older grid recorded under its narrower identity (engine kind, version, model and hardware names, settings, load)
+    have other hashes: a resumed run measures those configurations again and its report ignores the old rows.
+    """
+    blob = json.dumps(config_identity(spec, settings, load), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -1,0 +1,8 @@
+"""The embedded SGLang twin (a server process that models SGLang's behaviour and performance without GPUs)."""
+
+#: Version of the twin's model of performance, scheduling and failures. It is part of every twin configuration's
+#: identity (``grid.sweep.space.config_hash``): bump it with any change under grid/twin/ that changes what the twin
+#: measures (a constant of grid/twin/perf.py, a scheduling rule, a failure mode), so that a resumed run measures
+#: such configurations again instead of mixing results of two models. Real servers (``engine=sglang|openai``) do
+#: not carry it.
+MODEL_VERSION = "1"

@@ -1,5 +1,6 @@
 """A small sweep through Ray Tune and the server actor against the twin, end to end, as a user runs it."""
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -50,14 +51,36 @@ def test_every_configuration_recorded_with_verdict(sweep):
     assert "Best configuration: prefill=trtllm decode=trtllm" in stdout
 
 
-def test_printed_numbers_equal_parquet(sweep):
+def test_printed_tables_equal_parquet(sweep, printed):
     run_dir, stdout = sweep
     lp = pd.read_parquet(run_dir / "parquet" / "load_points")
+    assert printed.best_label(stdout) == "prefill=trtllm decode=trtllm"
+    verdicts = {r["configuration"]: r["outcome"]
+                for r in printed.parse_table(stdout, "All configurations", "left").records()}
+    assert verdicts == lp.groupby("label").trial_status.first().map(
+        {"ok": "best", "failed": "failed", "invalid": "invalid"}).to_dict()   # one ok configuration: the best
     best = lp[(lp.label == "prefill=trtllm decode=trtllm")].sort_values("point_index")
-    for value in best.output_tok_per_s:
-        assert f"{value:.1f}" in stdout
+    table = printed.parse_table(stdout, "Load points of the best configuration", "right")
+    assert table.title == f"Load points of the best configuration ({best.config_hash.iloc[0]})"
+    cells = table.records()
+    assert [c["level"] for c in cells] == ["1", "4"] and [c["status"] for c in cells] == list(best.status)
+    for c, (_, row) in zip(cells, best.iterrows()):
+        for header, key, div in (("out tok/s", "output_tok_per_s", 1), ("total tok/s", "total_tok_per_s", 1),
+                                 ("TTFT p50 ms", "ttft_median_ms", 1), ("TTFT p99 ms", "ttft_p99_ms", 1),
+                                 ("TPOT p50 ms", "tpot_median_ms", 1), ("TPOT p99 ms", "tpot_p99_ms", 1),
+                                 ("E2E p50 s", "e2e_median_ms", 1000), ("mean conc.", "concurrency_mean", 1)):
+            assert printed.close_to_printed(c[header], row[key] / div), (header, c[header], row[key])
     report = (run_dir / "report.md").read_text()
-    assert f"{best.output_tok_per_s.max():.1f}" in report
+    lines = report.splitlines()
+    top = next(i for i, ln in enumerate(lines) if ln.startswith("| level |"))
+    names = [c.strip() for c in lines[top].split("|")[1:-1]]
+    md = [dict(zip(names, (c.strip() for c in ln.split("|")[1:-1])))
+          for ln in itertools.takewhile(lambda ln: ln.startswith("|"), lines[top + 2:])]
+    assert len(md) == len(best)
+    for r, (_, row) in zip(md, best.iterrows()):
+        assert printed.close_to_printed(r["out tok/s"], row.output_tok_per_s)
+        assert printed.close_to_printed(r["req/s"], row.requests_per_s)
+        assert printed.close_to_printed(r["TTFT p99 ms"], row.ttft_p99_ms)
 
 
 def test_requests_table_has_every_request(sweep):
@@ -69,9 +92,10 @@ def test_requests_table_has_every_request(sweep):
     assert (rq.output_tokens == 32).all() and (rq.ttft_ms > 0).all()
 
 
-def test_rerun_resumes_without_running_anything(sweep):
+def test_rerun_resumes_without_running_anything(sweep, printed):
     run_dir, _ = sweep
     out = grid_run(SWEEP, run_dir)
     assert out.returncode == 0
-    assert "4 already recorded, 0 to run" in out.stdout
-    assert "Best configuration: prefill=trtllm decode=trtllm" in out.stdout
+    plan = printed.plan_line(out.stdout)
+    assert (plan["name"], plan["configurations"], plan["recorded"], plan["to_run"]) == ("nsa_backends", 4, 4, 0)
+    assert printed.best_label(out.stdout) == "prefill=trtllm decode=trtllm"

@@ -53,3 +53,32 @@ def test_infinite_rate_and_edges():
             send_offsets(**bad)
     with pytest.raises(ValueError):
         offsets_to_ns([0.0], time_scale=0.0)
+
+
+def test_defaults_are_poisson_like_gamma_seed_0():
+    assert send_offsets(6, 4.0) == send_offsets(6, 4.0, "poisson", seed=0)
+    assert send_offsets(6, 4.0, "gamma") == send_offsets(6, 4.0, "gamma", burstiness=1.0, seed=0)
+    assert send_offsets(6, 4.0, "gamma") == send_offsets(6, 4.0, "poisson", seed=0)
+
+
+def test_poisson_ignores_burstiness():
+    assert send_offsets(20, 3.0, "poisson", burstiness=0.25, seed=3) == send_offsets(20, 3.0, "poisson", seed=3)
+    assert send_offsets(20, 3.0, "gamma", burstiness=0.25, seed=3) != send_offsets(20, 3.0, "poisson", seed=3)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(num=-1, rate=1.0), "num must be >= 0, got -1"),
+    (dict(num=3, rate=0.0), r"rate must be > 0 req/s, got 0.0"),
+    (dict(num=3, rate=1.0, kind="zipf"), r"unknown arrival kind 'zipf'; expected one of \('constant', 'poisson'"),
+    (dict(num=3, rate=1.0, kind="gamma", burstiness=float("inf")), "burstiness must be a finite number > 0, got inf"),
+])
+def test_errors_name_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        send_offsets(**kwargs)
+
+
+def test_offsets_to_ns_exact_and_any_positive_scale():
+    assert offsets_to_ns([0.0, 1.0, 10.0]) == [0, 1_000_000_000, 10_000_000_000]
+    assert offsets_to_ns([1.0, 2.5], time_scale=0.5) == [2_000_000_000, 5_000_000_000]   # a slower clock
+    with pytest.raises(ValueError, match="time_scale must be a finite number > 0, got inf"):
+        offsets_to_ns([0.0], time_scale=float("inf"))

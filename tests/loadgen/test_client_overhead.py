@@ -35,8 +35,8 @@ def server(tmp_path):
         proc.wait(10)
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="needs a system-wide CLOCK_MONOTONIC perf_counter")
-def test_256_streams_small_client_error(server):
+def _client_delays_ms(server) -> tuple[np.ndarray, object]:
+    """Arrival stamp minus the server's write stamp of every token event of one 256-stream load point (ms)."""
     prompts = [Prompt(i, 4, EVENTS, input_ids=(i, 1, 2, 3)) for i in range(CONCURRENCY)]
     res = run_load_point_sync(Target(server, api="completions"), LoadPoint("concurrency", CONCURRENCY, CONCURRENCY),
                               prompts, read_timeout_s=30)
@@ -47,14 +47,31 @@ def test_256_streams_small_client_error(server):
         arrivals = [t for t, k in zip(r.chunk_perf_ns, r.chunk_tokens) if k]
         assert len(stamps) == len(arrivals) == EVENTS and r.output_tokens == EVENTS
         delays += [(a - s) / 1e6 for a, s in zip(arrivals, stamps)]
-    d = np.array(delays)
-    assert (d > 0).all()
-    p50, p99 = np.percentile(d, 50), np.percentile(d, 99)
-    print(f"client delay over {d.size} events (ms): p50 {p50:.2f} p99 {p99:.2f} max {d.max():.2f} "
-          f"on {os.cpu_count()} cpus")
-    # Accuracy figures belong to the benchmark script (experiments/bench_loadgen/bench.py); here only a broken stamp
-    # path (arrivals seconds after the writes) fails.
-    assert p99 < 1000.0
+    return np.array(delays), res
+
+
+# Measured by this test: p50 0.02 ms, p99 ~2.7 ms on an otherwise idle 2-core machine; p50 0.02-3 ms and p99 13-40 ms
+# at load averages of 9-17 on 2 cores (other test suites running), and once p50 31 ms, p99 488 ms right after the Ray
+# tests of a full run on such a machine. A stamp path that waits for the next read delays every event by about an
+# inter-event gap (GAP_S = 50 ms), on any machine and in every attempt: the median bound (half a gap) catches it.
+# The p99 bound (5 gaps) catches a path that loses seconds. Up to 3 attempts, so that a burst of load from other
+# processes does not fail the test; a broken stamp path fails all three.
+P50_MAX_MS, P99_MAX_MS, ATTEMPTS = GAP_S * 1000 / 2, GAP_S * 1000 * 5, 3
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs a system-wide CLOCK_MONOTONIC perf_counter")
+def test_256_streams_small_client_error(server):
+    seen = []
+    for _ in range(ATTEMPTS):
+        d, res = _client_delays_ms(server)
+        assert (d > 0).all()
+        p50, p99 = float(np.percentile(d, 50)), float(np.percentile(d, 99))
+        seen.append((round(p50, 2), round(p99, 2)))
+        print(f"client delay over {d.size} events (ms): p50 {p50:.2f} p99 {p99:.2f} max {d.max():.2f} "
+              f"on {os.cpu_count()} cpus")
+        if p50 < P50_MAX_MS and p99 < P99_MAX_MS:
+            break
+    assert p50 < P50_MAX_MS and p99 < P99_MAX_MS, f"client delay (p50, p99) ms per attempt: {seen}"
     s = summarize(res)
     assert s["concurrency_peak"] == CONCURRENCY and s["completed"] == CONCURRENCY
 

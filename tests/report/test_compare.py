@@ -11,7 +11,7 @@ from grid.compare import main  # noqa: E402
 from grid.report.compare import compare, spread_percent  # noqa: E402
 from grid.storage.parquet import read_table  # noqa: E402
 from grid.sweep.space import expand  # noqa: E402
-from recorded import record  # noqa: E402
+from report.recorded import record  # noqa: E402
 
 SWEEP = ("+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85,0.9,0.95]")
 CRASH = ("failed", "server_crash", "server exited with code 1 during load point 0", "Traceback\nRuntimeError: x\n")

@@ -15,7 +15,7 @@ from test_measure import spec_for  # noqa: E402
 
 from grid.app import report  # noqa: E402
 from grid.sweep.space import expand  # noqa: E402
-from recorded import record  # noqa: E402
+from report.recorded import record  # noqa: E402
 
 OOM_TAIL = ("[2026-03-01 10:00:00] Load weight begin.\n[2026-03-01 10:00:09] torch.OutOfMemoryError: CUDA out of "
             "memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 0 bytes is free.\n")

@@ -54,7 +54,7 @@ def wait_for(pred, timeout_s, what):
         time.sleep(0.05)
 
 
-def test_sigkill_driver_then_resume(tmp_path):
+def test_sigkill_driver_then_resume(tmp_path, printed):
     env = {**os.environ, "COLUMNS": "200"}
     lp_dir, logs = tmp_path / "parquet" / "load_points", tmp_path / "logs"
     driver = subprocess.Popen(command(tmp_path), cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -83,7 +83,8 @@ def test_sigkill_driver_then_resume(tmp_path):
 
     out = subprocess.run(command(tmp_path), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "10 configurations" in out.stdout and "5 already recorded, 5 to run" in out.stdout
+    plan = printed.plan_line(out.stdout)
+    assert (plan["configurations"], plan["recorded"], plan["to_run"]) == (10, 5, 5)
     after = pd.read_parquet(lp_dir)
     assert len(after) == 10 and after.config_hash.nunique() == 10               # every configuration once
     assert sorted(after.trial_status.value_counts().items()) == [("failed", 1), ("ok", 9)]

@@ -94,12 +94,14 @@ def test_abort():
     assert st.finished == {"a": "abort"} and not s.has_work()
 
 
-def test_kv_limit_and_retraction():
+def test_kv_limit_admission_reserves_new_tokens():
+    # 300 + ceil(400 x 0.7) = 580 reserved per request: one fits in 1000 tokens at a time, nothing is retracted
     s = Scheduler(_perf(max_total_tokens=1000, chunked_prefill_size=-1))
     for i in range(4):
         s.add(TwinRequest(f"r{i}", 300, 400), 0.0)
     steps = _drain(s)
     assert max(x.stats.used_tokens for x in steps) <= 1000
+    assert max(x.stats.running for x in steps) == 1
     fin = {k: v for x in steps for k, v in x.finished.items()}
     assert fin == {f"r{i}": "length" for i in range(4)}
     out = {}
@@ -107,6 +109,38 @@ def test_kv_limit_and_retraction():
         for k, n in x.emitted.items():
             out[k] = out.get(k, 0) + n
     assert out == {f"r{i}": 400 for i in range(4)}
+
+
+def test_kv_limit_and_retraction():
+    # 50 + ceil(400 x 0.7) = 330 reserved per request: three are admitted into 1000 tokens, but they grow to
+    # 3 x 450 = 1350 > 1000, so decoding must retract one (the one admitted last) and re-prefill it later
+    s = Scheduler(_perf(max_total_tokens=1000, chunked_prefill_size=-1))
+    for i in range(8):
+        s.add(TwinRequest(f"r{i}", 50, 400), 0.0)
+    steps = _drain(s)
+    assert steps[0].stats.kind == "prefill" and steps[0].stats.new_seqs == 3 and set(steps[0].emitted) == \
+        {"r0", "r1", "r2"}
+    assert max(x.stats.used_tokens for x in steps) <= 1000
+    generated: dict[str, int] = {}
+    retracted = None
+    for k, x in enumerate(steps):
+        if x.stats.kind == "decode" and retracted is None and k > 0:
+            before = set(steps[k - 1].emitted) - set(steps[k - 1].finished)
+            if x.stats.running < steps[k - 1].stats.running and not x.finished:
+                (victim,) = before - set(x.emitted)            # exactly one request left the batch unfinished
+                retracted = (k, victim, generated[victim])
+        for rid, n in x.emitted.items():
+            generated[rid] = generated.get(rid, 0) + n
+    assert retracted is not None, "no retraction happened"
+    k, victim, done = retracted
+    assert victim == "r2" and 0 < done < 400                     # the request admitted last, mid-generation
+    # it emits nothing until a prefill step takes it back with its generated tokens as prefix (re-prefill)
+    back = next(j for j in range(k, len(steps)) if victim in steps[j].emitted)
+    assert steps[back].stats.kind == "prefill"
+    assert steps[back].stats.new_tokens == (50 + done) + 50 * (steps[back].stats.new_seqs - 1)
+    fin = {rid: why for x in steps for rid, why in x.finished.items()}
+    assert fin == {f"r{i}": "length" for i in range(8)}
+    assert generated == {f"r{i}": 400 for i in range(8)}       # no token lost or repeated by the retraction
 
 
 def test_simulate_single_stream_is_prefill_plus_decodes():

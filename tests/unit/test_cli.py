@@ -1,5 +1,7 @@
 """The command line as a user meets it: dry runs print exact command lines, bad input exits 2 before launching."""
 
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,16 @@ def test_dry_run_prints_every_twin_command(tmp_path):
     assert out.returncode == 0, out.stderr
     commands = [ln for ln in out.stdout.splitlines() if "-m grid.twin" in ln]
     assert len(commands) == 49
-    assert "--nsa-prefill-backend trtllm --nsa-decode-backend trtllm" in out.stdout
+    # each configuration's line "LABEL (HASH, STATE)" is followed by its command: the flags match the label
+    planned = re.findall(r"^prefill=(\S+) decode=(\S+) \(([0-9a-f]{12}), pending\)\n  \[local node\] (.+)$",
+                         out.stdout, re.MULTILINE)
+    assert len(planned) == 49 and len({h for _, _, h, _ in planned}) == 49
+    for prefill, decode, _, command in planned:
+        argv = shlex.split(command)
+        assert argv[argv.index("--nsa-prefill-backend") + 1] == prefill
+        assert argv[argv.index("--nsa-decode-backend") + 1] == decode
+        assert argv[1:3] == ["-m", "grid.twin"] and argv[argv.index("--tp-size") + 1] == "8"
+    assert ("trtllm", "trtllm") in {(p, d) for p, d, _, _ in planned}
     assert not (tmp_path / "parquet").exists()
     # run.log holds what was printed, line for line, without colour codes
     logged = (tmp_path / "run.log").read_text().splitlines()
