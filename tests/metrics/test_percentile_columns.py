@@ -16,6 +16,7 @@ import pytest
 from grid.loadgen.runner import LoadPointResult
 from grid.metrics.loadpoint import METRIC_COLUMN_NAMES, summarize
 
+from .test_loadpoint_metrics import shifted
 from .test_request_metrics import MS, SEND, record
 
 TTFT = [3, 7, 11, 19, 23, 31, 43, 59, 71, 97, 131]      # ms, one per ok request (not in order of sending below)
@@ -23,18 +24,6 @@ GAP = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31]          # ms
 QUEUE = [0, 1, 4, 9, 16, 25, 36, 49, 64, 81, 100]       # ms scheduled -> sent
 ORDER = [4, 9, 0, 7, 2, 10, 5, 1, 8, 3, 6]              # sending order, so sorting matters
 SPACING_MS = 1000                                        # requests never overlap
-
-
-def shifted(rec, d_ms):
-    d = d_ms * MS
-    rec.scheduled_perf_ns += d
-    rec.send_perf_ns += d
-    rec.end_perf_ns += d
-    rec.chunk_perf_ns = [t + d for t in rec.chunk_perf_ns]
-    for f in ("first_token_perf_ns", "last_token_perf_ns", "first_content_perf_ns"):
-        if getattr(rec, f) is not None:
-            setattr(rec, f, getattr(rec, f) + d)
-    return rec
 
 
 def build():
