@@ -99,3 +99,28 @@ def test_sigkill_driver_then_resume(tmp_path, printed):
     assert plan_run(spec_for(tmp_path)).todo == []
     retry = plan_run(spec_for(tmp_path, "retry_failed=true")).todo
     assert [p.settings["mem_fraction_static"] for p in retry] == [0.10]
+
+
+def test_ctrl_c_exits_130_keeps_what_completed_and_resumes(tmp_path):
+    """SIGINT (Ctrl-C) to the driver once 2 configurations are recorded: grid says it was interrupted and exits 130
+    (README, "Exit status"), keeps what completed, and the same command then runs only the rest."""
+    env = {**os.environ, "COLUMNS": "200"}
+    lp_dir = tmp_path / "parquet" / "load_points"
+    driver = subprocess.Popen(command(tmp_path), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 2 or driver.poll() is not None, 300,
+                 "2 recorded trials")
+        assert driver.poll() is None, driver.stdout.read()
+        os.kill(driver.pid, signal.SIGINT)
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, out[-3000:]
+    assert "Interrupted; completed trials are saved" in out
+    kept = pd.read_parquet(lp_dir)
+    assert 2 <= len(kept) < 10 and kept.config_hash.nunique() == len(kept)
+    rest = plan_run(spec_for(tmp_path)).todo  # recorded configurations (ok or failed) do not run again
+    assert len(rest) == 10 - len(kept)
+    assert not {p.config_hash for p in rest} & set(kept.config_hash)
