@@ -100,13 +100,57 @@ def end_leftovers(spec: RunSpec, run_id: str | None, console, whose: str = "an e
     return notes
 
 
+#: What a trial asks of the node it runs on, besides its ``grid_node`` slot: a sliver of the node's hardware
+#: resource, so that a node declaring ``grid_hw:<name>: 1`` or one per slot both take it (Ray custom resources are
+#: divisible to 1e-4, ray/_private/ray_constants.py MIN_RESOURCE_GRANULARITY).
+HW_REQUEST = 0.001
+
+
+def trial_resources(spec: RunSpec) -> dict[str, float]:
+    """The Ray resources of one trial: no CPU, the node's ``grid_node`` slot (one trial per node at a time) and,
+    unless ``ray.any_hardware``, the sweep's hardware resource (only nodes of ``hardware`` qualify). Pure."""
+    from grid.cluster.actor import NODE_RESOURCE
+    from grid.cluster.node import hw_resource
+
+    res: dict[str, float] = {"cpu": 0, NODE_RESOURCE: 1}
+    if not spec.ray.any_hardware:
+        res[hw_resource(spec.hardware.name)] = HW_REQUEST
+    return res
+
+
+def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> list:
+    """One ServerActor on each node the sweep may use (grid.cluster.node.pick_nodes); refuses (RayStartError,
+    exit 2) when no node matches the sweep's hardware, or a node's NVML GPUs are not that hardware's."""
+    import ray
+
+    from grid.cluster.actor import start_actor
+    from grid.cluster.local import RayStartError
+    from grid.cluster.node import hardware_mismatch, pick_nodes
+
+    chosen, why = pick_nodes(nodes, spec.hardware.name, spec.ray.any_hardware)
+    if why:
+        raise RayStartError(why, "ray.any_hardware")
+    actors = [start_actor(node, owner) for node in chosen]
+    infos = ray.get([a.node_info.remote() for a in actors])
+    for info in infos:
+        wrong = None if spec.ray.any_hardware else hardware_mismatch(spec.hardware.gpu, info.get("gpu_names"))
+        if wrong:
+            raise RayStartError(f"node {info.get('node_hostname')} ({(info.get('node_id') or '')[:12]}) declares "
+                                f"hardware={spec.hardware.name} but {wrong}; fix its grid_hw resource or set "
+                                "ray.any_hardware=true", "hardware")
+        gpus = len(info["gpu_uuids"]) if info.get("gpu_uuids") is not None else "no NVML"
+        console.print(f"Node {info.get('node_hostname')} ({(info.get('node_id') or '')[:12]}): grid_node slot, "
+                      f"GPUs: {gpus}", highlight=False)
+    return actors
+
+
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     import ray
     from ray import tune
 
     run_id = run_id or new_run_id()
-    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes, start_actor
+    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes
     from grid.sweep.progress import ProgressCallback
     from grid.sweep.trial import run_trial
 
@@ -117,7 +161,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
 
     from grid.cluster.local import ray_init_args, start_ray
 
-    init = ray_init_args(spec.ray, NAMESPACE, NODE_RESOURCE)
+    init = ray_init_args(spec.ray, NAMESPACE, NODE_RESOURCE, spec.hardware.name)
     for note in init.notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     ctx = start_ray(init)
@@ -128,13 +172,17 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
     actors = []
     try:
         owner = ActorOwner(host=spec.engine.host, run_id=run_id, registry=str(registry_dir(spec)))
-        actors = [start_actor(node, owner) for node in grid_nodes()]
-        if not actors:
+        nodes = grid_nodes()
+        if not nodes:
             raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
                                f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
+        actors = _start_node_actors(spec, nodes, owner, console)
         plans = {p.config_hash: p for p in plan.todo}
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
-                                        {"cpu": 0, NODE_RESOURCE: 1})
+                                        trial_resources(spec))
+        from grid.status import write_plan
+
+        write_plan(spec.run_dir, plan.all, run_id, spec.hardware.name)
         storage = str((Path(spec.run_dir) / "tune").resolve())
         tuner = tune.Tuner(
             trainable,
