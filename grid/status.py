@@ -129,7 +129,8 @@ def read_status(run_dir: str | Path) -> SweepStatus:
 def render(status: SweepStatus) -> str:
     """The status as text: a summary line, then one line per node, the running configurations and what is left."""
     finished = {h: s for h, s in status.done.items() if s != "skipped"}
-    run_word = "running" if status.driver_alive is not False else "interrupted (driver gone)"
+    # markers left by a driver that is gone: those trials were cut short and run again when the command runs again
+    run_word = "running" if status.driver_alive is not False or not status.running else "interrupted (driver gone)"
     lines = [f"{len(finished)} done, {len(status.running)} {run_word}, {len(status.left)} left "
              f"of {status.total} configurations"]
     counts: dict[str, int] = {}
