@@ -104,6 +104,9 @@ def end_leftovers(spec: RunSpec, run_id: str | None, console, whose: str = "an e
 #: resource, so that a node declaring ``grid_hw:<name>: 1`` or one per slot both take it (Ray custom resources are
 #: divisible to 1e-4, ray/_private/ray_constants.py MIN_RESOURCE_GRANULARITY).
 HW_REQUEST = 0.001
+#: How many times the configurations whose node was lost mid-trial run again within one invocation
+#: (grid/cluster/lost.py); later losses leave them ``skipped`` for the next invocation.
+NODE_LOST_ROUNDS = 2
 
 
 def trial_resources(spec: RunSpec) -> dict[str, float]:
@@ -183,21 +186,31 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
         from grid.status import write_plan
 
         write_plan(spec.run_dir, plan.all, run_id, spec.hardware.name)
+        from grid.cluster.lost import NodeLossCallback
+
         storage = str((Path(spec.run_dir) / "tune").resolve())
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"config_hash": tune.grid_search([p.config_hash for p in plan.todo])},
-            tune_config=tune.TuneConfig(
-                trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
-                trial_dirname_creator=lambda t: t.config["config_hash"]),
-            run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage,
-                                      verbose=0, callbacks=[ProgressCallback(plans, len(plan.all), console)],
-                                      failure_config=tune.FailureConfig(max_failures=0)),
-        )
-        _NoTuneResumeAdvice.interrupted = False
-        tuner.fit()
-        if _NoTuneResumeAdvice.interrupted:  # Ctrl-C: Tune saved its state and returned; grid stops and exits 130
-            raise KeyboardInterrupt
+        todo = [p.config_hash for p in plan.todo]
+        for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
+            lost = NodeLossCallback(spec, plans, console)
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"config_hash": tune.grid_search(todo)},
+                tune_config=tune.TuneConfig(
+                    trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
+                    trial_dirname_creator=lambda t: t.config["config_hash"]),
+                run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{round_}",
+                                          storage_path=storage, verbose=0,
+                                          callbacks=[ProgressCallback(plans, len(plan.all), console), lost],
+                                          failure_config=tune.FailureConfig(max_failures=0)),
+            )
+            _NoTuneResumeAdvice.interrupted = False
+            tuner.fit()
+            if _NoTuneResumeAdvice.interrupted:  # Ctrl-C: Tune saved its state and returned; grid stops, exits 130
+                raise KeyboardInterrupt
+            todo = lost.lost
+            if not todo or round_ == NODE_LOST_ROUNDS or not grid_nodes():
+                break
+            console.print(f"Running {len(todo)} configuration(s) again whose node was lost", highlight=False)
     finally:
         for actor in actors:
             try:

@@ -134,3 +134,32 @@ def test_no_node_of_the_hardware_is_a_clear_error(cluster, tmp_path):
     assert "no node of the Ray cluster declares hardware=a100_x1" in text
     assert f"{VM}: 2 nodes" in text and f"{H200}: 1 node" in text and "ray.any_hardware=true" in text
     assert not (tmp_path / "parquet" / "load_points").exists()
+
+
+def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
+    workers = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}} for _ in range(2)]
+    with LocalCluster(workers) as cluster:
+        proc = grid_run(cluster, tmp_path, "load.concurrency=[1,4]", "load.output_len=256", "engine.time_scale=5",
+                        popen=True)
+        victim, deadline = None, time.monotonic() + 300
+        while victim is None and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                running = read_status(tmp_path).running
+            except FileNotFoundError:
+                running = []
+            victim = next((m for m in running if m["node_id"] == cluster.node_ids[1]
+                           and time.time() - m["started_unix_s"] > 2), None)
+            time.sleep(0.3)
+        assert victim is not None, "no trial ran on the second node"
+        cluster.remove(1)  # its raylet and every process of the node, trial and server included
+        out, _ = proc.communicate(timeout=600)
+    (tmp_path / "driver.out").write_text(out)
+    assert proc.returncode == 0, out[:6000]
+    assert f"skipped (node_lost)[/] {victim['label']}" in out or f"skipped (node_lost) {victim['label']}" in out, out
+    assert "Running 1 configuration(s) again whose node was lost" in out
+    assert "Leftover" not in out  # the lost node's server died with its actor (watchdog); nothing to reap
+    lp = pd.read_parquet(tmp_path / "parquet" / "load_points")
+    assert lp.config_hash.nunique() == 4 and len(lp) == 8 and not lp.duplicated(["config_hash", "point_index"]).any()
+    assert set(lp.trial_status) == {"ok"}
+    rerun = lp[lp.label == victim["label"]]
+    assert set(rerun.node_id) == {cluster.node_ids[0]}  # measured again on the node that was left
