@@ -43,8 +43,7 @@ class ServerActor:
         if run_id and registry:  # inherited by every server this actor starts (grid/server/process.py)
             os.environ[RUN_ID_ENV], os.environ[REGISTRY_ENV] = run_id, registry
         self.session = ServerSession(host)
-        self._released = threading.Event()
-        self._released.set()
+        self._holds: dict[str, threading.Event] = {}  # serve() tokens -> released
 
     def __repr__(self) -> str:
         return f"ServerActor(node={self.node_label}, serving={self.session.label})"
@@ -59,7 +58,8 @@ class ServerActor:
 
     @ray.method(concurrency_group="control")
     def stop(self, grace_s: float = 10.0) -> str | None:
-        self._released.set()
+        for hold in list(self._holds.values()):
+            hold.set()
         return self.session.stop(grace_s)
 
     @ray.method(concurrency_group="inspect")
@@ -69,18 +69,22 @@ class ServerActor:
         return local_node()
 
     @ray.method(concurrency_group="serve")
-    def serve(self, label: str) -> str:
-        """Block until :meth:`release` (or ``stop``): the trial submits this as a task named after its configuration
-        (:func:`serving_task_name`) for as long as it measures, so that the dashboard's task list and
+    def serve(self, label: str, token: str) -> str:
+        """Block until :meth:`release` of ``token`` (or ``stop``): the trial submits this as a task named after its
+        configuration (:func:`serving_task_name`) for as long as it measures, so that the dashboard's task list and
         ``ray list tasks --filter state=RUNNING`` show, per node, which configuration it serves. Ray reads an actor's
-        repr once, at start, so the repr cannot tell this. Returns ``label``."""
-        self._released.clear()
-        self._released.wait()
+        repr once, at start, so the repr cannot tell this. A release that comes before the task starts counts.
+        Returns ``label``."""
+        self._hold(token).wait()
+        self._holds.pop(token, None)
         return label
 
     @ray.method(concurrency_group="inspect")
-    def release(self) -> None:
-        self._released.set()
+    def release(self, token: str) -> None:
+        self._hold(token).set()
+
+    def _hold(self, token: str) -> threading.Event:
+        return self._holds.setdefault(token, threading.Event())
 
     @ray.method(concurrency_group="inspect")
     def alive(self) -> bool:

@@ -60,13 +60,13 @@ def _node_of(server: ActorServer, node_id: str) -> dict:
     return info or {"node_id": node_id, "node_hostname": socket.gethostname(), "gpu_uuids": None}
 
 
-def _serving(server: ActorServer, spec: RunSpec, plan: TrialPlan, node: dict):
+def _serving(server: ActorServer, spec: RunSpec, plan: TrialPlan, node: dict, token: str):
     """Start the actor's named ``serve`` task (grid.cluster.actor.ServerActor.serve) for the dashboard; None when
-    the actor is gone. It ends when the server is stopped."""
+    the actor is gone. It ends when the trial releases ``token`` (or the server is stopped)."""
     if server.handle is None or server.lost is not None:
         return None
-    name = serving_task_name(spec.name, plan.label, node.get("node_hostname") or node["node_id"][:12])
-    return server.handle.serve.options(name=name).remote(plan.label)
+    name = serving_task_name(spec.name, plan.label, node.get("node_hostname") or str(node.get("node_id"))[:12])
+    return server.handle.serve.options(name=name).remote(plan.label, token)
 
 
 def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan], owner: ActorOwner | None = None) -> None:
@@ -88,13 +88,14 @@ def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan], owner
             server = _node_server(node_id, owner or ActorOwner(spec.engine.host))
             node = _node_of(server, node_id)
             mark_running(spec.run_dir, plan, node, trial_id)
-            serving = _serving(server, spec, plan, node)
+            token = f"{trial_id}:{attempt}"
+            serving = _serving(server, spec, plan, node, token)
             try:
                 rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point, node=node)
             finally:
                 if serving is not None and server.lost is None:
                     try:
-                        ray.get(server.handle.release.remote(), timeout=30)
+                        ray.get(server.handle.release.remote(token), timeout=30)
                     except Exception:  # the actor died meanwhile: its serve task died with it
                         pass
                 clear_running(spec.run_dir, plan)

@@ -74,7 +74,7 @@ class NvmlReader:
             return None
 
     def _uuid(self, h: Any) -> str | None:
-        uuid = self._try(self.nv.nvmlDeviceGetUUID, h)
+        uuid = self._try(lambda: self.nv.nvmlDeviceGetUUID(h))
         return uuid.decode() if isinstance(uuid, bytes) else uuid
 
     def read(self) -> list[dict[str, Any]]:
