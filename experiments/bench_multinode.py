@@ -40,13 +40,15 @@ def sweep_wall_s(nodes: int, configs: int) -> float:
         out = subprocess.run(cmd, cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=1800)
         wall = time.monotonic() - t0
         if out.returncode != 0:
-            raise SystemExit(f"sweep on {nodes} node(s) failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+            raise SystemExit(f"sweep on {nodes} node(s) failed ({out.returncode}):\n"
+                             f"{out.stdout[-3000:]}{out.stderr[-3000:]}")
     return wall
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", type=int, default=6, help=f"configurations in the sweep (at most {len(FRACTIONS)})")
+    parser.add_argument("--configs", type=int, default=6,
+                        help=f"configurations in the sweep (at most {len(FRACTIONS)})")
     args = parser.parse_args()
     one = sweep_wall_s(1, args.configs)
     print(f"1 node : {one:6.1f} s for {args.configs} configurations", flush=True)

@@ -41,7 +41,8 @@ class LocalCluster:
     def __enter__(self) -> "LocalCluster":
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.multinode_cluster",
                                       json.dumps(self.workers),
-                                      *([str(self.dashboard_port)] if self.dashboard_port else [])], cwd=ROOT, env=self.env, text=True,
+                                      *([str(self.dashboard_port)] if self.dashboard_port else [])],
+                                     cwd=ROOT, env=self.env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline()
         if not line:
