@@ -4,9 +4,9 @@ Exit status (README, "Exit status"):
 
 * 0: every planned configuration has a verdict (ok, invalid or failed), or a dry run;
 * 2: refused input (a configuration error, an engine that cannot run, a Ray cluster at ``ray.address`` that cannot be
-  joined), before anything ran;
+  joined, or no node of the sweep's hardware), before anything ran;
 * 3: a planned configuration has no verdict, or only an infrastructure one (``skipped``: env_dirty, port_in_use,
-  actor_lost); running the same command again runs it; also when the local Ray cluster does not start;
+  actor_lost, node_lost); running the same command again runs it; also when the local Ray cluster does not start;
 * 130: interrupted (Ctrl-C); completed configurations are kept.
 
 1 is never returned for a condition grid handles (it is Python's status for an unhandled exception).

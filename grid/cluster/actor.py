@@ -18,12 +18,14 @@ the run-id marker and is recorded in the run directory (grid/server/process.py, 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from grid.cluster.node import local_node
 from grid.server.infra import InfrastructureLost
 from grid.server.process import REGISTRY_ENV, RUN_ID_ENV
 from grid.server.session import ServerSession
@@ -33,7 +35,7 @@ NAMESPACE = "grid"
 NODE_RESOURCE = "grid_node"
 
 
-@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"control": 1, "inspect": 4})
+@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"control": 1, "inspect": 4, "serve": 1})
 class ServerActor:
     def __init__(self, node_label: str, host: str = "127.0.0.1", run_id: str | None = None,
                  registry: str | None = None) -> None:
@@ -41,6 +43,7 @@ class ServerActor:
         if run_id and registry:  # inherited by every server this actor starts (grid/server/process.py)
             os.environ[RUN_ID_ENV], os.environ[REGISTRY_ENV] = run_id, registry
         self.session = ServerSession(host)
+        self._holds: dict[str, threading.Event] = {}  # serve() tokens -> released
 
     def __repr__(self) -> str:
         return f"ServerActor(node={self.node_label}, serving={self.session.label})"
@@ -55,7 +58,33 @@ class ServerActor:
 
     @ray.method(concurrency_group="control")
     def stop(self, grace_s: float = 10.0) -> str | None:
+        for hold in list(self._holds.values()):
+            hold.set()
         return self.session.stop(grace_s)
+
+    @ray.method(concurrency_group="inspect")
+    def node_info(self) -> dict:
+        """This node (grid.cluster.node.local_node): Ray node id, host name, NVML UUIDs and names of the GPUs this
+        actor claimed (its servers get exactly those)."""
+        return local_node()
+
+    @ray.method(concurrency_group="serve")
+    def serve(self, label: str, token: str) -> str:
+        """Block until :meth:`release` of ``token`` (or ``stop``): the trial submits this as a task named after its
+        configuration (:func:`serving_task_name`) for as long as it measures, so that the dashboard's task list and
+        ``ray list tasks --filter state=RUNNING`` show, per node, which configuration it serves. Ray reads an actor's
+        repr once, at start, so the repr cannot tell this. A release that comes before the task starts counts.
+        Returns ``label``."""
+        self._hold(token).wait()
+        self._holds.pop(token, None)
+        return label
+
+    @ray.method(concurrency_group="inspect")
+    def release(self, token: str) -> None:
+        self._hold(token).set()
+
+    def _hold(self, token: str) -> threading.Event:
+        return self._holds.setdefault(token, threading.Event())
 
     @ray.method(concurrency_group="inspect")
     def alive(self) -> bool:
@@ -168,3 +197,12 @@ class ActorServer:
 
 def actor_name(node_id: str) -> str:
     return f"{ACTOR_PREFIX}{node_id}"
+
+
+SERVING_PREFIX = "grid-serving "
+
+
+def serving_task_name(run_name: str, label: str, hostname: str) -> str:
+    """The name of the task that shows, while a trial measures, what its node serves:
+    ``grid-serving <run>: <configuration label> @ <host>``."""
+    return f"{SERVING_PREFIX}{run_name}: {label} @ {hostname}"

@@ -28,6 +28,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from grid.cluster.node import hw_resource
 from grid.config.schema import RaySpec
 from grid.server.process import free_port, port_is_free
 
@@ -49,8 +50,10 @@ class RayInit:
         return self.kwargs.get("address") == "local"
 
 
-def ray_init_args(ray: RaySpec, namespace: str, node_resource: str) -> RayInit:
-    """The arguments for ``ray.init`` (pure but for the dashboard-port check, which binds a socket on 127.0.0.1)."""
+def ray_init_args(ray: RaySpec, namespace: str, node_resource: str, hardware: str | None = None) -> RayInit:
+    """The arguments for ``ray.init`` (pure but for the dashboard-port check, which binds a socket on 127.0.0.1).
+    The local cluster's node offers one ``node_resource`` slot and, with ``hardware`` (a conf/hardware name), the
+    resource that declares it (grid.cluster.node.hw_resource)."""
     kwargs: dict = dict(namespace=namespace, log_to_driver=False, logging_level=logging.WARNING,
                         include_dashboard=ray.dashboard, configure_logging=True)
     notes: list[str] = []
@@ -58,7 +61,10 @@ def ray_init_args(ray: RaySpec, namespace: str, node_resource: str) -> RayInit:
         kwargs["address"] = ray.address
         return RayInit(kwargs, notes)
     env = {LOOPBACK_SWITCH: "0"}
-    kwargs.update(address="local", _node_ip_address=LOOPBACK, resources={node_resource: 1},
+    resources = {node_resource: 1}
+    if hardware:
+        resources[hw_resource(hardware)] = 1
+    kwargs.update(address="local", _node_ip_address=LOOPBACK, resources=resources,
                   num_cpus=ray.num_cpus or max(2, os.cpu_count() or 2), object_store_memory=OBJECT_STORE_BYTES)
     if os.environ.get("RAY_ADDRESS"):
         notes.append(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is ignored: with ray.address unset grid starts its own "

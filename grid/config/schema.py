@@ -190,6 +190,8 @@ class RaySpec(_Spec):
     dashboard: bool = True
     dashboard_port: int = 8265
     num_cpus: int | None = None
+    any_hardware: bool = Field(False, description="run on every grid_node node, whatever hardware it declares "
+                                                  "(grid_hw:<name> resource); false: only on nodes of `hardware`")
 
 
 class RunSpec(_Spec):

@@ -85,15 +85,26 @@ def sample_note(rows: list[dict]) -> str | None:
             "load.min_prompts.")
 
 
+def where_ran(v: Verdict) -> str:
+    """Where the configuration was measured: ``host (node id prefix)``, with the GPU count when NVML named them
+    (load_points ``node_hostname``, ``node_id``, ``gpu_uuids``); ``-`` for rows recorded before nodes were."""
+    row = v.rows[0] if v.rows else {}
+    host, node_id, gpus = row.get("node_hostname"), row.get("node_id"), row.get("gpu_uuids")
+    if not host and not node_id:
+        return "-"
+    text = f"{host or '?'}" + (f" ({node_id[:8]})" if node_id else "")
+    return text + (f", {len(gpus)} GPU" if gpus is not None and len(gpus) else "")
+
+
 def verdict_table(verdicts: list[Verdict]) -> Table:
     t = Table(title="All configurations", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("#", "configuration", "outcome", "why"):
+    for name in ("#", "configuration", "outcome", "why", "node"):
         t.add_column(name, overflow="fold")
     colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "invalid": "yellow", "failed": "red"}
     for i, v in enumerate(verdicts, 1):
         limit = short_diagnosis(v)
         why = v.reason + (f"; limited by: {limit}" if limit != "-" else "")
-        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", why)
+        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", why, where_ran(v))
     return t
 
 
@@ -197,11 +208,11 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
             lines += ["### What limits each load point", ""] + [f"- {d}" for d in diag] + [""]
     else:
         lines += ["**No configuration qualified.**", ""]
-    lines += ["## Every configuration", "", "| # | configuration | outcome | why | bottleneck |",
-              "|---|---|---|---|---|"]
+    lines += ["## Every configuration", "", "| # | configuration | outcome | why | bottleneck | node |",
+              "|---|---|---|---|---|---|"]
     for i, v in enumerate(verdicts, 1):
         lines.append(f"| {i} | `{v.label}` | {v.outcome} | {v.reason.replace('|', '/')} | "
-                     f"{short_diagnosis(v).replace('|', '/')} |")
+                     f"{short_diagnosis(v).replace('|', '/')} | {where_ran(v)} |")
     lines += ["", *sections]
     return "\n".join(lines).rstrip("\n") + "\n"
 

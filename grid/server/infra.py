@@ -15,6 +15,8 @@ INFRA_CLASSES = {
     "port_in_use": "the server's port stayed taken by another process through every retry",
     "actor_lost": "the Ray actor that owns the node's server died (killed, its worker crashed, its node was lost); "
                   "its server's process group died with it",
+    "node_lost": "the Ray node the trial ran on left the cluster mid-trial (its raylet died: machine down, pod "
+                 "evicted); the trial, the node's actor and its server went with it (grid/cluster/lost.py)",
 }
 
 

@@ -23,8 +23,9 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 3  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
-# decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns
+SCHEMA_VERSION: int = 4  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+# decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
+# table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -38,7 +39,15 @@ _TYPES: dict[str, pa.DataType] = {
     "list<int64>": pa.list_(pa.int64()),
     "list<int32>": pa.list_(pa.int32()),
     "list<float64>": pa.list_(pa.float64()),
+    "list<string>": pa.list_(pa.string()),
 }
+
+#: Where the row was measured (grid/cluster/node.py): every table carries them.
+NODE_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("node_id", "string", "", "Ray node id of the node whose server was measured (null: outside Ray, e.g. an "
+                              "external server)"),
+    ("node_hostname", "string", "", "host name of that node (of the external server's URL for engine=openai)"),
+]
 
 
 def _schema(columns: list[tuple[str, str, str, str]], table: str) -> pa.Schema:
@@ -104,6 +113,7 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
      "per-token ITL: each chunk gap split over its tokens (first event's extra tokens 0 ms); ok requests"),
     ("chunk_gaps_ms", "list<float64>", "ms", "gaps between consecutive token-carrying events, modelled ms"),
     ("time_scale", "float64", "modelled s / real s", "time scale of the server; *_ms = real duration x time_scale"),
+    *NODE_COLUMNS,
 ]
 
 LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
@@ -150,6 +160,9 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("server_running_at_peak", "int64", "requests", "#running-req on that log line"),
     ("server_info_json", "string", "json", "the server's /server_info after it became ready (version, "
      "max_total_num_tokens, resolved args)"),
+    *NODE_COLUMNS,
+    ("gpu_uuids", "list<string>", "",
+     "NVML UUIDs of the GPUs the server's node gave it (GPU-...); null where there is no NVML (the twin)"),
 ]
 
 #: Load-point columns filled by the samplers (grid/sweep/samplers.py) and the diagnosis (grid/diagnosis/rules.py).
@@ -278,6 +291,7 @@ SERVER_LOG_COLUMNS: list[tuple[str, str, str, str]] = [
     ("gen_throughput_tok_per_s", "float64", "tok/s",
      "gen throughput: tokens decoded since the previous decode line / time since it (decode lines)"),
     ("input_throughput_tok_per_s", "float64", "tok/s", "input throughput (prefill lines)"),
+    *NODE_COLUMNS,
 ]
 SERVER_LOG_SCHEMA: pa.Schema = _schema(SERVER_LOG_COLUMNS, "server_log")
 
@@ -312,6 +326,7 @@ SERVER_METRICS_COLUMNS: list[tuple[str, str, str, str]] = [
     ("generation_tokens_total", "float64", "tokens", "sglang:generation_tokens_total (counter)"),
     ("prompt_tokens_total", "float64", "tokens", "sglang:prompt_tokens_total (counter)"),
     ("num_requests_total", "float64", "requests", "sglang:num_requests_total (counter)"),
+    *NODE_COLUMNS,
 ]
 SERVER_METRICS_SCHEMA: pa.Schema = _schema(SERVER_METRICS_COLUMNS, "server_metrics")
 
@@ -337,6 +352,8 @@ GPU_TELEMETRY_COLUMNS: list[tuple[str, str, str, str]] = [
     ("pcie_capacity_bytes_per_s", "float64", "B/s", "PCIe link capacity per direction"),
     ("nvlink_bytes_per_s", "float64", "B/s", "NVLink traffic per direction (modelled only)"),
     ("nvlink_capacity_bytes_per_s", "float64", "B/s", "NVLink capacity used for the ratio (modelled only)"),
+    ("gpu_uuid", "string", "", "NVML UUID of the sampled GPU (null: modelled)"),
+    *NODE_COLUMNS,
 ]
 GPU_TELEMETRY_SCHEMA: pa.Schema = _schema(GPU_TELEMETRY_COLUMNS, "gpu_telemetry")
 

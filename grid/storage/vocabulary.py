@@ -80,6 +80,10 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("load_points.trial_error_class", "actor_lost", "skipped: the Ray actor that owns the node's server died "
                                                     "(killed, its worker crashed, its node was lost); points measured "
                                                     "before are kept, the configuration runs again"),
+    ("load_points.trial_error_class", "node_lost", "skipped: the Ray node the trial ran on left the cluster "
+                                                   "mid-trial (the trial, the node's actor and its server went with "
+                                                   "it); every point not_run, the configuration runs again on another "
+                                                   "node"),
 )
 
 

@@ -100,13 +100,60 @@ def end_leftovers(spec: RunSpec, run_id: str | None, console, whose: str = "an e
     return notes
 
 
+#: What a trial asks of the node it runs on, besides its ``grid_node`` slot: a sliver of the node's hardware
+#: resource, so that a node declaring ``grid_hw:<name>: 1`` or one per slot both take it (Ray custom resources are
+#: divisible to 1e-4, ray/_private/ray_constants.py MIN_RESOURCE_GRANULARITY).
+HW_REQUEST = 0.001
+#: How many times the configurations whose node was lost mid-trial run again within one invocation
+#: (grid/cluster/lost.py); later losses leave them ``skipped`` for the next invocation.
+NODE_LOST_ROUNDS = 2
+
+
+def trial_resources(spec: RunSpec) -> dict[str, float]:
+    """The Ray resources of one trial: no CPU, the node's ``grid_node`` slot (one trial per node at a time) and,
+    unless ``ray.any_hardware``, the sweep's hardware resource (only nodes of ``hardware`` qualify). Pure."""
+    from grid.cluster.actor import NODE_RESOURCE
+    from grid.cluster.node import hw_resource
+
+    res: dict[str, float] = {"cpu": 0, NODE_RESOURCE: 1}
+    if not spec.ray.any_hardware:
+        res[hw_resource(spec.hardware.name)] = HW_REQUEST
+    return res
+
+
+def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> list:
+    """One ServerActor on each node the sweep may use (grid.cluster.node.pick_nodes); refuses (RayStartError,
+    exit 2) when no node matches the sweep's hardware, or a node's NVML GPUs are not that hardware's."""
+    import ray
+
+    from grid.cluster.actor import start_actor
+    from grid.cluster.local import RayStartError
+    from grid.cluster.node import hardware_mismatch, pick_nodes
+
+    chosen, why = pick_nodes(nodes, spec.hardware.name, spec.ray.any_hardware)
+    if why:
+        raise RayStartError(why, "ray.any_hardware")
+    actors = [start_actor(node, owner) for node in chosen]
+    infos = ray.get([a.node_info.remote() for a in actors])
+    for info in infos:
+        wrong = None if spec.ray.any_hardware else hardware_mismatch(spec.hardware.gpu, info.get("gpu_names"))
+        if wrong:
+            raise RayStartError(f"node {info.get('node_hostname')} ({(info.get('node_id') or '')[:12]}) declares "
+                                f"hardware={spec.hardware.name} but {wrong}; fix its grid_hw resource or set "
+                                "ray.any_hardware=true", "hardware")
+        gpus = len(info["gpu_uuids"]) if info.get("gpu_uuids") is not None else "no NVML"
+        console.print(f"Node {info.get('node_hostname')} ({(info.get('node_id') or '')[:12]}): grid_node slot, "
+                      f"GPUs: {gpus}", highlight=False)
+    return actors
+
+
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     import ray
     from ray import tune
 
     run_id = run_id or new_run_id()
-    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes, start_actor
+    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes
     from grid.sweep.progress import ProgressCallback
     from grid.sweep.trial import run_trial
 
@@ -117,7 +164,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
 
     from grid.cluster.local import ray_init_args, start_ray
 
-    init = ray_init_args(spec.ray, NAMESPACE, NODE_RESOURCE)
+    init = ray_init_args(spec.ray, NAMESPACE, NODE_RESOURCE, spec.hardware.name)
     for note in init.notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     ctx = start_ray(init)
@@ -128,28 +175,42 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
     actors = []
     try:
         owner = ActorOwner(host=spec.engine.host, run_id=run_id, registry=str(registry_dir(spec)))
-        actors = [start_actor(node, owner) for node in grid_nodes()]
-        if not actors:
+        nodes = grid_nodes()
+        if not nodes:
             raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
                                f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
+        actors = _start_node_actors(spec, nodes, owner, console)
         plans = {p.config_hash: p for p in plan.todo}
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
-                                        {"cpu": 0, NODE_RESOURCE: 1})
+                                        trial_resources(spec))
+        from grid.status import write_plan
+
+        write_plan(spec.run_dir, plan.all, run_id, spec.hardware.name)
+        from grid.cluster.lost import NodeLossCallback
+
         storage = str((Path(spec.run_dir) / "tune").resolve())
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"config_hash": tune.grid_search([p.config_hash for p in plan.todo])},
-            tune_config=tune.TuneConfig(
-                trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
-                trial_dirname_creator=lambda t: t.config["config_hash"]),
-            run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage,
-                                      verbose=0, callbacks=[ProgressCallback(plans, len(plan.all), console)],
-                                      failure_config=tune.FailureConfig(max_failures=0)),
-        )
-        _NoTuneResumeAdvice.interrupted = False
-        tuner.fit()
-        if _NoTuneResumeAdvice.interrupted:  # Ctrl-C: Tune saved its state and returned; grid stops and exits 130
-            raise KeyboardInterrupt
+        todo = [p.config_hash for p in plan.todo]
+        for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
+            lost = NodeLossCallback(spec, plans, console)
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"config_hash": tune.grid_search(todo)},
+                tune_config=tune.TuneConfig(
+                    trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
+                    trial_dirname_creator=lambda t: t.config["config_hash"]),
+                run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{round_}",
+                                          storage_path=storage, verbose=0,
+                                          callbacks=[ProgressCallback(plans, len(plan.all), console), lost],
+                                          failure_config=tune.FailureConfig(max_failures=0)),
+            )
+            _NoTuneResumeAdvice.interrupted = False
+            tuner.fit()
+            if _NoTuneResumeAdvice.interrupted:  # Ctrl-C: Tune saved its state and returned; grid stops, exits 130
+                raise KeyboardInterrupt
+            todo = lost.lost
+            if not todo or round_ == NODE_LOST_ROUNDS or not grid_nodes():
+                break
+            console.print(f"Running {len(todo)} configuration(s) again whose node was lost", highlight=False)
     finally:
         for actor in actors:
             try:

@@ -179,9 +179,14 @@ def _longest_wait_ms(summary: dict[str, Any]) -> float:
 
 
 def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *, trial_id: str,
-                  on_point: Callable[[dict], None] | None = None) -> list[dict]:
+                  on_point: Callable[[dict], None] | None = None, node: dict | None = None) -> list[dict]:
     """Run the trial and write its Parquet files. Returns the load-point rows (also written). The server is stopped
-    on every way out (KeyboardInterrupt included)."""
+    on every way out (KeyboardInterrupt included). ``node``: where the server runs (grid.cluster.node.local_node of
+    the server's process: ``node_id``, ``node_hostname``, ``gpu_uuids``); None: this process's node."""
+    if node is None:
+        from grid.cluster.node import local_node
+
+        node = local_node()
     api_key = spec.engine.api_key
     server = GuardedServer(server)  # a lost actor ends the trial as an infrastructure failure (grid/server/infra.py)
     refusal = engine.refuse(plan)
@@ -206,7 +211,7 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
             launch = engine.launch_plan(plan, result["port"])
     try:
         return _measure_launched(spec, engine, plan, server, trial_id, on_point, launch, result, infra_notes,
-                                 refusal is None)
+                                 refusal is None, node)
     finally:
         if refusal is None:
             server.stop(spec.engine.stop_grace_s)
@@ -214,7 +219,9 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *
 
 def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, trial_id: str,
                       on_point: Callable[[dict], None] | None, launch, result: dict, infra_notes: list[str],
-                      launched: bool) -> list[dict]:
+                      launched: bool, node: dict) -> list[dict]:
+    from grid.cluster.node import node_columns
+
     load = plan.load
     api_key = spec.engine.api_key
     secrets = (api_key,) if api_key else ()
@@ -245,6 +252,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
         "server_info_json": redact_secrets(json.dumps(info, sort_keys=True, default=str), secrets) if info else None,
         "probe_status": result.get("probe_status"),
+        **node_columns(node),
+        "gpu_uuids": node.get("gpu_uuids"),
     }
     points = load_points(plan)
     rows: list[dict] = []
@@ -339,5 +348,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     if server.lost is not None:
         infra_verdict(server.lost, server.lost_in, rows, tables)
     rows = [load_point_row({}, **row) for row in rows]
+    for table in tables.values():  # every stored row names its node
+        for row in table:
+            row.update(node_columns(node))
     write_trial(spec.run_dir, plan.config_hash, {**tables, "load_points": rows})
     return rows

@@ -12,10 +12,14 @@ load points measured before the loss), a new actor is made on the node and the c
 
 from __future__ import annotations
 
+import socket
+from urllib.parse import urlparse
+
 import ray
 from ray import tune
 
-from grid.cluster.actor import ActorOwner, ActorServer, node_actor
+from grid.cluster.actor import ActorOwner, ActorServer, node_actor, serving_task_name
+from grid.status import clear_running, mark_running
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.sweep.measure import measure_trial
@@ -47,6 +51,24 @@ def _node_server(node_id: str, owner: ActorOwner) -> ActorServer:
         return lost
 
 
+def _node_of(server: ActorServer, node_id: str) -> dict:
+    """The server's node (its actor's grid.cluster.node.local_node); what the trial knows when the actor is gone."""
+    try:
+        info = server.node_info()
+    except InfrastructureLost:
+        info = None
+    return info or {"node_id": node_id, "node_hostname": socket.gethostname(), "gpu_uuids": None}
+
+
+def _serving(server: ActorServer, spec: RunSpec, plan: TrialPlan, node: dict, token: str):
+    """Start the actor's named ``serve`` task (grid.cluster.actor.ServerActor.serve) for the dashboard; None when
+    the actor is gone. It ends when the trial releases ``token`` (or the server is stopped)."""
+    if server.handle is None or server.lost is not None:
+        return None
+    name = serving_task_name(spec.name, plan.label, node.get("node_hostname") or str(node.get("node_id"))[:12])
+    return server.handle.serve.options(name=name).remote(plan.label, token)
+
+
 def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan], owner: ActorOwner | None = None) -> None:
     plan = plans[config["config_hash"]]
     node_id = ray.get_runtime_context().get_node_id()
@@ -59,11 +81,24 @@ def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan], owner
         tune.report(_metrics(row))
 
     if getattr(engine, "external", False):  # already running elsewhere: no launch, no node actor (external.py)
-        rows = measure_trial(spec, engine, plan, engine.server(), trial_id=trial_id, on_point=on_point)
+        node = {"node_id": None, "node_hostname": urlparse(spec.engine.base_url or "").hostname, "gpu_uuids": None}
+        rows = measure_trial(spec, engine, plan, engine.server(), trial_id=trial_id, on_point=on_point, node=node)
     else:
         for attempt in range(1, ACTOR_LOST_ATTEMPTS + 1):
             server = _node_server(node_id, owner or ActorOwner(spec.engine.host))
-            rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point)
+            node = _node_of(server, node_id)
+            mark_running(spec.run_dir, plan, node, trial_id)
+            token = f"{trial_id}:{attempt}"
+            serving = _serving(server, spec, plan, node, token)
+            try:
+                rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point, node=node)
+            finally:
+                if serving is not None and server.lost is None:
+                    try:
+                        ray.get(server.handle.release.remote(token), timeout=30)
+                    except Exception:  # the actor died meanwhile: its serve task died with it
+                        pass
+                clear_running(spec.run_dir, plan)
             if not (rows and rows[0].get("trial_error_class") == "actor_lost") or attempt == ACTOR_LOST_ATTEMPTS:
                 break
             tune.report({"note": f"attempt {attempt}: {rows[0].get('trial_error_message')}; running the "
@@ -85,7 +120,7 @@ def dry_run_nodes(spec: RunSpec) -> list[str]:
         return [f"external server {spec.engine.base_url}"]
     if spec.ray.address is None:
         return ["local node"]
-    from grid.cluster.actor import NODE_RESOURCE
+    from grid.cluster.actor import NAMESPACE, NODE_RESOURCE
 
     try:
         ray.init(address=spec.ray.address, namespace=NAMESPACE, log_to_driver=False, include_dashboard=False)

@@ -73,6 +73,10 @@ class NvmlReader:
         except Exception:  # a field the GPU/driver does not support is recorded as null
             return None
 
+    def _uuid(self, h: Any) -> str | None:
+        uuid = self._try(lambda: self.nv.nvmlDeviceGetUUID(h))
+        return uuid.decode() if isinstance(uuid, bytes) else uuid
+
     def read(self) -> list[dict[str, Any]]:
         """One row per GPU (``gpu_index`` and the fields in the module docstring; null where NVML has no value)."""
         nv, out = self.nv, []
@@ -84,7 +88,7 @@ class NvmlReader:
             tx = self._try(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
             rx = self._try(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
             out.append({
-                "gpu_index": i, "source": self.source,
+                "gpu_index": i, "source": self.source, "gpu_uuid": self._uuid(h),
                 "sm_util": None if util is None else util.gpu / 100.0,
                 "mem_bw_util": None if util is None else util.memory / 100.0,
                 "memory_used_gb": None if mem is None else mem.used / 1e9,

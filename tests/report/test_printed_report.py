@@ -70,7 +70,8 @@ def test_verdict_table_outcome_per_configuration(printed, width):
     text = render(width)
     assert printed.best_label(text) == "prefill=trtllm decode=trtllm"
     table = printed.parse_table(text, "All configurations", "left")
-    assert table.header == ["#", "configuration", "outcome", "why"]
+    assert table.header == ["#", "configuration", "outcome", "why", "node"]
+    assert {r["node"] for r in table.records()} == {"-"}  # rows recorded before node columns name no node
     got = {r["configuration"]: (r["#"], r["outcome"]) for r in table.records()}
     assert got == {"prefill=trtllm decode=trtllm": ("1", "best"), "prefill=fa3 decode=trtllm": ("2", "failed"),
                    "prefill=trtllm decode=flashmla_kv": ("3", "invalid")}

@@ -1,5 +1,6 @@
 """One trial end to end without Ray: the twin launched by a ServerSession, load points, Parquet files."""
 
+import socket
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -52,6 +53,25 @@ def test_working_trial_records_every_table(tmp_path):
     log = read_table(tmp_path, "server_log").to_pylist()
     assert {r["kind"] for r in log} >= {"prefill"}
     assert not list((tmp_path / "parquet" / "load_points").glob(".*tmp"))
+    # every row of every table names its node: outside Ray no node id, this host; the twin has no NVML GPUs
+    host = socket.gethostname()
+    assert {(r["node_id"], r["node_hostname"], r["gpu_uuids"]) for r in rows} == {(None, host, None)}
+    for table in ("requests", "server_log", "server_metrics", "gpu_telemetry"):
+        t = read_table(tmp_path, table)
+        assert t.num_rows > 0, table
+        assert set(t.column("node_hostname").to_pylist()) == {host}, table
+
+
+def test_node_columns_come_from_the_given_node(tmp_path):
+    spec = spec_for(tmp_path, "load.concurrency=[1]")
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    node = {"node_id": "ab" * 28, "node_hostname": "gpu-node-7", "gpu_uuids": ["GPU-1111", "GPU-2222"]}
+    rows = measure_trial(spec, engine, expand(spec)[0], ServerSession(), trial_id="t1", node=node)
+    assert rows[0]["node_id"] == "ab" * 28 and rows[0]["gpu_uuids"] == ["GPU-1111", "GPU-2222"]
+    stored = read_table(tmp_path, "load_points").to_pylist()
+    assert stored[0]["gpu_uuids"] == ["GPU-1111", "GPU-2222"] and stored[0]["node_hostname"] == "gpu-node-7"
+    assert set(read_table(tmp_path, "requests").column("node_id").to_pylist()) == {"ab" * 28}
 
 
 def test_failed_start_records_not_run_points(tmp_path):

@@ -28,6 +28,7 @@ def fake_pynvml(n=2):
     nv = types.SimpleNamespace(
         NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1,
         nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: n, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUUID=lambda h: f"GPU-0000000{h}-aaaa", nvmlDeviceGetName=lambda h: "NVIDIA H200",
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=100, memory=52),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=90e9, total=96e9),
         nvmlDeviceGetPowerUsage=lambda h: 328_000, nvmlDeviceGetEnforcedPowerLimit=lambda h: 600_000,
@@ -42,6 +43,7 @@ def test_nvml_reader_with_a_fake_library(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
     rows = NvmlReader().read()
     assert [r["gpu_index"] for r in rows] == [0, 1]
+    assert [r["gpu_uuid"] for r in rows] == ["GPU-00000000-aaaa", "GPU-00000001-aaaa"]
     r = rows[0]
     assert r["sm_util"] == 1.0 and r["mem_bw_util"] == 0.52 and r["power_w"] == 328.0 and r["power_limit_w"] == 600.0
     assert r["pcie_tx_bytes_per_s"] == 650 * 1024 and r["pcie_rx_bytes_per_s"] == 700 * 1024
@@ -108,3 +110,15 @@ def test_modelled_rows_without_a_batch_reading_keep_only_the_busy_fraction():
     assert [r["sm_util"] for r in rows] == [0.75, 0.75] and "mem_bw_util" not in rows[0]
     dec = {"sm_busy": 1.0, "mem_bw": 0.4, "tensor": 0.0, "link_bytes_per_s": 0.0}
     assert rows_from_snapshots(snap0, snap1, dec)[0]["mem_bw_util"] == pytest.approx(0.3)
+
+
+def test_node_gpus_follow_cuda_visible_devices(monkeypatch):
+    from grid.cluster.node import gpu_devices, local_node
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(4))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [g["uuid"] for g in gpu_devices()] == [f"GPU-0000000{i}-aaaa" for i in range(4)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # what Ray gives an actor with num_gpus=2
+    assert local_node()["gpu_uuids"] == ["GPU-00000002-aaaa", "GPU-00000003-aaaa"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-00000001-aaaa")
+    assert local_node()["gpu_names"] == ["NVIDIA H200"]

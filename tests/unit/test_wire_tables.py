@@ -103,8 +103,8 @@ def test_load_settings_for_caps_and_datasets(tmp_path):
     assert LoadSpec(dataset="random").trace_points == []
     with pytest.raises(ValueError, match="no load points"):
         LoadSpec(dataset="trace", dataset_path=str(trace), concurrency=[], trace_speed=[])
-    # settings added later stay out of a trial's identity at their defaults (earlier runs resume)
-    assert not {"dataset_path", "trace_speed", "max_concurrency"} & set(LoadSpec().model_dump())
+    # every load setting is part of a trial's identity (grid/sweep/space.py config_identity), defaults included
+    assert {"dataset_path", "trace_speed", "max_concurrency"} <= set(LoadSpec().model_dump())
     assert LoadSpec(request_rate=[1.0], max_concurrency=2).model_dump()["max_concurrency"] == 2
 
 

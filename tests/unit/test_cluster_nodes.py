@@ -1,0 +1,99 @@
+"""Node selection by hardware, the NVML cross-check, trial resources and the run-directory status (no Ray)."""
+
+import os
+import socket
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from grid.cluster.node import hardware_mismatch, hw_resource, node_hardware, pick_nodes
+from grid.config.schema import RaySpec
+from grid.status import clear_running, main, mark_running, read_status, render, write_plan
+from grid.storage.schema import LOAD_POINTS_SCHEMA
+from grid.sweep.space import TrialPlan
+
+
+def node(i, *hw):
+    return {"NodeID": f"{i:02d}" * 28, "Alive": True,
+            "Resources": {"grid_node": 1.0, "CPU": 4.0, **{hw_resource(h): 1.0 for h in hw}}}
+
+
+def test_sweep_nodes_are_those_of_its_hardware():
+    nodes = [node(1, "h200_x8"), node(2, "rtx_pro_6000_x8"), node(3, "h200_x8")]
+    assert node_hardware(nodes[0]["Resources"]) == ["h200_x8"]
+    chosen, why = pick_nodes(nodes, "h200_x8", any_hardware=False)
+    assert [n["NodeID"][:2] for n in chosen] == ["01", "03"] and why is None
+    assert pick_nodes(nodes, "h200_x8", any_hardware=True)[0] == nodes
+
+
+def test_no_matching_node_names_what_the_nodes_declare():
+    chosen, why = pick_nodes([node(1, "h200_x8"), node(2, "h200_x8"), node(3)], "a100_x1", any_hardware=False)
+    assert chosen == []
+    assert "hardware=a100_x1 (resource 'grid_hw:a100_x1')" in why
+    assert "(none): 1 node, h200_x8: 2 nodes" in why and "ray.any_hardware=true" in why
+
+
+def test_nvml_names_checked_against_the_declared_hardware():
+    assert hardware_mismatch("NVIDIA H200", ["NVIDIA H200"] * 8) is None
+    assert hardware_mismatch("NVIDIA H200", None) is None  # the twin: no NVML to ask
+    assert hardware_mismatch("NVIDIA H200", ["NVIDIA H100 80GB HBM3"]) == (
+        "its GPUs are NVIDIA H100 80GB HBM3 (NVML), not NVIDIA H200")
+
+
+def test_trials_request_the_sweep_hardware_unless_any_hardware(monkeypatch):
+    from grid.sweep.driver import HW_REQUEST, trial_resources
+
+    class Spec:
+        hardware = type("H", (), {"name": "h200_x8"})
+        ray = RaySpec()
+
+    assert trial_resources(Spec) == {"cpu": 0, "grid_node": 1, "grid_hw:h200_x8": HW_REQUEST}
+    Spec.ray = RaySpec(any_hardware=True)
+    assert trial_resources(Spec) == {"cpu": 0, "grid_node": 1}
+
+
+def _plan(i):
+    return TrialPlan(index=i, settings={}, load=None, label=f"cfg={i}", config_hash=f"h{i:011d}")
+
+
+def test_status_counts_done_running_left_per_node(tmp_path, capsys):
+    plans = [_plan(i) for i in range(4)]
+    write_plan(tmp_path, plans, "run1", "h200_x8")
+    row = {n: None for n in LOAD_POINTS_SCHEMA.names}
+    lp = tmp_path / "parquet" / "load_points"
+    lp.mkdir(parents=True)
+    for p, status, host in ((plans[0], "ok", "a"), (plans[1], "failed", "b"), (plans[2], "skipped", "b")):
+        rows = [{**row, "config_hash": p.config_hash, "trial_status": status, "node_hostname": host,
+                 "node_id": host * 56}]
+        pq.write_table(pa.Table.from_pylist(rows, schema=LOAD_POINTS_SCHEMA), lp / f"{p.config_hash}.parquet")
+    mark_running(tmp_path, plans[3], {"node_id": "c" * 56, "node_hostname": "c"}, "t3")
+    status = read_status(tmp_path)
+    assert status.driver_alive is True  # this process wrote the plan
+    assert [m["label"] for m in status.running] == ["cfg=3"] and status.left == ["cfg=2"]  # skipped runs again
+    text = render(status)
+    assert text.splitlines()[0] == "2 done, 1 running, 1 left of 4 configurations"
+    assert "  node c (cccccccccccc): 0 done; running: cfg=3" in text and "  node b (bbbbbbbbbbbb): 2 done" in text
+    clear_running(tmp_path, plans[3])
+    assert main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("2 done, 0 running, 2 left of 4")
+
+
+def test_status_of_a_killed_driver_says_interrupted(tmp_path):
+    plans = [_plan(0)]
+    write_plan(tmp_path, plans, "run1", "h200_x8")
+    import json
+
+    path = tmp_path / "status" / "plan.json"
+    data = json.loads(path.read_text())
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)  # a pid that no longer lives
+    data.update(driver_pid=child, driver_host=socket.gethostname())
+    path.write_text(json.dumps(data))
+    mark_running(tmp_path, plans[0], {"node_id": "a" * 56, "node_hostname": "a"}, "t0")
+    assert render(read_status(tmp_path)).startswith("0 done, 1 interrupted (driver gone), 0 left of 1")
+
+
+def test_status_without_a_sweep_exits_2(tmp_path):
+    assert main([str(tmp_path)]) == 2
