@@ -28,7 +28,7 @@ from pathlib import Path
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.storage.parquet import recorded_hashes, set_aside_corrupt
-from grid.sweep.notes import plan_notes
+from grid.sweep.notes import known_notes, plan_notes
 from grid.sweep.space import TrialPlan, expand
 
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -43,6 +43,7 @@ class Plan:
     all: list[TrialPlan]
     todo: list[TrialPlan]
     done: dict[str, str]
+    search: object = None  # grid.search.plan.SearchPlan: what is known before launch and the search policy
 
 
 def plan_run(spec: RunSpec) -> Plan:
@@ -100,6 +101,22 @@ def end_leftovers(spec: RunSpec, run_id: str | None, console, whose: str = "an e
     return notes
 
 
+def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
+    """Tune's search over ``plan.todo``: the search policy (grid/search/) behind Tune's ``Searcher`` API
+    (grid/search/tune.py), fed with the scores read back from each finished trial's Parquet rows. Without a policy
+    (no search plan): every configuration, as a grid search."""
+    from ray import tune
+
+    policy = plan.search.policy if plan.search is not None else None
+    if policy is None:
+        return {"param_space": {"config_hash": tune.grid_search([p.config_hash for p in plan.todo])}, "tune": {}}
+    from grid.search.measured import scores
+    from grid.search.tune import PolicySearcher
+
+    searcher = PolicySearcher(policy, lambda h: scores(spec, {h}).get(h))
+    return {"param_space": {}, "tune": {"search_alg": searcher, "num_samples": len(plan.todo)}}
+
+
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     import ray
@@ -136,10 +153,12 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
                                         {"cpu": 0, NODE_RESOURCE: 1})
         storage = str((Path(spec.run_dir) / "tune").resolve())
+        search = _search_args(spec, plan, plans)
         tuner = tune.Tuner(
             trainable,
-            param_space={"config_hash": tune.grid_search([p.config_hash for p in plan.todo])},
+            param_space=search["param_space"],
             tune_config=tune.TuneConfig(
+                **search["tune"],
                 trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
                 trial_dirname_creator=lambda t: t.config["config_hash"]),
             run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage,
@@ -173,8 +192,12 @@ def run(spec: RunSpec, console) -> Plan:
     plan = plan_run(spec)
     version = engine.version()
     notes = [*engine.notes, *plan_notes(spec, plan.all, version)]
+    plan_search(spec, engine, plan, version)
+    notes += known_notes(plan.all, plan.search.known)
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
+    for line in plan.search.cost_lines(spec):
+        console.print(line, highlight=False, soft_wrap=True)
     if spec.dry_run:
         from grid.sweep.trial import dry_run_nodes
 
@@ -196,5 +219,39 @@ def run(spec: RunSpec, console) -> Plan:
     run_id = new_run_id()
     end_leftovers(spec, run_id, console)
     if plan.todo:
-        run_trials(spec, plan, console, run_id)
+        try:
+            run_trials(spec, plan, console, run_id)
+        finally:
+            record_search(spec, plan)
     return plan
+
+
+def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> None:
+    """Assess every configuration before launch (refused, known to fail), forecast them on the twin, set up
+    ``spec.search``'s policy over ``plan.todo`` (resumed with the scores already recorded) and put ``plan.todo`` in
+    launch order: refused first (no launch), known failures last (first with ``search.try_known_failures``)."""
+    from grid.search.measured import scores
+    from grid.search.plan import build
+
+    plan.search = build(spec, engine, plan.all, version)
+    recorded = {h for h in plan.done if h not in {p.config_hash for p in plan.todo}}
+    if recorded:
+        plan.search.policy.resume(scores(spec, recorded) | {h: None for h in recorded
+                                                            if h not in scores(spec, recorded)})
+    order = {c.config_hash: i for i, c in enumerate(plan.search.policy.queue)}
+    plan.todo = sorted(plan.todo, key=lambda p: order.get(p.config_hash, len(order)))
+
+
+def record_search(spec: RunSpec, plan: Plan) -> None:
+    """``search.json`` in the run directory: the search, what it launched and what it left out and why."""
+    from grid.search.measured import write_record
+
+    policy = plan.search.policy
+    labels = {p.config_hash: p.label for p in plan.all}
+    write_record(spec.run_dir, {
+        "search": spec.search.kind,
+        "issued": policy.issued,
+        "skipped": {h: {"label": labels.get(h), "reason": why} for h, why in policy.skipped.items()},
+        "known_to_fail": {h: {"label": labels.get(h), "text": k.text()} for h, k in plan.search.known.items()
+                          if k.known_to_fail},
+    })
