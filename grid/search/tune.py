@@ -32,3 +32,15 @@ class PolicySearcher(Searcher):
         h = self._trials.pop(trial_id, None)
         if h is not None:
             self.policy.record(h, None if self.policy.by_hash[h].refused else self.value_of(h))
+
+    def save(self, checkpoint_path: str) -> None:
+        """Tune's periodic snapshot of the searcher: what the policy measured, skipped and issued (a log only: grid
+        resumes from its Parquet tables, driver.py, and rebuilds the policy from them)."""
+        import json
+
+        p = self.policy
+        with open(checkpoint_path, "w") as fh:
+            json.dump({"measured": p.measured, "skipped": p.skipped, "issued": p.issued}, fh)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Nothing to restore: a resumed run rebuilds the policy from the run directory (driver.plan_search)."""

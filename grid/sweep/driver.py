@@ -59,6 +59,8 @@ def _clear_previous(spec: RunSpec) -> None:
 
     for sub in ("parquet", "logs"):
         shutil.rmtree(Path(spec.run_dir) / sub, ignore_errors=True)
+    for name in ("search.json", "summary.json"):
+        (Path(spec.run_dir) / name).unlink(missing_ok=True)
 
 
 class _NoTuneResumeAdvice(logging.Filter):

@@ -139,3 +139,28 @@ def test_twin_guided_stops_when_the_next_cannot_beat_the_best():
 def test_unknown_search_kind_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="search.kind: unknown search 'nope'; allowed: exhaustive, twin_guided"):
         spec_for(["search.kind=nope"], tmp_path)
+
+
+def test_summary_exact_values_on_recorded_rows():
+    from grid.report.select import Verdict
+    from grid.search.summary import SUMMARY_FIELDS, launch_seconds, summarize
+
+    s = 1_000_000_000
+    rows = [  # a refused configuration, one that ran two points (one not run), one that crashed during startup
+        {"config_hash": "r", "trial_error_class": "refused", "status": "not_run", "startup_s": None},
+        {"config_hash": "a", "trial_error_class": None, "status": "ok", "startup_s": 300.0, "time_scale": 10.0,
+         "started_unix_ns": 5 * s, "finished_unix_ns": 7 * s},
+        {"config_hash": "a", "trial_error_class": None, "status": "ok", "startup_s": 300.0, "time_scale": 10.0,
+         "started_unix_ns": 8 * s, "finished_unix_ns": 8 * s + s // 2},
+        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "startup_s": 300.0, "time_scale": 10.0,
+         "started_unix_ns": None, "finished_unix_ns": None},
+        {"config_hash": "c", "trial_error_class": "startup_exit", "status": "not_run", "startup_s": None},
+    ]
+    assert launch_seconds(rows, {"c": 120.0}) == {"a": 325.0, "c": 120.0}
+    verdicts = [Verdict("a", "prefill=trtllm", "best", 1234.5, ""), Verdict("c", "x", "failed", None, "")]
+    out = summarize(rows, verdicts, objective="max_output_throughput", search="twin_guided", gpu_count=8,
+                    configurations=3, refused=1, known_to_fail=0, not_run=0, modelled_startup_s={"c": 120.0})
+    assert out == {"launches": 2, "gpu_seconds": 3560.0, "best_label": "prefill=trtllm", "best_value": 1234.5,
+                   "objective": "max_output_throughput", "search": "twin_guided", "configurations": 3,
+                   "refused": 1, "known_to_fail": 0, "not_run": 0}
+    assert [k for k, *_ in SUMMARY_FIELDS] == list(out)
