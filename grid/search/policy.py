@@ -6,7 +6,7 @@ say which to run next, and stop.
 * ``twin_guided``: configurations the twin expects to run, best forecast first; after each measurement, the next
   candidate runs only if it could still beat the best measured score by more than the spread: its forecast, scaled
   by the measured/forecast ratio of the configurations measured so far (the twin's bias on this model and hardware),
-  widened by ``twin_error``, must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
+  widened by ``z`` times ``twin_error`` (``z`` grows with the number of candidates, :class:`TwinGuided`), must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
   objective). Known failures run only when nothing else is left and no budget stops it, or first with
   ``try_known_failures``.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from grid.search import Search, register
 
@@ -151,7 +152,18 @@ class Exhaustive(Policy):
 
 
 class TwinGuided(Policy):
-    """Best forecast first; stop when the next candidate cannot beat the best measured score by the spread."""
+    """Best forecast first; stop when the next candidate cannot beat the best measured score by the spread.
+
+    The twin's error on one configuration is taken as normal with sigma ``twin_error``; a candidate is widened by
+    ``z`` sigmas, with ``z`` the one-sided normal quantile at ``1 - 1/n`` for ``n`` launchable candidates (neither
+    refused nor known to fail): with that many chances, one of them is expected to be off by about that much, so a
+    candidate skipped is unlikely to have beaten the best (about 0.67 sigma for 4 candidates, 2.95 for 640).
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n = sum(1 for c in self.candidates if not c.refused and not c.known_to_fail)
+        self.z = NormalDist().inv_cdf(1 - 1 / max(2, n))
 
     def order(self, cands: list[Candidate]) -> list[Candidate]:
         sign = -1.0 if self.higher_is_better else 1.0
@@ -174,7 +186,7 @@ class TwinGuided(Policy):
         """``c``'s forecast corrected by the bias and widened by the twin's error, toward better."""
         if c.forecast is None:
             return None
-        widen = (1 + self.twin_error) if self.higher_is_better else (1 - self.twin_error)
+        widen = (1 + self.z * self.twin_error) if self.higher_is_better else (1 - self.z * self.twin_error)
         return c.forecast * self.bias() * widen
 
     def hopeless(self, c: Candidate) -> str | None:
@@ -192,7 +204,7 @@ class TwinGuided(Policy):
         if (bound <= target) if self.higher_is_better else (bound >= target):
             return (f"cannot beat the best measured {best:.4g} by more than the spread "
                     f"{self.spread:.0%}: twin forecast {c.forecast:.4g} x bias {self.bias():.3f} "
-                    f"x (1 {'+' if self.higher_is_better else '-'} {self.twin_error:g}) = {bound:.4g}")
+                    f"x (1 {'+' if self.higher_is_better else '-'} {self.z:.2f} x {self.twin_error:g}) = {bound:.4g}")
         return None
 
     def stop_after_hopeless(self, c: Candidate) -> bool:
