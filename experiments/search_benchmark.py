@@ -110,7 +110,7 @@ def report(spec, sp, args, name: str, settings: dict) -> None:
         fresh = SEARCHES[spec.search.kind].policy(
             p.candidates, Budget(None if max_launches is None else int(max_launches), p.budget.max_gpu_s),
             higher_is_better=p.higher_is_better, try_known_failures=p.try_known_failures,
-            twin_error=settings.get("twin_error", p.twin_error), spread=settings.get("spread", p.spread))
+            twin_error=settings.get("twin_error", p.twin_error), spread=settings.get("spread", p.spread), seed=seed)
         best, gpu, n = drive(fresh, scores)
         d = abs(ex_best - best) / ex_best * 100 if best is not None else 100.0
         dist.append(d)

@@ -206,6 +206,7 @@ class SearchSpec(_Spec):
                               "held-out output tok/s geometric-mean error, docs/twin.md")
     spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
                           "default: grid.report.select.TIE_PERCENT")
+    seed: int = Field(0, description="seed of a model-based search's sampler (optuna)")
 
 
 class RunSpec(_Spec):
@@ -262,6 +263,11 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
 
     if spec.search.kind not in SEARCHES:
         raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
+    if spec.search.kind == "optuna":
+        import importlib.util
+
+        if importlib.util.find_spec("optuna") is None:
+            raise ConfigError("search.kind=optuna needs Optuna: pip install -e '.[optuna]' (or choose search=twin_guided)")
     version = parse_version(spec.version)
     try:
         for key, value in spec.server.items():

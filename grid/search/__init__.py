@@ -27,5 +27,6 @@ def register(search: Search) -> Search:
 
 
 from grid.search import policy as _policy  # noqa: E402  (registers exhaustive and twin_guided)
+from grid.search import optuna as _optuna  # noqa: E402  (registers optuna; imports optuna and Ray Tune when used)
 
-__all__ = ["SEARCHES", "Search", "register", "_policy"]
+__all__ = ["SEARCHES", "Search", "register", "_policy", "_optuna"]

@@ -46,11 +46,12 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
                        forecast=(forecasts[p.config_hash].value if forecasts[p.config_hash] else None),
-                       gpu_s=gpu_seconds(spec, forecasts[p.config_hash])) for p in plans]
+                       gpu_s=gpu_seconds(spec, forecasts[p.config_hash]), settings=p.settings) for p in plans]
     s = spec.search
     budget = Budget(s.max_launches, None if s.max_gpu_hours is None else s.max_gpu_hours * 3600)
     policy = SEARCHES[s.kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
-                                     try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread)
+                                     try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread,
+                                     seed=s.seed)
     return SearchPlan(plans, known, forecasts, policy)
 
 
@@ -60,7 +61,7 @@ def expected_launches(sp: SearchPlan) -> list[str]:
                                                                        sp.policy.budget.max_gpu_s),
                             higher_is_better=sp.policy.higher_is_better,
                             try_known_failures=sp.policy.try_known_failures, twin_error=sp.policy.twin_error,
-                            spread=sp.policy.spread)
+                            spread=sp.policy.spread, seed=sp.policy.seed)
     launched = []
     while True:
         h = trial.next()

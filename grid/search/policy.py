@@ -37,6 +37,7 @@ class Candidate:
     known_to_fail: bool = False
     forecast: float | None = None
     gpu_s: float = 0.0
+    settings: dict | None = field(default=None, compare=False)  # the swept settings (model-based searches)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Policy:
     running: set = field(default_factory=set)
     skipped: dict[str, str] = field(default_factory=dict)
     issued: list[str] = field(default_factory=list)
+    seed: int = 0
 
     def __post_init__(self) -> None:
         self.queue = self.order(self.candidates)

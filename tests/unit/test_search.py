@@ -145,7 +145,7 @@ def test_twin_guided_stops_when_the_next_cannot_beat_the_best():
 
 
 def test_unknown_search_kind_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="search.kind: unknown search 'nope'; allowed: exhaustive, twin_guided"):
+    with pytest.raises(ConfigError, match="search.kind: unknown search .nope.; allowed: exhaustive, optuna, twin_guided"):
         spec_for(["search.kind=nope"], tmp_path)
 
 
@@ -172,3 +172,21 @@ def test_summary_exact_values_on_recorded_rows():
                    "objective": "max_output_throughput", "search": "twin_guided", "configurations": 3,
                    "refused": 1, "known_to_fail": 0, "not_run": 0}
     assert [k for k, *_ in SUMMARY_FIELDS] == list(out)
+
+
+def test_optuna_never_launches_refused_and_keeps_the_budget():
+    pytest.importorskip("optuna")
+    from grid.search.optuna import OptunaPolicy
+
+    cands = [Candidate(f"h{a}{b}", refused=(a == 0), forecast=10.0 + a + b, gpu_s=10.0, settings={"a": a, "b": b})
+             for a in range(3) for b in range(4)]
+    scores = {c.config_hash: None if c.refused else c.forecast for c in cands}
+    p = OptunaPolicy(cands, Budget(max_launches=5), seed=3)
+    issued = drain(p, scores)
+    launched = [h for h in issued if not p.by_hash[h].refused]
+    assert len(launched) == 5 and p.budget.launches == 5 and p.budget.gpu_s == 50.0
+    assert all(not p.by_hash[h].refused for h in launched)
+    assert set(p.skipped) == {c.config_hash for c in cands} - set(issued)
+    assert all(why == "search.max_launches=5 reached" for why in p.skipped.values())
+    again = OptunaPolicy(cands, Budget(max_launches=5), seed=3)
+    assert drain(again, scores) == issued  # seeded: the same proposals
