@@ -206,9 +206,10 @@ def run(spec: RunSpec, console) -> Plan:
         nodes = dry_run_nodes(spec)
         for p in plan.all:
             state = plan.done.get(p.config_hash, "pending")
-            refused = engine.refuse(p)
-            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {'refused: ' + refused if refused else state})",
-                          soft_wrap=True)
+            known = plan.search.known[p.config_hash]
+            state = f"refused: {known.refused}" if known.refused else \
+                f"{state}, {known.text()}" if known.known_to_fail else state
+            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {state})", soft_wrap=True)
             for node in nodes:
                 console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
                               soft_wrap=True, markup=False)

@@ -190,3 +190,11 @@ def test_optuna_never_launches_refused_and_keeps_the_budget():
     assert all(why == "search.max_launches=5 reached" for why in p.skipped.values())
     again = OptunaPolicy(cands, Budget(max_launches=5), seed=3)
     assert drain(again, scores) == issued  # seeded: the same proposals
+
+
+def test_resume_takes_recorded_configurations_out_and_counts_their_scores():
+    p = TwinGuided([c("a", 100.0), c("b", 99.0), c("lo", 50.0)], Budget(max_launches=1), twin_error=0.074)
+    p.resume({"a": 100.0})  # recorded by an earlier run: not run again, not counted, its score is the best so far
+    assert drain(p, {"b": 99.5}) == ["b"]
+    assert p.budget.launches == 1 and p.best() == 100.0
+    assert set(p.skipped) == {"lo"}
