@@ -29,7 +29,8 @@ FRACTIONS = [0.80, 0.81, 0.10, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87, 0.88]  # 0.10
 ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=resume",
         f"+sweep.grid.mem_fraction_static=[{','.join(map(str, FRACTIONS))}]",
         "load.concurrency=[1]", "load.min_prompts=2", "load.input_len=16", "load.output_len=8",
-        "engine.time_scale=20", "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3"]
+        "engine.time_scale=20", "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3",
+        "search=exhaustive"]  # every configuration runs (the default search skips hopeless ones)
 
 
 def command(run_dir, *extra):
