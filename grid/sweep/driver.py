@@ -239,8 +239,8 @@ def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> None:
     plan.search = build(spec, engine, plan.all, version)
     recorded = {h for h in plan.done if h not in {p.config_hash for p in plan.todo}}
     if recorded:
-        plan.search.policy.resume(scores(spec, recorded) | {h: None for h in recorded
-                                                            if h not in scores(spec, recorded)})
+        known = scores(spec, recorded)
+        plan.search.policy.resume({h: known.get(h) for h in recorded})
     order = {c.config_hash: i for i, c in enumerate(plan.search.policy.queue)}
     plan.todo = sorted(plan.todo, key=lambda p: order.get(p.config_hash, len(order)))
 
