@@ -69,6 +69,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
     from grid.report.select import rank, rejudge
+    from grid.search.measured import read_record
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
 
@@ -79,9 +80,12 @@ def report(spec: RunSpec, console: Console) -> list:
                 if r["config_hash"] in wanted]
     rows = rejudge(stored, requests, spec.objective.slo)
     verdicts = rank(rows, spec.objective)
+    searched = read_record(spec.run_dir)
+    left_out = set(searched.get("skipped", {})) & wanted - {r["config_hash"] for r in rows}
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
-    note = incomplete_note(len(wanted), len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
-    notes = [n for n in (note, metrics_names_note(rows)) if n]
+    note = incomplete_note(len(wanted - left_out),
+                           len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
+    notes = [n for n in (note, metrics_names_note(rows)) if n] + search_notes(searched, left_out)
     skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
     if skipped_probe:
         notes.append(f"The correctness probe was skipped (probe.enabled=false) for {len(skipped_probe)} "
@@ -89,12 +93,51 @@ def report(spec: RunSpec, console: Console) -> list:
                      "answers were not checked, so a configuration serving garbage is ranked as if it were correct.")
     run_dir = Path(spec.run_dir)
     written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes), rows, console)
+    written.append(write_summary(spec, rows, verdicts, plans, searched, left_out).name)
     if spec.experiment:
         out = run_experiment(spec, rows, console)
         console.print(f"Experiment output: {out}")
     console.print(f"\nRun directory: {run_dir.resolve()} ({', '.join(written)}, "
                   "parquet/requests, parquet/load_points, logs/)")
     return verdicts
+
+
+def search_notes(searched: dict, left_out: set[str]) -> list[str]:
+    """The report's notes on the search (``search.json``): configurations known to fail here, grouped by the
+    failure-table row with its source, and those the search did not launch, grouped by why."""
+    groups: dict[str, list[str]] = {}
+    for entry in searched.get("known_to_fail", {}).values():
+        groups.setdefault(entry["text"], []).append(entry["label"])
+    notes = [f"{text}: {len(labels)} configuration{'s' if len(labels) != 1 else ''} ({', '.join(sorted(labels))})"
+             for text, labels in groups.items()]
+    why: dict[str, list[str]] = {}
+    for h in left_out:
+        entry = searched["skipped"][h]
+        why.setdefault(entry["reason"], []).append(entry["label"] or h)
+    notes += [f"not launched by the {searched.get('search')} search ({len(labels)} configuration"
+              f"{'s' if len(labels) != 1 else ''}: {', '.join(sorted(labels))}): {reason}"
+              for reason, labels in why.items()]
+    return notes
+
+
+def write_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, searched: dict,
+                  left_out: set[str]) -> Path:
+    """``summary.json`` in the run directory (grid/search/summary.py); startups that never finished are costed
+    with the twin's modelled startup."""
+    from grid.search import summary
+    from grid.search.predict import forecast
+
+    hashes = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
+    modelled = {}
+    for p in plans:
+        if p.config_hash in hashes and spec.engine.kind != "openai":
+            f = forecast(spec, p, spec.version)
+            modelled[p.config_hash] = f.startup_s if f else 0.0
+    refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})
+    return summary.write(spec.run_dir, summary.summarize(
+        rows, verdicts, objective=spec.objective.kind, search=spec.search.kind, gpu_count=spec.hardware.gpu_count,
+        configurations=len(plans), refused=refused, known_to_fail=len(searched.get("known_to_fail", {})),
+        not_run=len(left_out), modelled_startup_s=modelled))
 
 
 def undecided(planned: list[str], trial_status: dict[str, str]) -> list[str]:
@@ -105,11 +148,13 @@ def undecided(planned: list[str], trial_status: dict[str, str]) -> list[str]:
 
 def exit_status(spec: RunSpec) -> int:
     """EXIT_UNDECIDED when a planned configuration of ``spec`` has no verdict in the run directory, else EXIT_OK."""
+    from grid.search.measured import read_record
     from grid.storage.parquet import recorded_hashes
     from grid.sweep.space import expand
 
-    return EXIT_UNDECIDED if undecided([p.config_hash for p in expand(spec)], recorded_hashes(spec.run_dir)) \
-        else EXIT_OK
+    left_out = set(read_record(spec.run_dir).get("skipped", {}))  # the search chose not to launch them
+    planned = [p.config_hash for p in expand(spec) if p.config_hash not in left_out]
+    return EXIT_UNDECIDED if undecided(planned, recorded_hashes(spec.run_dir)) else EXIT_OK
 
 
 def main(cfg: dict[str, Any], console: Console | None = None) -> int:

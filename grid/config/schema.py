@@ -194,6 +194,23 @@ class RaySpec(_Spec):
                                                   "(grid_hw:<name> resource); false: only on nodes of `hardware`")
 
 
+class SearchSpec(_Spec):
+    """How the configurations of the sweep are chosen (grid/search/, registered by ``kind``): ``exhaustive`` runs every
+    one, ``twin_guided`` ranks them on the twin first and measures only the promising ones. Refused configurations
+    are never launched and never count against a budget."""
+
+    kind: str = "exhaustive"
+    max_launches: int | None = Field(None, ge=1, description="launches at most (refusals are not launches)")
+    max_gpu_hours: float | None = Field(None, gt=0, description="modelled GPU-hours at most (startup + load, all GPUs)")
+    try_known_failures: bool = Field(False, description="run configurations the failure table says fail here first, "
+                                                        "not last (and not skip them when a budget runs out)")
+    twin_error: float = Field(0.074, ge=0, description="relative error of the twin's score (twin_guided); default: "
+                              "held-out output tok/s geometric-mean error, docs/twin.md")
+    spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
+                          "default: grid.report.select.TIE_PERCENT")
+    seed: int = Field(0, description="seed of a model-based search's sampler (optuna)")
+
+
 class RunSpec(_Spec):
     name: str
     run_dir: str
@@ -205,6 +222,7 @@ class RunSpec(_Spec):
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     sweep: SweepSpec | None = None
+    search: SearchSpec = Field(default_factory=SearchSpec)
     experiment: dict[str, Any] | None = None
     ray: RaySpec = Field(default_factory=RaySpec)
     dry_run: bool = False
@@ -264,6 +282,15 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
     if spec.objective.kind not in OBJECTIVES:
         raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
                           f"{', '.join(sorted(OBJECTIVES))}")
+    from grid.search import SEARCHES
+
+    if spec.search.kind not in SEARCHES:
+        raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
+    if spec.search.kind == "optuna":
+        import importlib.util
+
+        if importlib.util.find_spec("optuna") is None:
+            raise ConfigError("search.kind=optuna needs Optuna: pip install -e '.[optuna]' (or choose search=twin_guided)")
     version = parse_version(spec.version)
     try:
         for key, value in spec.server.items():

@@ -7,6 +7,10 @@ Three layers, each with its source in the SGLang facts file (sglang.md, read fro
 3. the combinations SGLang's ``check_server_args`` / validation hooks enforce at launch (§1.3), listed in
    :data:`RULES`. Each rule reproduces SGLang's own error message.
 
+4. the kernels' hardware requirements (stage ``requirement`` in :data:`RULES`: fa3 needs SM90, aiter needs ROCm,
+   the trtllm DSA backend from 0.5.12 has no SM120 kernel): SGLang accepts these flags and the server dies later
+   (import error, first forward), so without this layer each would cost a launch to learn.
+
 An impossible configuration is recorded ``invalid`` (error class ``refused``) with the reason and no launch is spent
 on it (``Engine.refuse``). The twin's CLI (grid/twin/cli.py) enforces the same rules at launch, as SGLang does;
 tests/unit/test_checks.py compares the two on the same configurations.
@@ -81,14 +85,22 @@ class Rule:
     when: Callable[[dict[str, Any], Any], tuple | None]
     where: str
     hardware: tuple[Hardware, ...] = ANY_HARDWARE
+    #: ``"launch"``: SGLang's own argument checks refuse it (the twin enforces it at launch too); ``"requirement"``:
+    #: a kernel's hardware requirement SGLang does not check at argument time; the server would die later (import,
+    #: first forward). grid refuses both before launch; ``where`` then names the failure-table row and its source.
+    stage: str = "launch"
 
     def releases(self, version: Version) -> bool:
         return parse_version(self.since) <= version[:3] and (self.until is None
                                                             or version[:3] <= parse_version(self.until))
 
     def source(self, version: Version) -> dict | None:
-        """The catalog's refusal entry (``function``, ``kind``, ``message``) of ``version`` this rule reproduces."""
+        """The catalog's refusal entry (``function``, ``kind``, ``message``) of ``version`` this rule reproduces
+        (None for a ``requirement``: SGLang has no such argument check)."""
         from grid.engines import catalog
+
+        if self.stage != "launch":
+            return None
 
         fixed = self.message.split("{}")[0].rstrip(".")
         for entry in catalog.release(version).refusals:
@@ -180,6 +192,19 @@ def _tilelang_fp8(s: dict[str, Any], model: Any) -> tuple | None:
 
 def _tilelang_fp8_mixed(s: dict[str, Any], model: Any) -> tuple | None:
     return () if _tilelang_fp8(s, model) is not None and _dsa_backends(s) != {"tilelang"} else None
+
+
+def _backends(s: dict[str, Any]) -> set:
+    """Every attention kernel family the settings select: the attention backend and both DSA/NSA backends."""
+    return _dsa_backends(s) | ({s["attention_backend"]} if s.get("attention_backend") else set())
+
+
+def _uses(kernel: str) -> Callable[[dict[str, Any], Any], tuple | None]:
+    return lambda s, m: () if kernel in _backends(s) else None
+
+
+def _trtllm_dsa(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if _is_dsa(model) and "trtllm" in _dsa_backends(s) else None
 
 
 def _megamoe(s: dict[str, Any], model: Any) -> tuple | None:
@@ -279,6 +304,23 @@ RULES: list[Rule] = [
          "mixed.", _tilelang_fp8_mixed, "_check_dsa_backend_constraints", hardware=CUDA),
     Rule("tilelang_fp8_sm89", "0.5.22", None, "CUDA TileLang FP8 KV requires SM89 or newer.", _tilelang_fp8,
          "_check_dsa_backend_constraints", hardware=(Hardware("nvidia", sm_max=88),)),
+    # -- kernel hardware requirements (stage "requirement"): SGLang accepts the flags and the server dies later; the
+    # message is the error the server ends with, the source the failure-table row (grid/twin/failures.py) and its
+    # public reference (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes).
+    Rule("fa3_needs_sm90", "0.5.9", None,
+         "FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA)", _uses("fa3"),
+         "failure table dsa_fa3_sm120: FlashAttention-3 is Hopper-only (Dao-AILab/flash-attention README, "
+         "'FlashAttention-3 ... requirements: H100 / H800 GPU'); sgl-project/sglang#26087 backend list",
+         hardware=(Hardware("amd"), Hardware("nvidia", sm_max=89), Hardware("nvidia", sm_min=91)), stage="requirement"),
+    Rule("aiter_needs_rocm", "0.5.9", None,
+         "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'", _uses("aiter"),
+         "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); sglang.md §5 row 7",
+         hardware=CUDA, stage="requirement"),
+    Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
+         "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
+         "SM100/103/107 only)", _trtllm_dsa,
+         "failure table dsa_trtllm_unsupported_arch_sm120: sgl-project/sglang#37105, #40558, flashinfer#5445",
+         hardware=(Hardware("nvidia", sm_min=120),), stage="requirement"),
 ]
 
 
@@ -318,5 +360,12 @@ def refuse(engine: Any, trial: Any) -> str | None:
     """
     version = engine.version()
     spec = engine.spec
-    reasons = check_config(trial.settings, version, getattr(spec, "model", None), getattr(spec, "hardware", None))
-    return f"SGLang {version} would refuse this configuration: {reasons[0]}" if reasons else None
+    hardware = getattr(spec, "hardware", None)
+    reasons = check_config(trial.settings, version, getattr(spec, "model", None), hardware)
+    if not reasons:
+        return None
+    for rule in RULES:  # a kernel's hardware requirement: say which hardware and where the fact comes from
+        if rule.stage == "requirement" and reasons[0] == rule.message:
+            where = f"{getattr(hardware, 'name', 'this hardware')} (SM{getattr(hardware, 'sm_version', '?')})"
+            return f"{where} cannot run this configuration: {reasons[0]} (source: {rule.where})"
+    return f"SGLang {version} would refuse this configuration: {reasons[0]}"

@@ -28,7 +28,7 @@ from pathlib import Path
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.storage.parquet import recorded_hashes, set_aside_corrupt
-from grid.sweep.notes import plan_notes
+from grid.sweep.notes import known_notes, plan_notes
 from grid.sweep.space import TrialPlan, expand
 
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -43,6 +43,7 @@ class Plan:
     all: list[TrialPlan]
     todo: list[TrialPlan]
     done: dict[str, str]
+    search: object = None  # grid.search.plan.SearchPlan: what is known before launch and the search policy
 
 
 def plan_run(spec: RunSpec) -> Plan:
@@ -58,6 +59,8 @@ def _clear_previous(spec: RunSpec) -> None:
 
     for sub in ("parquet", "logs"):
         shutil.rmtree(Path(spec.run_dir) / sub, ignore_errors=True)
+    for name in ("search.json", "summary.json"):
+        (Path(spec.run_dir) / name).unlink(missing_ok=True)
 
 
 class _NoTuneResumeAdvice(logging.Filter):
@@ -147,6 +150,22 @@ def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> list
     return actors
 
 
+def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
+    """Tune's search over ``plan.todo``: the search policy (grid/search/) behind Tune's ``Searcher`` API
+    (grid/search/tune.py), fed with the scores read back from each finished trial's Parquet rows. Without a policy
+    (no search plan): every configuration, as a grid search."""
+    from ray import tune
+
+    policy = plan.search.policy if plan.search is not None else None
+    if policy is None:
+        return {"param_space": {"config_hash": tune.grid_search([p.config_hash for p in plan.todo])}, "tune": {}}
+    from grid.search.measured import scores
+    from grid.search.tune import PolicySearcher
+
+    searcher = PolicySearcher(policy, lambda h: scores(spec, {h}).get(h))
+    return {"param_space": {}, "tune": {"search_alg": searcher, "num_samples": len(plan.todo)}}
+
+
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     import ray
@@ -190,12 +209,14 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
 
         storage = str((Path(spec.run_dir) / "tune").resolve())
         todo = [p.config_hash for p in plan.todo]
+        search = _search_args(spec, plan, plans)
         for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
             lost = NodeLossCallback(spec, plans, console)
             tuner = tune.Tuner(
                 trainable,
-                param_space={"config_hash": tune.grid_search(todo)},
+                param_space=search["param_space"],
                 tune_config=tune.TuneConfig(
+                    **search["tune"],
                     trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
                     trial_dirname_creator=lambda t: t.config["config_hash"]),
                 run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{round_}",
@@ -211,6 +232,8 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
             if not todo or round_ == NODE_LOST_ROUNDS or not grid_nodes():
                 break
             console.print(f"Running {len(todo)} configuration(s) again whose node was lost", highlight=False)
+            # the search already chose them: they run again as they are
+            search = {"param_space": {"config_hash": tune.grid_search(todo)}, "tune": {}}
     finally:
         for actor in actors:
             try:
@@ -234,17 +257,22 @@ def run(spec: RunSpec, console) -> Plan:
     plan = plan_run(spec)
     version = engine.version()
     notes = [*engine.notes, *engine.workload_notes(spec.load), *plan_notes(spec, plan.all, version)]
+    plan_search(spec, engine, plan, version)
+    notes += known_notes(plan.all, plan.search.known)
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
+    for line in plan.search.cost_lines(spec):
+        console.print(line, highlight=False, soft_wrap=True)
     if spec.dry_run:
         from grid.sweep.trial import dry_run_nodes
 
         nodes = dry_run_nodes(spec)
         for p in plan.all:
             state = plan.done.get(p.config_hash, "pending")
-            refused = engine.refuse(p)
-            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {'refused: ' + refused if refused else state})",
-                          soft_wrap=True)
+            known = plan.search.known[p.config_hash]
+            state = f"refused: {known.refused}" if known.refused else \
+                f"{state}, {known.text()}" if known.known_to_fail else state
+            console.print(f"[bold]{p.label}[/] ({p.config_hash}, {state})", soft_wrap=True)
             for node in nodes:
                 console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
                               soft_wrap=True, markup=False)
@@ -258,5 +286,39 @@ def run(spec: RunSpec, console) -> Plan:
     run_id = new_run_id()
     end_leftovers(spec, run_id, console)
     if plan.todo:
-        run_trials(spec, plan, console, run_id)
+        try:
+            run_trials(spec, plan, console, run_id)
+        finally:
+            record_search(spec, plan)
     return plan
+
+
+def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> None:
+    """Assess every configuration before launch (refused, known to fail), forecast them on the twin, set up
+    ``spec.search``'s policy over ``plan.todo`` (resumed with the scores already recorded) and put ``plan.todo`` in
+    launch order: refused first (no launch), known failures last (first with ``search.try_known_failures``)."""
+    from grid.search.measured import scores
+    from grid.search.plan import build
+
+    plan.search = build(spec, engine, plan.all, version)
+    recorded = {h for h in plan.done if h not in {p.config_hash for p in plan.todo}}
+    if recorded:
+        known = scores(spec, recorded)
+        plan.search.policy.resume({h: known.get(h) for h in recorded})
+    order = {c.config_hash: i for i, c in enumerate(plan.search.policy.queue)}
+    plan.todo = sorted(plan.todo, key=lambda p: order.get(p.config_hash, len(order)))
+
+
+def record_search(spec: RunSpec, plan: Plan) -> None:
+    """``search.json`` in the run directory: the search, what it launched and what it left out and why."""
+    from grid.search.measured import write_record
+
+    policy = plan.search.policy
+    labels = {p.config_hash: p.label for p in plan.all}
+    write_record(spec.run_dir, {
+        "search": spec.search.kind,
+        "issued": policy.issued,
+        "skipped": {h: {"label": labels.get(h), "reason": why} for h, why in policy.skipped.items()},
+        "known_to_fail": {h: {"label": labels.get(h), "text": k.text()} for h, k in plan.search.known.items()
+                          if k.known_to_fail},
+    })

@@ -181,3 +181,27 @@ def timeout_run_note(level: str, fired: str | None, check_ttft_ms: float | None,
                         f"{longest_wait_ms / 10 / timeout:.0f}% of load.{setting}={timeout:g}: higher levels will "
                         "likely fail with that timeout; raise it")
     return None
+
+
+# -- what is known before launch (grid/search/knowledge.py) ----------------------------------------------------------
+def known_notes(plans: list[TrialPlan], known: dict) -> list[str]:
+    """One note per failure-table row that applies to some configurations: ``known to fail here (<source>)`` with
+    their labels, and one for the configurations refused before launch (``known``: config_hash -> Known)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    refused: dict[str, list[str]] = {}
+    for plan in plans:
+        k = known.get(plan.config_hash)
+        if k is None:
+            continue
+        if k.refused:
+            refused.setdefault(k.refused.split(": ", 1)[-1], []).append(plan.label)
+        elif k.known_to_fail:
+            groups.setdefault(k.failures[0], []).append(plan.label)
+    notes = []
+    for why, labels in refused.items():
+        notes.append(f"refused before launch ({len(labels)} configuration{'s' if len(labels) != 1 else ''}, no "
+                     f"launch): {why}: {', '.join(labels)}")
+    for (row, effect, source), labels in groups.items():
+        notes.append(f"known to fail here ({row}, {effect}: {source}): {len(labels)} configuration"
+                     f"{'s' if len(labels) != 1 else ''}, run last: {', '.join(labels)}")
+    return notes

@@ -351,6 +351,8 @@ def _shared_rules(args, ver, model):
 
     settings = _settings(args, ver)
     for rule in RULES:
+        if rule.stage != "launch":  # a kernel requirement: SGLang starts and dies later (the failure table's row)
+            continue
         why = rule.refuses(settings, ver, model, getattr(args, "_hardware", None))
         if why is not None:
             src = rule.source(ver)  # SGLang raises AssertionError where the catalog says the check is an assert

@@ -29,7 +29,9 @@ FRACTIONS = [0.80, 0.81, 0.10, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87, 0.88]  # 0.10
 ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=resume",
         f"+sweep.grid.mem_fraction_static=[{','.join(map(str, FRACTIONS))}]",
         "load.concurrency=[1]", "load.min_prompts=2", "load.input_len=16", "load.output_len=8",
-        "engine.time_scale=20", "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3"]
+        "engine.time_scale=20", "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3",
+        "search=exhaustive",  # every configuration runs (the default search skips hopeless ones)
+        "search.try_known_failures=true"]  # 0.10 (the failure table: weights do not fit) runs first, not last
 
 
 def command(run_dir, *extra):
@@ -60,7 +62,7 @@ def test_sigkill_driver_then_resume(tmp_path, printed):
     driver = subprocess.Popen(command(tmp_path), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
-        # 4 completed + 1 failed recorded, and the 6th configuration launching: its supervisor has written the
+        # 1 failed (first: a known failure, try_known_failures) + 4 completed recorded, and the 6th configuration launching: its supervisor has written the
         # group's state (the log file alone is opened before the supervisor starts)
         wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 5 and len(list(logs.glob("*.log.state"))) >= 6
                  or driver.poll() is not None, 300, "5 recorded trials and a 6th launching")

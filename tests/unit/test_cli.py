@@ -20,15 +20,18 @@ def test_dry_run_prints_every_twin_command(tmp_path):
     commands = [ln for ln in out.stdout.splitlines() if "-m grid.twin" in ln]
     assert len(commands) == 49
     # each configuration's line "LABEL (HASH, STATE)" is followed by its command: the flags match the label
-    planned = re.findall(r"^prefill=(\S+) decode=(\S+) \(([0-9a-f]{12}), pending\)\n  \[local node\] (.+)$",
-                         out.stdout, re.MULTILINE)
-    assert len(planned) == 49 and len({h for _, _, h, _ in planned}) == 49
-    for prefill, decode, _, command in planned:
+    planned = re.findall(r"^prefill=(\S+) decode=(\S+) \(([0-9a-f]{12}), (pending|refused)[^\n]*\n"
+                         r"  \[local node\] (.+)$", out.stdout, re.MULTILINE)
+    assert len(planned) == 49 and len({h for _, _, h, _, _ in planned}) == 49
+    # known before launch on SM120: fa3 needs SM90 and aiter is ROCm only (refused); the rest would launch
+    refused = {(p, d) for p, d, _, state, _ in planned if state == "refused"}
+    assert refused == {(p, d) for p, d, _, _, _ in planned if {"fa3", "aiter"} & {p, d}} and len(refused) == 24
+    for prefill, decode, _, _, command in planned:
         argv = shlex.split(command)
         assert argv[argv.index("--nsa-prefill-backend") + 1] == prefill
         assert argv[argv.index("--nsa-decode-backend") + 1] == decode
         assert argv[1:3] == ["-m", "grid.twin"] and argv[argv.index("--tp-size") + 1] == "8"
-    assert ("trtllm", "trtllm") in {(p, d) for p, d, _, _ in planned}
+    assert ("trtllm", "trtllm") in {(p, d) for p, d, _, _, _ in planned}
     assert not (tmp_path / "parquet").exists()
     # run.log holds what was printed, line for line, without colour codes
     logged = (tmp_path / "run.log").read_text().splitlines()

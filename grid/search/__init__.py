@@ -1,0 +1,32 @@
+"""Search strategies: which configurations of a sweep are launched, and in which order. Registered by ``kind``
+(``search.kind``, conf/search/). Each strategy is pure (grid/search/exhaustive.py, twin_guided.py); Ray Tune runs
+what it picks through its search API (grid/search/tune.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Search:
+    """A registered search: ``kind`` (the config name), one line for the plan, and ``policy(plan_context) ->`` an
+    object with ``next()`` and ``record(config_hash, value)`` (grid/search/policy.py)."""
+
+    kind: str
+    describe: str
+    policy: Callable
+
+
+SEARCHES: dict[str, Search] = {}
+
+
+def register(search: Search) -> Search:
+    SEARCHES[search.kind] = search
+    return search
+
+
+from grid.search import policy as _policy  # noqa: E402  (registers exhaustive and twin_guided)
+from grid.search import optuna as _optuna  # noqa: E402  (registers optuna; imports optuna and Ray Tune when used)
+
+__all__ = ["SEARCHES", "Search", "register", "_policy", "_optuna"]

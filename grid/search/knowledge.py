@@ -1,0 +1,92 @@
+"""What grid knows about a configuration before launching it (pure): refused (the hardware or SGLang cannot run it)
+or known to fail here (a row of the twin's failure table applies), and the launch order that follows.
+
+* **refused**: ``Engine.refuse`` (grid/engines/checks.py ``RULES``: SGLang's argument checks and the kernels'
+  hardware requirements). Never launched, never counted against a budget; recorded ``invalid`` / ``refused``.
+* **known to fail**: a row of grid/twin/failures.py ``FAILURE_TABLE`` matches the configuration on this model,
+  hardware and SGLang release (NaN output, a startup crash or hang, an out-of-memory). It is launched all the same
+  (the table may be out of date), but last, and a search whose budget runs out skips it;
+  ``search.try_known_failures=true`` runs such configurations first instead.
+
+Only engines that launch SGLang (``sim``: the twin, ``sglang``) are judged against the table; an external server
+(``openai``) is what it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grid.config.schema import RunSpec
+from grid.sweep.space import TrialPlan
+
+#: Engines whose servers the twin's failure table describes.
+TABLE_ENGINES = ("sim", "sglang")
+
+
+@dataclass(frozen=True)
+class Known:
+    """Pre-launch knowledge of one configuration: ``refused`` (the reason) or ``failures`` (failure-table row ids
+    with their sources); both empty for a configuration grid expects to run."""
+
+    refused: str | None = None
+    failures: tuple[tuple[str, str, str], ...] = ()  # (row id, effect, source)
+
+    @property
+    def known_to_fail(self) -> bool:
+        return self.refused is None and bool(self.failures)
+
+    def text(self) -> str | None:
+        """``known to fail here (<id>: <source>)`` for a known failure, None otherwise."""
+        if not self.known_to_fail:
+            return None
+        return "known to fail here (" + "; ".join(f"{i}, {effect}: {src}" for i, effect, src in self.failures) + ")"
+
+
+def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
+    """The twin's ``PerfModel`` of ``settings`` on ``spec``'s model and hardware at SGLang ``version``; None when the
+    twin's argument checks refuse them (SGLang would too)."""
+    from grid.engines.flags import parse_version, to_argv
+    from grid.twin import cli
+    from grid.twin.perf import PerfModel
+
+    try:
+        args = cli.parse_args(["--model-path", "m", *to_argv(settings, parse_version(version))], version)
+        cli.resolve_args(args, spec.model)
+        return PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+    except (SystemExit, ValueError, AssertionError, KeyError):
+        return None
+
+
+def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, str, str], ...]:
+    """The failure-table rows (id, effect, source) that apply to ``plan`` on ``spec``'s model and hardware."""
+    if spec.engine.kind not in TABLE_ENGINES:
+        return ()
+    from grid.twin.failures import find_failures
+
+    perf = twin_model(spec, plan.settings, version)
+    if perf is None:
+        return ()
+    return tuple((f.id, f.effect, f.source) for f in find_failures(spec.model, spec.hardware, perf.cfg, perf))
+
+
+def assess(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> dict[str, Known]:
+    """``config_hash`` -> :class:`Known` for every plan."""
+    out: dict[str, Known] = {}
+    for plan in plans:
+        why = engine.refuse(plan)
+        out[plan.config_hash] = Known(refused=why) if why else Known(failures=failures(spec, plan, version))
+    return out
+
+
+def launch_order(plans: list[TrialPlan], known: dict[str, Known], try_known_failures: bool = False) -> list[TrialPlan]:
+    """``plans`` in launch order (stable): refused ones first (they cost no launch), then the expected-to-run ones,
+    and the known failures last; with ``try_known_failures`` the known failures come right after the refused."""
+    def rank(p: TrialPlan) -> int:
+        k = known.get(p.config_hash, Known())
+        if k.refused:
+            return 0
+        if k.known_to_fail:
+            return 1 if try_known_failures else 3
+        return 2
+    return sorted(plans, key=rank)

@@ -1,0 +1,47 @@
+"""Scores already measured, read back from the run directory's Parquet tables (the report's own judgement:
+grid.report.select.rejudge + rank under the current objective), and the search's record ``search.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grid.config.schema import RunSpec
+
+#: The requests columns the SLO judgement needs (as grid.app.REQUEST_COLUMNS).
+REQUEST_COLUMNS = ("config_hash", "point_index", "status", "ttft_ms", "tpot_ms", "e2e_ms")
+SEARCH_FILE = "search.json"
+
+
+def scores(spec: RunSpec, hashes: set[str] | None = None) -> dict[str, float | None]:
+    """``config_hash`` -> the objective's score of each recorded configuration (None: failed, invalid, or no point
+    meeting the SLOs); only ``hashes`` when given."""
+    from grid.report.select import rank, rejudge
+    from grid.storage.parquet import read_table
+
+    rows = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if hashes is None or r["config_hash"] in hashes]
+    if not rows:
+        return {}
+    wanted = {r["config_hash"] for r in rows}
+    requests = [r for r in read_table(spec.run_dir, "requests", list(REQUEST_COLUMNS)).to_pylist()
+                if r["config_hash"] in wanted]
+    verdicts = rank(rejudge(rows, requests, spec.objective.slo), spec.objective)
+    return {v.config_hash: v.score if v.outcome in ("best", "lost") else None for v in verdicts}
+
+
+def write_record(run_dir: str, record: dict) -> Path:
+    path = Path(run_dir) / SEARCH_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def read_record(run_dir: str) -> dict:
+    """The last run's search record (``{}`` when none)."""
+    path = Path(run_dir) / SEARCH_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

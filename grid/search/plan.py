@@ -1,0 +1,101 @@
+"""Before a sweep: what grid knows of each configuration (refused, known to fail), the twin's forecast of each, the
+search policy that will choose among them, and the cost it expects (printed before anything launches).
+
+GPU-seconds are modelled seconds a launch holds its node (the twin's startup model, ``PerfModel.startup_phases_s``,
+plus the modelled duration of every load point, grid/search/predict.py) times the node's GPUs
+(``hardware.gpu_count``): a launch occupies the whole node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grid.config.schema import RunSpec
+from grid.search import SEARCHES
+from grid.search.knowledge import Known, assess
+from grid.search.policy import Budget, Candidate, Exhaustive, Policy
+from grid.search.predict import Forecast, forecast
+from grid.sweep.space import TrialPlan
+
+
+@dataclass
+class SearchPlan:
+    plans: list[TrialPlan]
+    known: dict[str, Known]
+    forecasts: dict[str, Forecast | None]
+    policy: Policy
+
+    def cost_lines(self, spec: RunSpec) -> list[str]:
+        """What the sweep is expected to cost, one line each (printed before it starts)."""
+        return cost_lines(spec, self)
+
+
+def gpu_seconds(spec: RunSpec, f: Forecast | None) -> float:
+    """Modelled GPU-seconds of one launch: (startup + load) x ``hardware.gpu_count``; 0 when not modelled."""
+    return 0.0 if f is None else f.gpu_s * spec.hardware.gpu_count
+
+
+def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> SearchPlan:
+    """Assess every configuration, forecast the ones that may launch and set up ``spec.search``'s policy."""
+    from grid.report.select import OBJECTIVES
+
+    known = assess(spec, engine, plans, version)
+    forecasts = {p.config_hash: (None if known[p.config_hash].refused or spec.engine.kind == "openai"
+                                 else forecast(spec, p, version)) for p in plans}
+    cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
+                       known_to_fail=known[p.config_hash].known_to_fail,
+                       forecast=(forecasts[p.config_hash].value if forecasts[p.config_hash] else None),
+                       gpu_s=gpu_seconds(spec, forecasts[p.config_hash]), settings=p.settings) for p in plans]
+    s = spec.search
+    budget = Budget(s.max_launches, None if s.max_gpu_hours is None else s.max_gpu_hours * 3600)
+    policy = SEARCHES[s.kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
+                                     try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread,
+                                     seed=s.seed)
+    return SearchPlan(plans, known, forecasts, policy)
+
+
+def expected_launches(sp: SearchPlan) -> list[str]:
+    """The hashes the policy would launch if every measurement came out as the twin forecasts (a dry run of it)."""
+    trial = type(sp.policy)([c for c in sp.policy.candidates], Budget(sp.policy.budget.max_launches,
+                                                                       sp.policy.budget.max_gpu_s),
+                            higher_is_better=sp.policy.higher_is_better,
+                            try_known_failures=sp.policy.try_known_failures, twin_error=sp.policy.twin_error,
+                            spread=sp.policy.spread, seed=sp.policy.seed)
+    launched = []
+    while True:
+        h = trial.next()
+        if h in ("done", "wait"):
+            if h == "wait":  # nothing else can be issued until the running one reports: it reports its forecast
+                for r in list(trial.running):
+                    trial.record(r, trial.by_hash[r].forecast)
+                continue
+            return launched
+        c = trial.by_hash[h]
+        if not c.refused:
+            launched.append(h)
+            trial.record(h, None if c.known_to_fail else c.forecast)
+
+
+def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
+    refused = [h for h, k in sp.known.items() if k.refused]
+    failing = [h for h, k in sp.known.items() if k.known_to_fail]
+    launches = expected_launches(sp)
+    by_hash = {c.config_hash: c for c in sp.policy.candidates}
+    gpu_s = sum(by_hash[h].gpu_s for h in launches)
+    every = sum(c.gpu_s for c in sp.policy.candidates if not c.refused)
+    lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
+             f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
+             f"{len(launches)} launches expected"]
+    if spec.engine.kind != "openai":
+        lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.gpu_count} GPUs, the twin's startup and "
+                     f"load model): {gpu_s / 3600:.2f} GPU-hours for the expected launches"
+                     + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))
+    return lines
+
+
+def exhaustive_plan(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> SearchPlan:
+    """The plan with an exhaustive policy whatever ``spec.search`` says (for comparisons)."""
+    sp = build(spec, engine, plans, version)
+    sp.policy = Exhaustive(sp.policy.candidates, Budget(), higher_is_better=sp.policy.higher_is_better)
+    return sp

@@ -1,0 +1,218 @@
+"""The search policies (pure): given the configurations in launch order with what is known of them before launch,
+say which to run next, and stop.
+
+* ``exhaustive``: every configuration, in order (refused ones first: recorded without a launch; known failures last,
+  or first with ``try_known_failures``); budgets (``max_launches``, ``max_gpu_hours``) still stop it.
+* ``twin_guided``: configurations the twin expects to run, best forecast first; after each measurement, the next
+  candidate runs only if it could still beat the best measured score by more than the spread: its forecast, scaled
+  by the measured/forecast ratio of the configurations measured so far (the twin's bias on this model and hardware),
+  widened by ``z`` times ``twin_error`` (``z`` grows with the number of candidates, :class:`TwinGuided`), must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
+  objective). Known failures run only when nothing else is left and no budget stops it, or first with
+  ``try_known_failures``.
+
+Refused configurations are issued first by both (they cost nothing: ``Engine.refuse`` records them) and are never
+counted against a budget. ``next()`` returns a config hash, :data:`WAIT` (a decision needs a result still running)
+or :data:`DONE`; ``skipped`` maps every configuration left out to the reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+from grid.search import Search, register
+
+WAIT = "wait"
+DONE = "done"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration as the search sees it before launch. ``forecast``: the twin's score (None: not modelled, or
+    no point meets the SLOs); ``gpu_s``: modelled GPU-seconds of its launch (startup + load, x GPUs)."""
+
+    config_hash: str
+    refused: bool = False
+    known_to_fail: bool = False
+    forecast: float | None = None
+    gpu_s: float = 0.0
+    settings: dict | None = field(default=None, compare=False)  # the swept settings (model-based searches)
+
+
+@dataclass
+class Budget:
+    max_launches: int | None = None
+    max_gpu_s: float | None = None
+    launches: int = 0
+    gpu_s: float = 0.0
+
+    def stops(self, c: Candidate) -> str | None:
+        """Why launching ``c`` would break the budget, or None."""
+        if self.max_launches is not None and self.launches + 1 > self.max_launches:
+            return f"search.max_launches={self.max_launches} reached"
+        if self.max_gpu_s is not None and self.gpu_s + c.gpu_s > self.max_gpu_s:
+            return (f"search.max_gpu_hours={self.max_gpu_s / 3600:g} would be exceeded "
+                    f"({(self.gpu_s + c.gpu_s) / 3600:.2f} GPU-hours with it)")
+        return None
+
+    def spend(self, c: Candidate) -> None:
+        self.launches += 1
+        self.gpu_s += c.gpu_s
+
+
+@dataclass
+class Policy:
+    """The shared mechanics: a queue of candidates, the budget, what was measured and what was left out."""
+
+    candidates: list[Candidate]
+    budget: Budget
+    higher_is_better: bool = True
+    try_known_failures: bool = False
+    twin_error: float = 0.0
+    spread: float = 0.0
+    measured: dict[str, float | None] = field(default_factory=dict)
+    running: set = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)
+    issued: list[str] = field(default_factory=list)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.queue = self.order(self.candidates)
+        self.by_hash = {c.config_hash: c for c in self.candidates}
+
+    def order(self, cands: list[Candidate]) -> list[Candidate]:
+        def rank(c: Candidate) -> int:
+            if c.refused:
+                return 0
+            if c.known_to_fail:
+                return 1 if self.try_known_failures else 3
+            return 2
+        return sorted(cands, key=rank)
+
+    def resume(self, recorded: dict[str, float | None]) -> None:
+        """Configurations recorded by an earlier run: taken out of the queue, their scores known."""
+        self.queue = [c for c in self.queue if c.config_hash not in recorded]
+        self.measured.update(recorded)
+
+    def record(self, config_hash: str, value: float | None) -> None:
+        """The measured score of a configuration (None: it failed or no point met the SLOs)."""
+        self.running.discard(config_hash)
+        self.measured[config_hash] = value
+
+    def best(self) -> float | None:
+        values = [v for v in self.measured.values() if v is not None]
+        if not values:
+            return None
+        return max(values) if self.higher_is_better else min(values)
+
+    def hopeless(self, c: Candidate) -> str | None:
+        """Why ``c`` need not run (None: it should). Exhaustive: never."""
+        return None
+
+    def _skip_rest(self, reason: str) -> str:
+        for c in self.queue:
+            self.skipped.setdefault(c.config_hash, reason)
+        self.queue = []
+        return DONE
+
+    def next(self) -> str:
+        while self.queue:
+            c = self.queue[0]
+            if c.refused:
+                self.queue.pop(0)
+                self.issued.append(c.config_hash)
+                return c.config_hash
+            if self.running and self.needs_results(c):
+                return WAIT
+            why = self.hopeless(c)
+            if why is not None:
+                self.queue.pop(0)
+                self.skipped[c.config_hash] = why
+                if self.stop_after_hopeless(c):
+                    return self._skip_rest(why)
+                continue
+            over = self.budget.stops(c)
+            if over is not None:
+                return self._skip_rest(over)
+            self.queue.pop(0)
+            self.budget.spend(c)
+            self.running.add(c.config_hash)
+            self.issued.append(c.config_hash)
+            return c.config_hash
+        return WAIT if self.running else DONE
+
+    def needs_results(self, c: Candidate) -> bool:
+        return False
+
+    def stop_after_hopeless(self, c: Candidate) -> bool:
+        return False
+
+
+class Exhaustive(Policy):
+    """Every configuration, in launch order, until a budget stops it."""
+
+
+class TwinGuided(Policy):
+    """Best forecast first; stop when the next candidate cannot beat the best measured score by the spread.
+
+    The twin's error on one configuration is taken as normal with sigma ``twin_error``; a candidate is widened by
+    ``z`` sigmas, with ``z`` the one-sided normal quantile at ``1 - 1/n`` for ``n`` launchable candidates (neither
+    refused nor known to fail): with that many chances, one of them is expected to be off by about that much, so a
+    candidate skipped is unlikely to have beaten the best (about 0.67 sigma for 4 candidates, 2.95 for 640).
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n = sum(1 for c in self.candidates if not c.refused and not c.known_to_fail)
+        self.z = NormalDist().inv_cdf(1 - 1 / max(2, n))
+
+    def order(self, cands: list[Candidate]) -> list[Candidate]:
+        sign = -1.0 if self.higher_is_better else 1.0
+
+        def key(c: Candidate):
+            group = 0 if c.refused else (1 if self.try_known_failures else 3) if c.known_to_fail else 2
+            return (group, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
+        return sorted(cands, key=key)
+
+    def needs_results(self, c: Candidate) -> bool:
+        return not (c.known_to_fail and self.try_known_failures)  # a decision on c waits for what is running
+
+    def bias(self) -> float:
+        """Median measured/forecast ratio over the configurations measured with both (1.0 before any)."""
+        ratios = [v / self.by_hash[h].forecast for h, v in self.measured.items()
+                  if v is not None and self.by_hash[h].forecast]
+        return statistics.median(ratios) if ratios else 1.0
+
+    def optimistic(self, c: Candidate) -> float | None:
+        """``c``'s forecast corrected by the bias and widened by the twin's error, toward better."""
+        if c.forecast is None:
+            return None
+        widen = (1 + self.z * self.twin_error) if self.higher_is_better else (1 - self.z * self.twin_error)
+        return c.forecast * self.bias() * widen
+
+    def hopeless(self, c: Candidate) -> str | None:
+        if c.known_to_fail and self.try_known_failures:
+            return None
+        best = self.best()
+        if best is None:
+            return None
+        if c.known_to_fail:
+            return "known to fail here, and a configuration already measured a score"
+        bound = self.optimistic(c)
+        if bound is None:
+            return "the twin forecasts no load point meeting the SLOs"
+        target = best * (1 + self.spread) if self.higher_is_better else best * (1 - self.spread)
+        if (bound <= target) if self.higher_is_better else (bound >= target):
+            return (f"cannot beat the best measured {best:.4g} by more than the spread "
+                    f"{self.spread:.0%}: twin forecast {c.forecast:.4g} x bias {self.bias():.3f} "
+                    f"x (1 {'+' if self.higher_is_better else '-'} {self.z:.2f} x {self.twin_error:g}) = {bound:.4g}")
+        return None
+
+    def stop_after_hopeless(self, c: Candidate) -> bool:
+        # candidates are in forecast order: once one cannot win, none after it can (known failures included)
+        return True
+
+
+register(Search("exhaustive", "every configuration", Exhaustive))
+register(Search("twin_guided", "ranked on the twin, the most promising measured", TwinGuided))

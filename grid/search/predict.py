@@ -1,0 +1,115 @@
+"""The twin's forecast of one configuration, in virtual time (no HTTP, no sleeping; pure): modelled startup seconds
+(``PerfModel.startup_phases_s``), modelled seconds of every load point and the objective's score.
+
+Each load point is replayed through grid/twin/simulate.py: a concurrency level as a closed loop of
+``load.prompts_for(level)`` requests of ``load.input_len`` / ``load.output_len`` tokens; a request rate as evenly
+spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
+modelled. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are not modelled:
+their prompts are known only when the load runs).
+
+Used by the pre-run cost estimate (grid/search/cost.py) and by the ``twin_guided`` search (grid/search/twin_guided.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from grid.config.schema import RunSpec
+from grid.search.knowledge import twin_model
+from grid.sweep.space import TrialPlan
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The twin's forecast of one configuration. ``value``: the objective's score (None: no point meets the SLOs,
+    or the twin cannot model it); ``startup_s`` / ``load_s``: modelled seconds of the launch and of all its load
+    points."""
+
+    startup_s: float
+    load_s: float
+    value: float | None
+
+    @property
+    def gpu_s(self) -> float:
+        """Modelled seconds the launch holds its GPUs (startup + load)."""
+        return self.startup_s + self.load_s
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = max(0, min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1))
+    return ordered[k]
+
+
+def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
+    from grid.twin.scheduler import TwinRequest
+    from grid.twin.simulate import simulate
+
+    load = plan.load
+    levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
+    rows = []
+    for kind, level in levels:
+        n = load.prompts_for(level) if math.isfinite(level) else load.prompts_for(load.min_prompts)
+        reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len)
+                for i in range(n)]
+        if kind == "concurrency":
+            res = simulate(perf, [(0.0, r) for r in reqs], max_concurrency=int(level))
+        else:
+            gap = 0.0 if not math.isfinite(level) else 1.0 / level
+            res = simulate(perf, [(i * gap, r) for i, r in enumerate(reqs)], max_concurrency=load.max_concurrency)
+        ttft = [r.ttft_s * 1000 for r in res.requests]
+        e2e = [r.e2e_s * 1000 for r in res.requests]
+        tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
+        rows.append({"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
+                     "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
+                     "tpot_median_ms": _percentile(tpot, 50)})
+    return rows
+
+
+def _meets(row: dict, slo, reqs_ok: list[bool]) -> bool:
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        limit = getattr(slo, key, None)
+        if limit is not None and row[key] and _percentile(row[key], slo.percentile) > limit:
+            return False
+    return True
+
+
+def _goodput(row: dict, slo) -> float:
+    n = len(row["e2e_ms"])
+    if not n or row["duration_s"] <= 0:
+        return 0.0
+    good = 0
+    for i in range(n):
+        ok = all(getattr(slo, key, None) is None or i >= len(row[key]) or row[key][i] <= getattr(slo, key)
+                 for key in ("ttft_ms", "tpot_ms", "e2e_ms"))
+        good += ok
+    return good / row["duration_s"]
+
+
+def score(spec: RunSpec, rows: list[dict]) -> float | None:
+    """The objective's score of the forecast points (grid/report/select.py OBJECTIVES: its metric, direction and
+    points), over the points meeting the SLOs; None when none does."""
+    from grid.report.select import OBJECTIVES
+
+    obj = OBJECTIVES[spec.objective.kind]
+    slo = spec.objective.slo
+    for row in rows:
+        row["goodput_req_per_s"] = _goodput(row, slo)
+    ok = [r for r in obj.points(rows) if _meets(r, slo, [])] if rows else []
+    values = [r[obj.metric] for r in ok if r.get(obj.metric) is not None and not math.isnan(r[obj.metric])]
+    if not values:
+        return None
+    return max(values) if obj.higher_is_better else min(values)
+
+
+def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
+    """The twin's forecast of ``plan``; None when the twin's argument checks refuse it."""
+    perf = twin_model(spec, plan.settings, version)
+    if perf is None:
+        return None
+    startup = sum(perf.startup_phases_s().values())
+    rows = _point_rows(spec, plan, perf)
+    return Forecast(startup, sum(r["duration_s"] for r in rows), score(spec, rows))

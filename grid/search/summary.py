@@ -1,0 +1,85 @@
+"""``summary.json``: what a run cost and what it found, in one small file in the run directory (pure).
+
+* ``launches``: configurations of the sweep that were launched (recorded, and not refused before launch);
+* ``gpu_seconds``: GPU-seconds those launches held the node: for each, its recorded startup (``startup_s``; the
+  twin's modelled startup when the server never became ready) plus the modelled duration of every load point it ran
+  (``(finished_unix_ns - started_unix_ns) x time_scale``), times ``hardware.gpu_count``;
+* ``best_label`` / ``best_value``: the ranked best configuration and its score (null when none ranked);
+* ``objective``, ``search``: the objective kind and search kind;
+* ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
+  refused before launch, those the failure table says fail here, and those the search left out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Mapping
+
+
+#: Every key of summary.json: (key, JSON type, unit, meaning). docs/schema.md shows this table.
+SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),
+    ("gpu_seconds", "float", "GPU-s", "sum over launches of recorded startup (the twin's modelled startup when the "
+     "server never became ready) plus the modelled duration of each load point run, times hardware.gpu_count"),
+    ("best_label", "string", "", "label of the best configuration (null: none ranked)"),
+    ("best_value", "float", "objective's unit", "its score under the objective"),
+    ("objective", "string", "", "objective.kind"),
+    ("search", "string", "", "search.kind"),
+    ("configurations", "int", "", "configurations in the sweep"),
+    ("refused", "int", "", "configurations refused before launch (recorded invalid / refused, no launch)"),
+    ("known_to_fail", "int", "", "configurations a failure-table row says fail on this hardware"),
+    ("not_run", "int", "", "configurations the search chose not to launch (search.json says why)"),
+)
+
+
+def describe_summary() -> str:
+    """Markdown table of summary.json's keys."""
+    out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
+           "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
+    out += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SUMMARY_FIELDS]
+    return "\n".join(out) + "\n"
+
+
+def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, float] | None = None) -> dict[str, float]:
+    """``config_hash`` -> modelled seconds the launch held the node (startup + load points); refused ones left out."""
+    modelled_startup_s = modelled_startup_s or {}
+    out: dict[str, float] = {}
+    started: set[str] = set()
+    for r in rows:
+        h = r["config_hash"]
+        if r.get("trial_error_class") == "refused":
+            continue
+        if h not in started:
+            started.add(h)
+            startup = r.get("startup_s")
+            out[h] = float(startup if startup is not None else modelled_startup_s.get(h, 0.0))
+        if r.get("status") != "not_run" and r.get("started_unix_ns") and r.get("finished_unix_ns"):
+            out[h] += (r["finished_unix_ns"] - r["started_unix_ns"]) / 1e9 * float(r.get("time_scale") or 1.0)
+    return out
+
+
+def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: str, gpu_count: int,
+              configurations: int, refused: int = 0, known_to_fail: int = 0, not_run: int = 0,
+              modelled_startup_s: Mapping[str, float] | None = None) -> dict:
+    """The summary of a run from its load-point rows and the report's verdicts (grid.report.select.rank)."""
+    seconds = launch_seconds(rows, modelled_startup_s)
+    best = next((v for v in verdicts if v.outcome == "best"), None)
+    return {
+        "launches": len(seconds),
+        "gpu_seconds": round(sum(seconds.values()) * gpu_count, 3),
+        "best_label": best.label if best else None,
+        "best_value": best.score if best else None,
+        "objective": objective,
+        "search": search,
+        "configurations": configurations,
+        "refused": refused,
+        "known_to_fail": known_to_fail,
+        "not_run": not_run,
+    }
+
+
+def write(run_dir: str, summary: dict) -> Path:
+    path = Path(run_dir) / "summary.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return path

@@ -1,0 +1,200 @@
+"""Pre-launch knowledge (hardware requirements, known failures), the search policies and the cost estimate."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from grid.config.schema import ConfigError, load_run_spec
+from grid.engines.base import get_engine
+from grid.engines.checks import RULES, check_config
+from grid.search.knowledge import launch_order
+from grid.search.plan import build, expected_launches
+from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided
+from grid.sweep.notes import known_notes
+from grid.sweep.space import expand
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def spec_for(overrides, tmp_path):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[*overrides, f"hydra.runtime.output_dir={tmp_path}"],
+                      return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    return load_run_spec(plain)
+
+
+@pytest.fixture(scope="module")
+def nsa(tmp_path_factory):
+    spec = spec_for(["+sweep=nsa_backends", "search=twin_guided"], tmp_path_factory.mktemp("nsa"))
+    engine = get_engine(spec)
+    plans = expand(spec)
+    return spec, engine, plans, build(spec, engine, plans, engine.version())
+
+
+class HW:
+    def __init__(self, sm, vendor="nvidia", name="x"):
+        self.sm_version, self.vendor, self.name = sm, vendor, name
+
+
+def test_kernel_requirements_refuse_by_hardware():
+    fa3 = {"dsa_prefill_backend": "fa3", "dsa_decode_backend": "trtllm"}
+    assert check_config(fa3, "0.5.9", None, HW(90)) == []
+    assert check_config(fa3, "0.5.9", None, HW(120)) == [
+        "FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA)"]
+    assert check_config({"attention_backend": "fa3"}, "0.5.9", None, HW(80))
+    aiter = {"dsa_decode_backend": "aiter"}
+    assert check_config(aiter, "0.5.9", None, HW(942, vendor="amd")) == []
+    assert check_config(aiter, "0.5.9", None, HW(90)) == [
+        "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'"]
+    every = [r for r in RULES if r.stage == "requirement"]
+    assert {r.name for r in every} == {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
+    assert all("failure table" in r.where for r in every)  # each names its row and public source
+
+
+def test_nsa_backends_known_before_launch(nsa):
+    spec, engine, plans, sp = nsa
+    refused = [p for p in plans if sp.known[p.config_hash].refused]
+    failing = [p for p in plans if sp.known[p.config_hash].known_to_fail]
+    assert (len(plans), len(refused), len(failing)) == (49, 24, 21)
+    assert all({"fa3", "aiter"} & set(p.settings.values()) for p in refused)
+    reason = sp.known[refused[0].config_hash].refused
+    assert reason.startswith("rtx_pro_6000_x8_vm (SM120) cannot run this configuration: FlashAttention-3")
+    assert "source: failure table dsa_fa3_sm120" in reason
+    assert {r for p in failing for r, _, _ in sp.known[p.config_hash].failures} == {"dsa_flashmla_nan_sm120"}
+    runnable = sorted(p.label for p in plans if p not in refused and p not in failing)
+    assert runnable == ["prefill=tilelang decode=tilelang", "prefill=tilelang decode=trtllm",
+                        "prefill=trtllm decode=tilelang", "prefill=trtllm decode=trtllm"]
+    order = launch_order(plans, sp.known)
+    assert [sp.known[p.config_hash].known_to_fail for p in order[-21:]] == [True] * 21
+    first = launch_order(plans, sp.known, try_known_failures=True)
+    assert all(sp.known[p.config_hash].known_to_fail for p in first[24:45])
+    notes = known_notes(plans, sp.known)
+    assert any(n.startswith("known to fail here (dsa_flashmla_nan_sm120, nan_output: seeds 000-004") and
+               "21 configurations, run last" in n for n in notes)
+
+
+def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
+    spec, engine, plans, sp = nsa
+    labels = {p.config_hash: p.label for p in plans}
+    # exactly the 4 that work: exhaustive's other 21 launches are all known failures, so on the same measurements both
+    # name the same best configuration
+    assert sorted(labels[h] for h in expected_launches(sp)) == [
+        "prefill=tilelang decode=tilelang", "prefill=tilelang decode=trtllm", "prefill=trtllm decode=tilelang",
+        "prefill=trtllm decode=trtllm"]
+    assert sp.policy.z == pytest.approx(0.674490, abs=1e-6)  # 4 launchable candidates
+    lines = sp.cost_lines(spec)
+    assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
+                        "here (last), 4 launches expected")
+    ex = build(spec.model_copy(update={"search": spec.search.model_copy(update={"kind": "exhaustive"})}), engine,
+               plans, engine.version())
+    assert len(expected_launches(ex)) == 25
+
+
+def c(h, f=None, refused=False, fail=False, gpu_s=100.0):
+    return Candidate(h, refused=refused, known_to_fail=fail, forecast=f, gpu_s=gpu_s)
+
+
+def drain(policy, measured):
+    """Run a policy to the end, one trial at a time, with ``measured`` as the results."""
+    out = []
+    while True:
+        h = policy.next()
+        if h == DONE:
+            return out
+        assert h != WAIT
+        out.append(h)
+        if not policy.by_hash[h].refused:
+            policy.record(h, measured.get(h))
+
+
+def test_exhaustive_runs_everything_known_failures_last_and_budget_stops_it():
+    cands = [c("k", 9.0, fail=True), c("a", 1.0), c("r", refused=True), c("b", 2.0)]
+    assert drain(Exhaustive(cands, Budget()), {}) == ["r", "a", "b", "k"]
+    assert drain(Exhaustive(cands, Budget(), try_known_failures=True), {}) == ["r", "k", "a", "b"]
+    p = Exhaustive(cands, Budget(max_launches=2))
+    assert drain(p, {}) == ["r", "a", "b"]  # the refusal is not a launch
+    assert p.skipped == {"k": "search.max_launches=2 reached"}
+    p = Exhaustive(cands, Budget(max_gpu_s=250.0))
+    assert drain(p, {}) == ["r", "a", "b"] and p.budget.gpu_s == 200.0
+
+
+def test_twin_guided_stops_when_the_next_cannot_beat_the_best():
+    cands = [c("lo", 80.0), c("hi", 100.0), c("mid", 99.0), c("k", 120.0, fail=True), c("r", refused=True)]
+    # 3 launchable candidates: z = NormalDist().inv_cdf(1 - 1/3) = 0.4307, widening 1 + 0.4307 x 0.074 = 1.0319;
+    # measured 10% under the forecasts: bias 0.9; mid's bound 99 x 0.9 x 1.0319 = 91.94 > 90 x 1.01 -> runs;
+    # lo's bound 80 x 0.9 x 1.0319 = 74.29 cannot beat 90.9 -> stop; the known failure is skipped
+    p = TwinGuided(cands, Budget(), twin_error=0.074, spread=0.01)
+    assert p.z == pytest.approx(0.430727, abs=1e-6)
+    assert drain(p, {"hi": 90.0, "mid": 89.1}) == ["r", "hi", "mid"]
+    assert p.skipped["lo"].startswith("cannot beat the best measured 90 by more than the spread 1%: twin forecast 80 "
+                                      "x bias 0.900 x (1 + 0.43 x 0.074) = 74.29")
+    assert set(p.skipped) == {"lo", "k"}
+    # lower is better (min_tpot): the widening goes down
+    q = TwinGuided([c("a", 10.0), c("b", 12.0)], Budget(), higher_is_better=False, twin_error=0.074, spread=0.01)
+    assert drain(q, {"a": 10.0}) == ["a"]
+    # nothing measured a score yet: known failures still run (the table may be out of date)
+    z = TwinGuided([c("x", 5.0), c("k", 9.0, fail=True)], Budget())
+    assert drain(z, {}) == ["x", "k"]
+
+
+def test_unknown_search_kind_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="search.kind: unknown search .nope.; allowed: exhaustive, optuna, twin_guided"):
+        spec_for(["search.kind=nope"], tmp_path)
+
+
+def test_summary_exact_values_on_recorded_rows():
+    from grid.report.select import Verdict
+    from grid.search.summary import SUMMARY_FIELDS, launch_seconds, summarize
+
+    s = 1_000_000_000
+    rows = [  # a refused configuration, one that ran two points (one not run), one that crashed during startup
+        {"config_hash": "r", "trial_error_class": "refused", "status": "not_run", "startup_s": None},
+        {"config_hash": "a", "trial_error_class": None, "status": "ok", "startup_s": 300.0, "time_scale": 10.0,
+         "started_unix_ns": 5 * s, "finished_unix_ns": 7 * s},
+        {"config_hash": "a", "trial_error_class": None, "status": "ok", "startup_s": 300.0, "time_scale": 10.0,
+         "started_unix_ns": 8 * s, "finished_unix_ns": 8 * s + s // 2},
+        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "startup_s": 300.0, "time_scale": 10.0,
+         "started_unix_ns": None, "finished_unix_ns": None},
+        {"config_hash": "c", "trial_error_class": "startup_exit", "status": "not_run", "startup_s": None},
+    ]
+    assert launch_seconds(rows, {"c": 120.0}) == {"a": 325.0, "c": 120.0}
+    verdicts = [Verdict("a", "prefill=trtllm", "best", 1234.5, ""), Verdict("c", "x", "failed", None, "")]
+    out = summarize(rows, verdicts, objective="max_output_throughput", search="twin_guided", gpu_count=8,
+                    configurations=3, refused=1, known_to_fail=0, not_run=0, modelled_startup_s={"c": 120.0})
+    assert out == {"launches": 2, "gpu_seconds": 3560.0, "best_label": "prefill=trtllm", "best_value": 1234.5,
+                   "objective": "max_output_throughput", "search": "twin_guided", "configurations": 3,
+                   "refused": 1, "known_to_fail": 0, "not_run": 0}
+    assert [k for k, *_ in SUMMARY_FIELDS] == list(out)
+
+
+def test_optuna_never_launches_refused_and_keeps_the_budget():
+    pytest.importorskip("optuna")
+    from grid.search.optuna import OptunaPolicy
+
+    cands = [Candidate(f"h{a}{b}", refused=(a == 0), forecast=10.0 + a + b, gpu_s=10.0, settings={"a": a, "b": b})
+             for a in range(3) for b in range(4)]
+    scores = {c.config_hash: None if c.refused else c.forecast for c in cands}
+    p = OptunaPolicy(cands, Budget(max_launches=5), seed=3)
+    issued = drain(p, scores)
+    launched = [h for h in issued if not p.by_hash[h].refused]
+    assert len(launched) == 5 and p.budget.launches == 5 and p.budget.gpu_s == 50.0
+    assert all(not p.by_hash[h].refused for h in launched)
+    assert set(p.skipped) == {c.config_hash for c in cands} - set(issued)
+    assert all(why == "search.max_launches=5 reached" for why in p.skipped.values())
+    again = OptunaPolicy(cands, Budget(max_launches=5), seed=3)
+    assert drain(again, scores) == issued  # seeded: the same proposals
+
+
+def test_resume_takes_recorded_configurations_out_and_counts_their_scores():
+    p = TwinGuided([c("a", 100.0), c("b", 99.0), c("lo", 50.0)], Budget(max_launches=1), twin_error=0.074)
+    p.resume({"a": 100.0})  # recorded by an earlier run: not run again, not counted, its score is the best so far
+    assert drain(p, {"b": 99.5}) == ["b"]
+    assert p.budget.launches == 1 and p.best() == 100.0
+    assert set(p.skipped) == {"lo"}
