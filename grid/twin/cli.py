@@ -394,9 +394,12 @@ def _pp(args, ver, model):
         raise ValueError("Speculative decoding is not compatible with mixed chunked prefill.")
 
 
-def check_server_args(args: argparse.Namespace, model: Any = None) -> None:
-    """Run every registered launch-time check; raises ``ValueError``/``AssertionError`` with SGLang's message."""
+def check_server_args(args: argparse.Namespace, model: Any = None, hardware: Any = None) -> None:
+    """Run every registered launch-time check; raises ``ValueError``/``AssertionError`` with SGLang's message.
+    ``hardware`` (a ``HardwareSpec``: the GPUs the twin plays) decides the rules with a hardware predicate (e.g.
+    tilelang with an fp8 KV cache needs SM >= 89 from 0.5.22); None leaves only the rules that hold everywhere."""
     ver = parse_version(args._version)
+    args._hardware = hardware
     for fn in _CHECKS:
         fn(args, ver, model)
 

@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     hardware = HardwareSpec.model_validate_json(hw_text)
     try:
         notes = cli.resolve_args(args, model)
-        cli.check_server_args(args, model)
+        cli.check_server_args(args, model, hardware)
     except (ValueError, AssertionError) as e:
         return _fail(raw, type(e).__name__, str(e))
     scale = float(os.environ.get(ENV_TIME_SCALE) or 1.0)

@@ -187,3 +187,17 @@ def test_resolution_and_serving_config():
                  "--max-total-tokens", "64k"], "0.5.23")
     cfg = cli.to_serving_config(a)
     assert (cfg.dp_size, cfg.enable_dp_attention, cfg.cuda_graph, cfg.max_total_tokens) == (4, True, False, 64000)
+
+
+def test_hardware_rules_fire_inside_the_twin():
+    """The twin applies the launch rules with a hardware predicate to the GPUs it plays: 0.5.22 refuses a TileLang
+    fp8 KV cache below SM89 (A100, SM80) and accepts it on Hopper (SM90); without hardware the SM rule cannot fire."""
+    from tests.twin._specs import hardware
+
+    argv = ["--dsa-prefill-backend", "tilelang", "--dsa-decode-backend", "tilelang", "--kv-cache-dtype", "fp8_e4m3"]
+    a = parse(argv, "0.5.22")
+    cli.resolve_args(a, DSA_MODEL)
+    with pytest.raises(ValueError, match="^CUDA TileLang FP8 KV requires SM89 or newer.$"):
+        cli.check_server_args(a, DSA_MODEL, hardware("a100_x1"))
+    cli.check_server_args(a, DSA_MODEL, hardware("h100_x8"))
+    cli.check_server_args(a, DSA_MODEL)
