@@ -85,6 +85,8 @@ class LoadSpec(_Spec):
     max_concurrency: int | None = Field(None, ge=1, description="open-loop points: cap on requests in flight")
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
+    repeats: int = Field(1, ge=1, le=50, description="measure every load point this many times (rows by "
+                         "repeat_index); >= 2 measures the spread the report decides ties by")
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
     stall_timeout_s: float | None = Field(120.0, gt=0, description="no token for this long: request fails")
 
@@ -146,7 +148,8 @@ class LoadSpec(_Spec):
 
 
 #: LoadSpec settings added after config hashes were first recorded, with their defaults (see LoadSpec._identity).
-_LATER_DEFAULTS: dict[str, Any] = {"dataset_path": None, "trace_speed": [1.0], "max_concurrency": None}
+_LATER_DEFAULTS: dict[str, Any] = {"dataset_path": None, "trace_speed": [1.0], "max_concurrency": None,
+                                   "repeats": 1}
 
 
 class SLOSpec(_Spec):

@@ -16,6 +16,7 @@ from grid.report.select import Verdict
 
 POINT_COLUMNS = (
     ("level", "point_value", "{:g}"),
+    ("repeat", "repeat_index", "{}"),
     ("status", "status", "{}"),
     ("out tok/s", "output_tok_per_s", "{:.1f}"),
     ("total tok/s", "total_tok_per_s", "{:.1f}"),

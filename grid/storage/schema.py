@@ -54,6 +54,7 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("config_hash", "string", "", "hash of the server configuration"),
     ("trial_id", "string", "", "Tune trial id"),
     ("point_index", "int32", "", "index of the load point within the trial"),
+    ("repeat_index", "int32", "", "which repeat of its load level the point is (0-based; load.repeats)"),
     ("request_index", "int32", "", "index of the request within the load point (send order for closed loop)"),
     ("prompt_index", "int32", "", "index of the prompt in the dataset"),
     ("api", "string", "", "endpoint kind: generate | completions | chat"),
@@ -124,6 +125,8 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
      "wall-clock time launch, readiness wait and correctness probe ended (whatever their outcome)"),
     ("log_tail", "string", "", "last lines of the server log"),
     ("point_index", "int32", "", "index of the load point within the trial"),
+    ("repeat_index", "int32", "",
+     "which repeat of its load level the point is (0-based; load.repeats measures each level that many times)"),
     ("point_kind", "string", "", "concurrency (closed loop) | rate (open loop) | trace (open loop, replayed timestamps)"),
     ("point_value", "float64", "",
      "concurrency (requests), rate (req/s, modelled) or trace speed (1.0: the trace's own timestamps)"),
@@ -205,7 +208,8 @@ LOAD_POINTS_SCHEMA: pa.Schema = _schema(
 REJUDGED_SCHEMA: pa.Schema = _schema(REJUDGED_COLUMNS, "rejudged")
 
 
-def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int) -> list[dict[str, Any]]:
+def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int,
+                 repeat_index: int = 0) -> list[dict[str, Any]]:
     """Rows matching ``REQUESTS_SCHEMA``, one per measured request (failed ones included).
 
     Raises ``grid.metrics.request.TimingError`` on an impossible timeline.
@@ -215,7 +219,8 @@ def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, po
         m = request_metrics(r, result.time_scale)
         rows.append({
             "schema_version": SCHEMA_VERSION, "config_hash": config_hash, "trial_id": trial_id,
-            "point_index": point_index, "request_index": r.request_index, "prompt_index": r.prompt_index,
+            "point_index": point_index, "repeat_index": repeat_index, "request_index": r.request_index,
+            "prompt_index": r.prompt_index,
             "api": r.api, "stream": r.stream, "status": r.status, "error_class": r.error_class,
             "error_message": r.error_message, "http_status": r.http_status, "finish_reason": r.finish_reason,
             "scheduled_perf_ns": r.scheduled_perf_ns, "scheduled_offset_ns": r.scheduled_offset_ns,

@@ -50,24 +50,24 @@ CHECK_OUTPUT_TOKENS = 4
 
 
 def load_points(plan: TrialPlan) -> list[LoadPoint]:
-    """The trial's load points in order: concurrency levels, request rates, then trace replays (seeded per point
-    index; open-loop points carry ``load.max_concurrency``)."""
+    """The trial's load points in order: concurrency levels, request rates, then trace replays (open-loop points
+    carry ``load.max_concurrency``), and that sequence ``load.repeats`` times over (point ``i`` belongs to repeat
+    ``i // (len(points) / repeats)``). Point ``i`` is seeded ``load.seed * 1000 + i``: identical across
+    configurations, and each repeat draws its own prompts (the spread covers the prompts as well as the timing)."""
     load = plan.load
-    points = [LoadPoint("concurrency", float(c), load.prompts_for(c), warmup_requests=load.warmup_requests,
-                        seed=load.seed * 1000 + i) for i, c in enumerate(load.concurrency)]
-    n = len(points)
-    points += [LoadPoint("rate", float(r), load.prompts_for(r), arrival=load.arrival, burstiness=load.burstiness,
-                         warmup_requests=load.warmup_requests, seed=load.seed * 1000 + n + i,
-                         max_concurrency=load.max_concurrency)
-               for i, r in enumerate(load.request_rate)]
+    levels: list[tuple[str, float, int, dict[str, Any]]] = [
+        ("concurrency", float(c), load.prompts_for(c), {}) for c in load.concurrency]
+    levels += [("rate", float(r), load.prompts_for(r), {"arrival": load.arrival, "burstiness": load.burstiness,
+                                                       "max_concurrency": load.max_concurrency})
+               for r in load.request_rate]
     if load.trace_points:
-        n = len(points)
         offsets = build_dataset(load.dataset, DatasetArgs(0, 1, 1, 1.0, 1, 0, load.dataset_path)).offsets_s or ()
         num = min(load.num_prompts or len(offsets), len(offsets))
-        points += [LoadPoint("trace", float(s), num, warmup_requests=load.warmup_requests,
-                             seed=load.seed * 1000 + n + i, max_concurrency=load.max_concurrency,
-                             offsets_s=tuple(offsets[:num])) for i, s in enumerate(load.trace_points)]
-    return points
+        levels += [("trace", float(s), num, {"max_concurrency": load.max_concurrency,
+                                             "offsets_s": tuple(offsets[:num])}) for s in load.trace_points]
+    return [LoadPoint(kind, value, num, warmup_requests=load.warmup_requests,
+                      seed=load.seed * 1000 + r * len(levels) + i, **extra)
+            for r in range(load.repeats) for i, (kind, value, num, extra) in enumerate(levels)]
 
 
 def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
@@ -245,6 +245,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "server_info_json": redact_secrets(json.dumps(info, sort_keys=True, default=str), secrets) if info else None,
     }
     points = load_points(plan)
+    per_repeat = len(points) // load.repeats
     rows: list[dict] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
@@ -258,7 +259,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     longest_wait_ms = 0.0        # the longest wait for a token seen so far (modelled ms), for the timeout notes
     noted: set[str] = set()      # timeout notes already given ("fired", "near")
     for index, point in enumerate(points):
-        row = {**base, "point_index": index, "point_kind": point.kind, "point_value": point.value,
+        row = {**base, "point_index": index, "repeat_index": index // per_repeat, "point_kind": point.kind,
+               "point_value": point.value,
                "num_prompts": point.num_prompts, "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
             rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
@@ -285,7 +287,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
         tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
-                                           point_index=index)
+                                           point_index=index, repeat_index=index // per_repeat)
         fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
                                    load.stall_timeout_s, load.read_timeout_s)
         first_error = next((r for r in outcome.records if r.status != "ok"), None)

@@ -75,3 +75,18 @@ def test_every_point_failing_fails_the_trial_with_the_requests_error(tmp_path):
     msg = rows[0]["trial_error_message"]
     assert msg.startswith("every load point failed; point 0: 2 of 2 requests failed, first http_error: HTTP 400")
     assert "context length" in msg
+
+
+def test_repeats_measure_every_level_again_with_its_own_repeat_index(tmp_path):
+    from grid.sweep.measure import load_points
+
+    spec = spec_for(tmp_path, "load.repeats=2", "load.concurrency=[1,2]", "load.min_prompts=2")
+    plan = expand(spec)[0]
+    assert [(p.value, p.seed) for p in load_points(plan)] == [(1.0, 1000), (2.0, 1001), (1.0, 1002), (2.0, 1003)]
+    assert plan.config_hash != expand(spec_for(tmp_path, "load.concurrency=[1,2]", "load.min_prompts=2"))[0].config_hash
+    assert expand(spec_for(tmp_path, "load.repeats=1"))[0].config_hash == expand(spec_for(tmp_path))[0].config_hash
+    plan, rows, _ = run_one(spec)
+    assert [(r["point_index"], r["repeat_index"], r["point_value"], r["status"]) for r in rows] == [
+        (0, 0, 1.0, "ok"), (1, 0, 2.0, "ok"), (2, 1, 1.0, "ok"), (3, 1, 2.0, "ok")]
+    requests = read_table(tmp_path, "requests").to_pylist()
+    assert sorted({(r["point_index"], r["repeat_index"]) for r in requests}) == [(0, 0), (1, 0), (2, 1), (3, 1)]
