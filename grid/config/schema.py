@@ -85,6 +85,9 @@ class LoadSpec(_Spec):
     max_concurrency: int | None = Field(None, ge=1, description="open-loop points: cap on requests in flight")
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
+    closed_loop_start: Literal["staggered", "together"] = Field(
+        "staggered", description="staggered: closed-loop workers start spread over one request time and their first "
+        "wave is warm-up (steady state, grid/loadgen/runner.py); together: all at once, measured from the first send")
     repeats: int = Field(1, ge=1, le=50, description="measure every load point this many times (rows by "
                          "repeat_index); >= 2 measures the spread the report decides ties by")
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")

@@ -34,6 +34,15 @@ def _distinct(values) -> list:
     return out
 
 
+def start_line(start: str) -> str:
+    """How the closed-loop points started (grid/loadgen/runner.py, steady state)."""
+    if start == "staggered":
+        return ("Closed-loop start: steady state: worker k of c started k/c of one warm-up request time late, and "
+                "the first wave of c requests was warm-up, outside the measured window")
+    return ("Closed-loop start: all workers at once (load.closed_loop_start=together): the requests may run in "
+            "synchronized waves, which makes TTFT percentiles jump between runs")
+
+
 def repeats_line(repeats: int) -> str:
     """How often each load point was measured, and so how ties are decided (grid/report/select.py)."""
     if repeats < 2:
@@ -74,6 +83,8 @@ def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | N
                     f"{load.prompts_per_stream} requests per stream per point (at least {load.min_prompts})")
         lines.append(f"Workload: random prompts, {lengths}; {' and '.join(parts) or 'no load points'}; {requests}, "
                      f"after {load.warmup_requests} warm-up request{'s' if load.warmup_requests != 1 else ''}")
+        if load.concurrency:
+            lines.append(start_line(load.closed_loop_start))
         lines.append(repeats_line(load.repeats))
     counts = [r["num_prompts"] for r in rows if r.get("num_prompts") and r.get("status") != "not_run"]
     if counts:

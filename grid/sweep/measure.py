@@ -55,8 +55,9 @@ def load_points(plan: TrialPlan) -> list[LoadPoint]:
     ``i // (len(points) / repeats)``). Point ``i`` is seeded ``load.seed * 1000 + i``: identical across
     configurations, and each repeat draws its own prompts (the spread covers the prompts as well as the timing)."""
     load = plan.load
+    steady = load.closed_loop_start == "staggered"
     levels: list[tuple[str, float, int, dict[str, Any]]] = [
-        ("concurrency", float(c), load.prompts_for(c), {}) for c in load.concurrency]
+        ("concurrency", float(c), load.prompts_for(c), {"steady": steady}) for c in load.concurrency]
     levels += [("rate", float(r), load.prompts_for(r), {"arrival": load.arrival, "burstiness": load.burstiness,
                                                        "max_concurrency": load.max_concurrency})
                for r in load.request_rate]
@@ -267,7 +268,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
                          "finished_unix_ns": time.time_ns()})
             continue
         prompts = build_dataset(load.dataset, DatasetArgs(
-            point.num_prompts + point.warmup_requests, load.input_len, load.output_len, load.range_ratio,
+            point.num_prompts + point.warmup_requests + point.wave_warmup, load.input_len, load.output_len, load.range_ratio,
             spec.model.vocab_size, point.seed, load.dataset_path)).prompts
         log_offset = server.log_size()
         row["started_unix_ns"] = time.time_ns()

@@ -48,6 +48,8 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
         "- Engine: the embedded SGLang twin (modelled performance; no GPU ran); SGLang release 0.5.9 (engine=sim)",
         "- Workload: random prompts, ISL 32 / OSL 16 tokens (fixed); closed loop at concurrency 1, 4; 2 requests per "
         "stream per point (at least 8), after 1 warm-up request",
+        "- Closed-loop start: steady state: worker k of c started k/c of one warm-up request time late, and the "
+        "first wave of c requests was warm-up, outside the measured window",
         "- Repeats: 1 per load point: the spread is not measured, so scores within the default 1% of the best "
         "count as ties (set load.repeats=3 to measure it)",
         "- Requests measured per load point: 4",
