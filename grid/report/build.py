@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from grid.config.schema import RunSpec
 from grid.metrics.loadpoint import SLO_COLUMNS, SLO_LATENCY_KEYS
-from grid.report import context, explain
+from grid.report import context, explain, relevance
 from grid.report.html import HtmlReport, render_html
 from grid.report.pareto import fronts as pareto_fronts
 from grid.report.render import markdown, plot, print_report
@@ -64,7 +64,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
-        notes=context.base_warnings(spec) + notes,
+        notes=context.base_warnings(spec) + relevance.notes(verdicts) + notes,
         command=context.real_command(spec, best) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),

@@ -23,7 +23,7 @@ OOM_TAIL = ("[2026-03-01 10:00:00] Load weight begin.\n[2026-03-01 10:00:09] tor
 
 @pytest.fixture
 def recorded_run(tmp_path):
-    spec = spec_for(tmp_path, "+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85,0.9,0.95]")
+    spec = spec_for(tmp_path, "+sweep=mem_fraction", "~sweep.load", "sweep.grid.mem_fraction_static=[0.8,0.85,0.9,0.95]")
     plans = expand(spec)
     record(tmp_path, plans, [
         {1: (100.0, 10.0, 50.0), 4: (380.0, 12.0, 80.0)},
