@@ -171,6 +171,16 @@ class ObjectiveSpec(_Spec):
     slo: SLOSpec = Field(default_factory=SLOSpec)
 
 
+class AccuracySpec(_Spec):
+    """The accuracy guard (grid/accuracy): greedy exact-match prompts, run on every configuration of a sweep that
+    varies a setting changing the numerics (grid.accuracy.NUMERIC_SETTINGS)."""
+
+    enabled: bool = True
+    max_drop: float = Field(0.1, ge=0, le=1, description="a configuration whose exact-match share is below the "
+                            "baseline's by more than this (fraction, 0.1 = 2 of 20 prompts) cannot win")
+    max_new_tokens: int = Field(16, ge=1, description="tokens per answer")
+
+
 class SweepSpec(_Spec):
     """The search space: the cartesian product of ``grid`` plus any explicit ``configs`` (overrides of the base)."""
 
@@ -207,6 +217,7 @@ class RunSpec(_Spec):
     server: dict[str, Any] = Field(default_factory=dict, description="base server settings, by meaning")
     load: LoadSpec = Field(default_factory=LoadSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
     sweep: SweepSpec | None = None
     experiment: dict[str, Any] | None = None
     ray: RaySpec = Field(default_factory=RaySpec)

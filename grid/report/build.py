@@ -48,6 +48,22 @@ def rejudge_note(spec: RunSpec) -> str:
             "point was measured under.")
 
 
+def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
+    """What the accuracy guard measured (grid/accuracy), or [] when it did not run."""
+    from grid.accuracy import prompts
+    from grid.report.select import accuracy_gate
+
+    baseline, source, gated = accuracy_gate(rows, spec.accuracy.max_drop)
+    if baseline is None:
+        return []
+    shares = {r["config_hash"]: r["accuracy_exact_match"] for r in rows if r.get("accuracy_exact_match") is not None}
+    return [f"Accuracy guard: {len(shares)} configuration{'s' if len(shares) != 1 else ''} answered grid's "
+            f"{len(prompts())} accuracy prompts greedily (parquet/accuracy); exact match "
+            f"{min(shares.values()) * 100:.0f}-{max(shares.values()) * 100:.0f}%, baseline {baseline * 100:.0f}% "
+            f"({source}); {len(gated)} more than {spec.accuracy.max_drop * 100:g} points below it "
+            + ("cannot win" if spec.accuracy.enabled else "(the gate is off: accuracy.enabled=false)")]
+
+
 @dataclass
 class Report:
     verdicts: list[Verdict]
@@ -64,7 +80,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
-        notes=context.base_warnings(spec) + relevance.notes(verdicts) + notes,
+        notes=context.base_warnings(spec) + relevance.notes(verdicts) + accuracy_notes(spec, rows) + notes,
         command=context.real_command(spec, best) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),

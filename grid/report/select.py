@@ -154,7 +154,7 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
 class Verdict:
     config_hash: str
     label: str
-    outcome: str                       # best | lost | failed | invalid | no_eligible_point
+    outcome: str                       # best | lost | less_accurate | failed | invalid | no_eligible_point
     score: float | None
     reason: str
     best_point: dict | None = None
@@ -283,8 +283,35 @@ def _failure_reason(first: dict) -> str:
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 
 
-def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
+def accuracy_gate(rows: list[Mapping[str, Any]], max_drop: float) -> tuple[float | None, str, dict[str, str]]:
+    """(baseline exact-match share, where it comes from, {config_hash: why it cannot win}) from the load-point
+    columns ``accuracy_exact_match`` / ``accuracy_role`` (grid/accuracy; pure). The baseline is the lowest share of
+    the configurations that compute like the sweep's base; with none measured, the highest share measured (the
+    best any configuration answered). A configuration measured below the baseline by more than ``max_drop``
+    (fraction) is gated."""
+    share: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        if r.get("accuracy_exact_match") is not None and r.get("trial_status") == "ok":
+            share[r["config_hash"]] = (r["accuracy_exact_match"], r.get("accuracy_role") or "")
+    if not share:
+        return None, "", {}
+    base = [s for s, role in share.values() if role == "baseline"]
+    if base:
+        baseline, source = min(base), "the configurations that compute like the sweep's base"
+    else:
+        baseline, source = max(s for s, _ in share.values()), "the best any configuration answered (no baseline ran)"
+    gated = {h: (f"less accurate: {s * 100:.0f}% of grid's accuracy prompts answered exactly vs {baseline * 100:.0f}% "
+                 f"for {source} (drop {(baseline - s) * 100:.0f} points > accuracy.max_drop {max_drop * 100:g}); "
+                 f"{role}")
+             for h, (s, role) in share.items() if baseline - s > max_drop + 1e-12}
+    return baseline, source, gated
+
+
+def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | None = None) -> list[Verdict]:
     """Verdicts, best first, then losers by score, then invalid and failed configurations (pure).
+
+    ``max_accuracy_drop``: the accuracy guard (fraction; None: off): a configuration whose exact-match share is
+    below the baseline's by more than this is ``less_accurate`` and cannot win (:func:`accuracy_gate`).
 
     ``rows``: load-point rows, passed through :func:`rejudge` for ``objective.slo`` first when it sets any SLO
     (``ValueError`` otherwise). A verdict's
@@ -338,6 +365,14 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
         else:
             verdicts.append(Verdict(h, first["label"], "lost", best_iv.mean, "", best, group, best_iv))
             excluded[h] = misses
+    if max_accuracy_drop is not None:
+        _, _, gated = accuracy_gate(rows, max_accuracy_drop)
+        for v in verdicts:
+            if v.config_hash in gated and v.score is not None:
+                v.outcome = "less_accurate"
+                v.reason = (f"{gated[v.config_hash]}; it scored {fmt_score(v.score)} {obj.unit} at "
+                            f"{level_name(v.best_point)}")
+                v.score = None
     scored = sorted((v for v in verdicts if v.score is not None),
                     key=lambda v: v.score, reverse=obj.higher_is_better)
     if scored:
@@ -374,7 +409,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
         note = rising_note(obj, levels, top.best_point)
         if note:
             top.reason += f"; {note}"
-    order = {"best": 0, "lost": 1, "no_eligible_point": 2, "invalid": 3, "failed": 4}
+    order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5}
     rest = [v for v in verdicts if v.score is None]
     rest.sort(key=lambda v: (order[v.outcome], v.label))
     return scored + rest

@@ -142,6 +142,10 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("started_unix_ns", "int64", "ns", "wall-clock time the load point began (warm-up requests included)"),
     ("finished_unix_ns", "int64", "ns", "wall-clock time the load point finished"),
     ("kv_capacity_tokens", "int64", "tokens", "KV pool size the server reported (/server_info max_total_num_tokens)"),
+    ("accuracy_exact_match", "float64", "fraction",
+     "share of grid's accuracy prompts the configuration answered exactly (grid/accuracy; null: not run)"),
+    ("accuracy_role", "string", "",
+     "baseline (computes like the sweep's base) | differs: the settings that change its numerics; null: not run"),
     ("server_gen_tok_per_s_peak", "float64", "tok/s",
      "highest 'gen throughput' in the server's Decode batch log lines during the load point (modelled time)"),
     ("server_running_at_peak", "int64", "requests", "#running-req on that log line"),
@@ -202,7 +206,20 @@ REJUDGED_COLUMNS: list[tuple[str, str, str, str]] = [
     ("slo_unjudged", "string", "", "why the SLOs could not be judged (stored requests missing); null: judged"),
 ]
 
+#: ``parquet/accuracy``: one row per accuracy prompt sent to a configuration (grid/accuracy/prompts.yaml, greedy).
+ACCURACY_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("prompt_id", "string", "", "id of the prompt in grid/accuracy/prompts.yaml"),
+    ("kind", "string", "", "arithmetic | fact | code"),
+    ("answer", "string", "", "the expected answer"),
+    ("reply", "string", "", "what the server generated (temperature 0), first 200 characters"),
+    ("correct", "bool", "flag", "the reply's first line starts with the answer (grid.accuracy.matches)"),
+]
+
 REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")
+ACCURACY_SCHEMA: pa.Schema = _schema(ACCURACY_COLUMNS, "accuracy")
 LOAD_POINTS_SCHEMA: pa.Schema = _schema(
     LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS + LOAD_POINT_SAMPLER_COLUMNS, "load_points")
 REJUDGED_SCHEMA: pa.Schema = _schema(REJUDGED_COLUMNS, "rejudged")
@@ -353,7 +370,8 @@ def describe_schema() -> str:
     out = [f"Schema version {SCHEMA_VERSION}. Null means not measured, never 0.", ""]
     for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA),
                           ("server_log", SERVER_LOG_SCHEMA), ("server_metrics", SERVER_METRICS_SCHEMA),
-                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA), ("rejudged", REJUDGED_SCHEMA)):
+                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA), ("rejudged", REJUDGED_SCHEMA),
+                          ("accuracy", ACCURACY_SCHEMA)):
         out += [f"### {title}", "", "| column | type | unit | definition |", "|---|---|---|---|"]
         for f in schema:
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}

@@ -71,6 +71,41 @@ def load_points(plan: TrialPlan) -> list[LoadPoint]:
             for r in range(load.repeats) for i, (kind, value, num, extra) in enumerate(levels)]
 
 
+def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:
+    """Whether the trial runs the accuracy prompts, and as what: None when the guard is off or the sweep varies no
+    setting that changes the numerics (grid.accuracy.NUMERIC_SETTINGS); ``baseline`` for a configuration that
+    computes like the sweep's base; ``differs: k1, k2`` naming the settings that change its numerics."""
+    from grid.accuracy import NUMERIC_SETTINGS, computes_differently
+
+    sweep = spec.sweep
+    if not spec.accuracy.enabled or sweep is None:
+        return None
+    varied = set(sweep.grid) | {k for c in sweep.configs for k in c}
+    if not varied & NUMERIC_SETTINGS:
+        return None
+    differs = computes_differently(plan.settings, {**spec.server, **sweep.base})
+    return f"differs: {', '.join(differs)}" if differs else "baseline"
+
+
+def run_accuracy(spec: RunSpec, plan: TrialPlan, base_url: str, trial_id: str, time_scale: float
+                 ) -> tuple[float | None, list[dict]]:
+    """Send grid's accuracy prompts greedily; (exact-match share, rows of the ``accuracy`` table). An HTTP failure
+    gives (None, []) and a warning: the load points will judge the server."""
+    from grid.accuracy import ask, matches, prompts
+
+    items = prompts()
+    try:
+        replies = ask(base_url, items, spec.engine.api_key, timeout_s=max(10.0, 600 / time_scale),
+                      max_new_tokens=spec.accuracy.max_new_tokens)
+    except OSError as err:
+        log.warning("%s: accuracy prompts failed: %s", plan.label, err)
+        return None, []
+    rows = [{"schema_version": SCHEMA_VERSION, "config_hash": plan.config_hash, "trial_id": trial_id,
+             "prompt_id": i.id, "kind": i.kind, "answer": i.answer, "reply": r[:200], "correct": matches(r, i.answer)}
+            for i, r in zip(items, replies)]
+    return sum(r["correct"] for r in rows) / len(rows), rows
+
+
 def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
     """(status, most frequent request error class) of a measured load point."""
     status = load_point_status(summary)
@@ -250,6 +285,10 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     rows: list[dict] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
+    role = accuracy_role(spec, plan) if result["status"] == "ok" else None
+    if role is not None and spec.engine.api in ("generate",):
+        share, tables["accuracy"] = run_accuracy(spec, plan, result["base_url"], trial_id, launch.time_scale)
+        base.update(accuracy_exact_match=share, accuracy_role=role if share is not None else None)
     target = Target(result["base_url"], spec.engine.api, spec.model.name, api_key, launch.time_scale)
     samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
         server, result["base_url"], api_key, spec.engine.kind, launch.time_scale, plan.config_hash, trial_id,

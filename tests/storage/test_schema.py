@@ -53,6 +53,7 @@ ORCHESTRATION = {
     "engine_version": pa.string(), "model": pa.string(), "hardware": pa.string(), "trial_status": pa.string(),
     "trial_error_class": pa.string(), "trial_error_message": pa.string(), "startup_s": pa.float64(),
     "log_tail": pa.string(), "point_index": pa.int32(), "repeat_index": pa.int32(),
+    "accuracy_exact_match": pa.float64(), "accuracy_role": pa.string(),
     "point_kind": pa.string(), "point_value": pa.float64(),
     "num_prompts": pa.int32(), "max_concurrency": pa.int64(), "dataset": pa.string(),
     "input_len": pa.int32(), "output_len": pa.int32(), "status": pa.string(),
