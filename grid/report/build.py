@@ -57,11 +57,14 @@ def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
     if baseline is None:
         return []
     shares = {r["config_hash"]: r["accuracy_exact_match"] for r in rows if r.get("accuracy_exact_match") is not None}
+    low, high = min(shares.values()) * 100, max(shares.values()) * 100
+    span = f"{low:.0f}%" if low == high else f"{low:.0f}-{high:.0f}%"
+    gate = (f"{len(gated)} more than {spec.accuracy.max_drop * 100:g} points below it (less_accurate: cannot win)"
+            if gated else f"none more than {spec.accuracy.max_drop * 100:g} points below it")
     return [f"Accuracy guard: {len(shares)} configuration{'s' if len(shares) != 1 else ''} answered grid's "
-            f"{len(prompts())} accuracy prompts greedily (parquet/accuracy); exact match "
-            f"{min(shares.values()) * 100:.0f}-{max(shares.values()) * 100:.0f}%, baseline {baseline * 100:.0f}% "
-            f"({source}); {len(gated)} more than {spec.accuracy.max_drop * 100:g} points below it "
-            + ("cannot win" if spec.accuracy.enabled else "(the gate is off: accuracy.enabled=false)")]
+            f"{len(prompts())} accuracy prompts greedily (parquet/accuracy); exact match {span}, baseline "
+            f"{baseline * 100:.0f}% ({source}); {gate}"
+            + ("" if spec.accuracy.enabled else " (the gate is off: accuracy.enabled=false)")]
 
 
 @dataclass
