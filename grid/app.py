@@ -79,7 +79,7 @@ def report(spec: RunSpec, console: Console) -> list:
     requests = [r for r in read_table(spec.run_dir, "requests", list(REQUEST_COLUMNS)).to_pylist()
                 if r["config_hash"] in wanted]
     rows = rejudge(stored, requests, spec.objective.slo)
-    verdicts = rank(rows, spec.objective)
+    verdicts = rank(rows, spec.objective, spec.accuracy.max_drop if spec.accuracy.enabled else None)
     searched = read_record(spec.run_dir)
     left_out = set(searched.get("skipped", {})) & wanted - {r["config_hash"] for r in rows}
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded

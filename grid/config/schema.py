@@ -91,6 +91,12 @@ class LoadSpec(_Spec):
                           "'none': never load one")
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
+    closed_loop_start: Literal["staggered", "together"] = Field(
+        "together", description="together: all closed-loop workers at once, measured from the first send; staggered: "
+        "spread over one request time, their first wave warm-up (steady state, grid/loadgen/runner.py; throughput "
+        "reads low by up to 1/(n+1) with n requests per stream, README)")
+    repeats: int = Field(1, ge=1, le=50, description="measure every load point this many times (rows by "
+                         "repeat_index); >= 2 measures the spread the report decides ties by")
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
     stall_timeout_s: float | None = Field(120.0, gt=0, description="no token for this long: request fails")
 
@@ -158,6 +164,16 @@ class ObjectiveSpec(_Spec):
     slo: SLOSpec = Field(default_factory=SLOSpec)
 
 
+class AccuracySpec(_Spec):
+    """The accuracy guard (grid/accuracy): greedy exact-match prompts, run on every configuration of a sweep that
+    varies a setting changing the numerics (grid.accuracy.NUMERIC_SETTINGS)."""
+
+    enabled: bool = True
+    max_drop: float = Field(0.1, ge=0, le=1, description="a configuration whose exact-match share is below the "
+                            "baseline's by more than this (fraction, 0.1 = 2 of 20 prompts) cannot win")
+    max_new_tokens: int = Field(16, ge=1, description="tokens per answer")
+
+
 class SweepSpec(_Spec):
     """The search space: the cartesian product of ``grid`` plus any explicit ``configs`` (overrides of the base)."""
 
@@ -221,6 +237,7 @@ class RunSpec(_Spec):
     load: LoadSpec = Field(default_factory=LoadSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
     sweep: SweepSpec | None = None
     search: SearchSpec = Field(default_factory=SearchSpec)
     experiment: dict[str, Any] | None = None

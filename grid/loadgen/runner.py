@@ -18,6 +18,13 @@
   waits on the client for a slot (first due, first served); ``slot_wait_ns`` is how long it waited. Its latencies
   count from the actual send; the wait is ``slot_wait_ms`` (and part of ``client_queue_ms``).
 * Warm-up requests run first and are excluded from the measured window and from ``records``.
+* Steady state (``LoadPoint.steady``, closed loop only): a closed loop whose workers all start at once sends
+  synchronized waves (with fixed lengths they finish together and start again together). A steady point therefore
+  starts worker k at ``k / workers`` of one request time (the mean send-to-end time of the warm-up requests, which
+  run alone first), lets that first, staggered wave of ``workers`` requests run as warm-up too, and measures the
+  next ``num_prompts`` requests of the same running loop: the measured window starts at the first measured send,
+  with every worker already busy and their phases spread. Warm-up request j of that wave uses prompt
+  ``prompts[(num_prompts + warmup_requests + j) % len(prompts)]``.
 * Measured request i uses ``prompts[i % len(prompts)]``; warm-up request j uses ``prompts[(num_prompts + j) %
   len(prompts)]``, so pass ``num_prompts + warmup_requests`` prompts to keep warm-up prompts out of the measured set.
 * Timeouts are in real seconds: ``read_timeout_s`` is the longest silence (no bytes) a response may have;
@@ -80,6 +87,12 @@ class LoadPoint:
     seed: int = 0
     max_concurrency: int | None = None
     offsets_s: tuple[float, ...] | None = field(default=None, repr=False)
+    steady: bool = False  # closed loop: staggered starts and a first wave of warm-up in the running loop
+
+    @property
+    def wave_warmup(self) -> int:
+        """Warm-up requests sent inside the running closed loop before the measured ones (steady points only)."""
+        return int(self.value) if self.steady and self.kind == "concurrency" else 0
 
     def __post_init__(self) -> None:
         if self.kind not in POINT_KINDS:
@@ -335,7 +348,14 @@ async def run_load_point(
             await sess.drain()
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
-            if closed:
+            if closed and point.wave_warmup:
+                done = [r for r in warm if r.status == "ok" and r.end_perf_ns and r.send_perf_ns]
+                ramp_ns = (sum(r.end_perf_ns - r.send_perf_ns for r in done) // len(done)) if done else 0
+                wave = [(point.warmup_requests + j, prompts[(point.num_prompts + point.warmup_requests + j) % n])
+                        for j in range(point.wave_warmup)]
+                records, more_warm, t0 = await _steady_loop(sess, wave, items, workers, ramp_ns)
+                warm += more_warm
+            elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
                 records = await _open_loop(sess, items, offsets_ns, t0, point.max_concurrency)
@@ -371,6 +391,33 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
     return out
+
+
+async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: list[tuple[int, Prompt]],
+                       workers: int, ramp_ns: int) -> tuple[list[RequestRecord], list[RequestRecord], int]:
+    """A closed loop whose worker k starts ``k * ramp_ns / workers`` ns late; the ``wave`` items go first, as
+    warm-up, then ``items`` are measured. Returns (measured records, warm-up records, window start): the window
+    starts when the first measured request is scheduled."""
+    out: list[RequestRecord] = []
+    warm: list[RequestRecord] = []
+    queue = iter([(i, p, True) for i, p in wave] + [(i, p, False) for i, p in items])
+    start: list[int] = []
+
+    async def worker(k: int) -> None:
+        if ramp_ns and k:
+            await asyncio.sleep(k * ramp_ns / workers / 1e9)
+        for index, prompt, is_warm in queue:
+            rec = sess.new_record(index, prompt, is_warm)
+            rec.scheduled_perf_ns = time.perf_counter_ns()
+            if not is_warm and not start:
+                start.append(rec.scheduled_perf_ns)
+            (warm if is_warm else out).append(await sess.request(rec, prompt))
+
+    await asyncio.gather(*(worker(k) for k in range(min(workers, len(wave) + len(items)))))
+    t0 = start[0] if start else time.perf_counter_ns()
+    for rec in out:
+        rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+    return out, warm, t0
 
 
 async def _open_loop(

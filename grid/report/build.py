@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from grid.config.schema import RunSpec
 from grid.metrics.loadpoint import SLO_COLUMNS, SLO_LATENCY_KEYS
-from grid.report import context, explain
+from grid.report import context, explain, relevance
 from grid.report.html import HtmlReport, render_html
 from grid.report.pareto import fronts as pareto_fronts
 from grid.report.render import markdown, plot, print_report
@@ -48,6 +48,25 @@ def rejudge_note(spec: RunSpec) -> str:
             "point was measured under.")
 
 
+def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
+    """What the accuracy guard measured (grid/accuracy), or [] when it did not run."""
+    from grid.accuracy import prompts
+    from grid.report.select import accuracy_gate
+
+    baseline, source, gated = accuracy_gate(rows, spec.accuracy.max_drop)
+    if baseline is None:
+        return []
+    shares = {r["config_hash"]: r["accuracy_exact_match"] for r in rows if r.get("accuracy_exact_match") is not None}
+    low, high = min(shares.values()) * 100, max(shares.values()) * 100
+    span = f"{low:.0f}%" if low == high else f"{low:.0f}-{high:.0f}%"
+    gate = (f"{len(gated)} more than {spec.accuracy.max_drop * 100:g} points below it (less_accurate: cannot win)"
+            if gated else f"none more than {spec.accuracy.max_drop * 100:g} points below it")
+    return [f"Accuracy guard: {len(shares)} configuration{'s' if len(shares) != 1 else ''} answered grid's "
+            f"{len(prompts())} accuracy prompts greedily (parquet/accuracy); exact match {span}, baseline "
+            f"{baseline * 100:.0f}% ({source}); {gate}"
+            + ("" if spec.accuracy.enabled else " (the gate is off: accuracy.enabled=false)")]
+
+
 @dataclass
 class Report:
     verdicts: list[Verdict]
@@ -64,7 +83,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
-        notes=context.base_warnings(spec) + notes,
+        notes=context.base_warnings(spec) + relevance.notes(verdicts) + accuracy_notes(spec, rows) + notes,
         command=context.real_command(spec, best) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),

@@ -6,9 +6,13 @@ settings (``config_json``), then by ``label``. Load points are matched by (``poi
 
 A difference counts only when it is larger than the spread of the measurement:
 
-* *measured*: when a run holds the same configuration and load level more than once (repeated load points), the
-  spread of a metric there is (max - min) / mean of the repeats, in percent; a pair is compared by its means, against
-  the larger spread of its two sides, else against the largest spread measured anywhere in the two runs;
+* *confidence*: when both sides measured the level at least twice (``load.repeats``: rows of one level with
+  ``repeat_index`` 0, 1, ...), their means differ only when the 95 % confidence intervals of the means do not
+  overlap (grid/metrics/confidence.py), the rule the report ranks by;
+* *measured*: when a run holds the same configuration and load level more than once (repeats, or a level listed
+  twice in a run before ``repeat_index`` existed), the spread of a metric there is (max - min) / mean of the
+  repeats, in percent; a pair is compared by its means, against the larger spread of its two sides, else against
+  the largest spread measured anywhere in the two runs;
 * *unknown*: with no repeats at all, ``DEFAULT_THRESHOLD_PERCENT`` applies and the result says so.
 """
 
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
+from grid.metrics.confidence import interval, overlaps
 from grid.report.select import fmt_delta, fmt_score, level_name
 
 #: Compared metrics: column -> (name, higher is better).
@@ -48,8 +53,10 @@ class MetricDiff:
     b: float
     delta_percent: float        # (b - a) / a x 100
     threshold_percent: float
-    spread_source: str          # measured | unknown (default threshold)
+    spread_source: str          # confidence | measured | unknown (default threshold)
     verdict: str                # better | worse | within spread
+    repeats_a: int = 1          # repeats of the level in run A (rows by repeat_index)
+    repeats_b: int = 1
 
 
 @dataclass
@@ -122,9 +129,10 @@ def match_configs(a: dict[str, list], b: dict[str, list]) -> list[tuple[str | No
 
 
 def _points(rows: list[Mapping[str, Any]]) -> dict[tuple[str, float], list[Mapping[str, Any]]]:
-    """ok load points of an ok trial by (kind, level); more than one per key are repeats."""
+    """ok load points of an ok trial by (kind, level), in ``repeat_index`` order; more than one per key are
+    repeats."""
     out: dict[tuple[str, float], list[Mapping[str, Any]]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (r.get("repeat_index") or 0, r.get("point_index") or 0)):
         if r.get("trial_status") == "ok" and r.get("status") == "ok":
             out.setdefault((r.get("point_kind") or "", r["point_value"]), []).append(r)
     return out
@@ -173,10 +181,14 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
                     else:
                         threshold, source = DEFAULT_THRESHOLD_PERCENT[m], "unknown"
                     delta = (fmean(vb) - fmean(va)) / abs(fmean(va)) * 100
-                    verdict = ("within spread" if abs(delta) <= threshold else
-                               "better" if (delta > 0) == higher else "worse")
+                    if len(va) > 1 and len(vb) > 1:
+                        source = "confidence"
+                        within = overlaps(interval(va), interval(vb))
+                    else:
+                        within = abs(delta) <= threshold
+                    verdict = "within spread" if within else "better" if (delta > 0) == higher else "worse"
                     c.diffs.append(MetricDiff(m, level_name(pa_[0]), fmean(va), fmean(vb), delta, threshold,
-                                              source, verdict))
+                                              source, verdict, len(va), len(vb)))
         configs.append(c)
     configs.sort(key=lambda c: c.label)
     versions = [sorted({r.get("engine_version") or "?" for rows in x.values() for r in rows}) for x in (a, b)]
@@ -191,7 +203,9 @@ def markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
     va, vb = ", ".join(cmp.versions_a), ", ".join(cmp.versions_b)
     lines = [f"# {name_a} (SGLang {va}) vs {name_b} (SGLang {vb})", ""]
     if cmp.spread_measured:
-        lines.append("Thresholds: the spread measured by repeated load points ((max - min) / mean).")
+        lines.append("Thresholds: the spread measured by repeated load points ((max - min) / mean); where both "
+                     "runs repeated a level, a difference counts only when the 95% confidence intervals of the two "
+                     "means do not overlap (threshold source 'confidence').")
     else:
         lines.append("Spread unknown (no repeated load points in either run): a difference counts only beyond the "
                      "default thresholds " + ", ".join(f"{METRICS[m][0]} {t:g}%"
@@ -210,7 +224,9 @@ def markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
             if not c.diffs:
                 lines.append(f"| `{c.label}` | {c.matched_by} | {status} | | | | | | | {change} |")
             for d in c.diffs:
-                lines.append(f"| `{c.label}` | {c.matched_by} | {status} | {d.level} | {METRICS[d.metric][0]} | "
+                level = d.level + (f" ({d.repeats_a} vs {d.repeats_b} repeats)"
+                                   if max(d.repeats_a, d.repeats_b) > 1 else "")
+                lines.append(f"| `{c.label}` | {c.matched_by} | {status} | {level} | {METRICS[d.metric][0]} | "
                              f"{fmt_score(d.a)} | {fmt_score(d.b)} | {fmt_delta(d.delta_percent)} | "
                              f"{d.threshold_percent:.1f}% ({d.spread_source}) | {d.verdict} |")
     return "\n".join(lines) + "\n"

@@ -12,7 +12,8 @@ from typing import Any
 
 from grid.config.schema import RunSpec
 from grid.report.explain import Cause, settings_of
-from grid.report.select import Verdict, slo_text
+from grid.metrics.confidence import CONFIDENCE
+from grid.report.select import TIE_PERCENT, Verdict, slo_text
 
 ENGINE_WORDS = {
     "sim": "the embedded SGLang twin (modelled performance; no GPU ran)",
@@ -31,6 +32,25 @@ def _distinct(values) -> list:
         if v is not None and v not in out:
             out.append(v)
     return out
+
+
+def start_line(start: str) -> str:
+    """How the closed-loop points started (grid/loadgen/runner.py, steady state)."""
+    if start == "staggered":
+        return ("Closed-loop start: steady state: worker k of c started k/c of one warm-up request time late, and "
+                "the first wave of c requests was warm-up, outside the measured window")
+    return ("Closed-loop start: all workers at once (load.closed_loop_start=together): the requests may run in "
+            "synchronized waves, which makes TTFT percentiles jump between runs")
+
+
+def repeats_line(repeats: int) -> str:
+    """How often each load point was measured, and so how ties are decided (grid/report/select.py)."""
+    if repeats < 2:
+        return (f"Repeats: 1 per load point: the spread is not measured, so scores within the default "
+                f"{TIE_PERCENT:g}% of the best count as ties (set load.repeats=3 to measure it)")
+    return (f"Repeats: {repeats} per load point; a score is the mean over its repeats, and two configurations "
+            f"whose {CONFIDENCE * 100:g}% confidence intervals of that mean overlap are tied within the measured "
+            "spread")
 
 
 def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | None = None) -> list[str]:
@@ -63,6 +83,9 @@ def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | N
                     f"{load.prompts_per_stream} requests per stream per point (at least {load.min_prompts})")
         lines.append(f"Workload: random prompts, {lengths}; {' and '.join(parts) or 'no load points'}; {requests}, "
                      f"after {load.warmup_requests} warm-up request{'s' if load.warmup_requests != 1 else ''}")
+        if load.concurrency:
+            lines.append(start_line(load.closed_loop_start))
+        lines.append(repeats_line(load.repeats))
     counts = [r["num_prompts"] for r in rows if r.get("num_prompts") and r.get("status") != "not_run"]
     if counts:
         lines.append(f"Requests measured per load point: {min(counts)}" +

@@ -16,6 +16,7 @@ from grid.report.select import Verdict
 
 POINT_COLUMNS = (
     ("level", "point_value", "{:g}"),
+    ("repeat", "repeat_index", "{}"),
     ("status", "status", "{}"),
     ("out tok/s", "output_tok_per_s", "{:.1f}"),
     ("total tok/s", "total_tok_per_s", "{:.1f}"),
@@ -100,7 +101,7 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
     t = Table(title="All configurations", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("#", "configuration", "outcome", "why", "node"):
         t.add_column(name, overflow="fold")
-    colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "invalid": "yellow", "failed": "red"}
+    colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "less_accurate": "yellow", "invalid": "yellow", "failed": "red"}
     for i, v in enumerate(verdicts, 1):
         limit = short_diagnosis(v)
         why = v.reason + (f"; limited by: {limit}" if limit != "-" else "")

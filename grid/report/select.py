@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grid.config.schema import ObjectiveSpec
+from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
 from grid.server.logparse import error_headline
 
@@ -42,8 +43,10 @@ class Objective:
 
 OBJECTIVES: dict[str, Objective] = {}
 
-# Scores closer than this to the best are reported as ties: repeat runs of one configuration on the twin differ by
-# about this much (experiments/twin_clock_error.py: -0.2..-2.7% output tok/s at the default time scale).
+# When the spread is not measured (load.repeats=1), scores closer than this to the best are reported as ties: repeat
+# runs of one configuration on the twin differ by about this much (experiments/twin_clock_error.py: -0.2..-2.7%
+# output tok/s at the default time scale). With load.repeats >= 2 ties are decided by confidence intervals instead
+# (grid/metrics/confidence.py).
 TIE_PERCENT = 1.0
 
 
@@ -151,11 +154,12 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
 class Verdict:
     config_hash: str
     label: str
-    outcome: str                       # best | lost | failed | invalid | no_eligible_point
+    outcome: str                       # best | lost | less_accurate | failed | invalid | no_eligible_point
     score: float | None
     reason: str
     best_point: dict | None = None
     rows: list[dict] = field(default_factory=list)
+    interval: Interval | None = None   # the score's repeats at the best level (None: not scored)
 
 
 def _slo_misses(row: dict, slo) -> list[str]:
@@ -218,6 +222,58 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
             f"add higher {knob} levels")
 
 
+def _repeat_text(row: Mapping[str, Any]) -> str:
+    r = row.get("repeat_index")
+    return f" (repeat {r})" if r else ""
+
+
+def level_scores(rows: Iterable[Mapping[str, Any]], eligible: list[Mapping[str, Any]],
+                 metric: str) -> list[tuple[dict, Interval]]:
+    """Per load level (``point_kind``, ``point_value``) of ``rows`` whose every repeat is in ``eligible``: a copy of
+    its first repeat's row with ``metric`` replaced by the mean over the repeats, and the repeats' :class:`Interval`
+    (pure). A level with a repeat that is not eligible does not count: its score would rest on the lucky repeats.
+    Repeats are the rows of one level (``repeat_index`` 0, 1, ...; rows of runs before repeat_index existed that
+    list a level twice count as repeats too)."""
+    ok = {id(r) for r in eligible}
+    levels: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        levels.setdefault((r.get("point_kind"), r["point_value"]), []).append(r)
+    out = []
+    for reps in levels.values():
+        if not all(id(r) in ok for r in reps):
+            continue
+        reps = sorted(reps, key=lambda r: (r.get("repeat_index") or 0, r["point_index"]))
+        iv = interval([r[metric] for r in reps])
+        out.append(({**reps[0], metric: iv.mean}, iv))
+    return out
+
+
+def spread_text(iv: Interval | None, unit: str) -> str:
+    """What the repeats of a score say: ``mean of 3 repeats, min 98.0 .. max 102 tok/s, 95% CI 96.1 .. 104``;
+    with one repeat, that the spread is not measured and which rule decides ties instead."""
+    if iv is None or not iv.measured:
+        return (f"spread not measured (load.repeats=1): ties decided by the default {TIE_PERCENT:g}%; "
+                "set load.repeats=3 to measure it")
+    return (f"mean of {iv.n} repeats, min {fmt_score(iv.low)} .. max {fmt_score(iv.high)} {unit}, "
+            f"{CONFIDENCE * 100:g}% CI {fmt_score(iv.ci_low)} .. {fmt_score(iv.ci_high)}")  # type: ignore[arg-type]
+
+
+def is_tie(mine: Interval | None, best: Interval | None, delta_percent: float, unit: str) -> tuple[bool, str]:
+    """(tied, why) for a configuration scoring ``mine`` against the best's ``best`` (pure). With both spreads
+    measured (two repeats or more): tied when the confidence intervals of the means overlap. Otherwise: tied when
+    ``|delta_percent|`` (its score vs the best's, in percent) is below ``TIE_PERCENT``, said to be a default
+    (``why`` is "" for a loss by that rule: the report states the rule once, :func:`spread_text`)."""
+    if mine is not None and best is not None and mine.measured and best.measured:
+        ci = (f"{CONFIDENCE * 100:g}% CI {fmt_score(mine.ci_low)} .. {fmt_score(mine.ci_high)} vs "  # type: ignore
+              f"{fmt_score(best.ci_low)} .. {fmt_score(best.ci_high)} {unit}")  # type: ignore[arg-type]
+        if overlaps(mine, best):
+            return True, f"tied within the measured spread ({ci} overlap)"
+        return False, f"outside the measured spread ({ci})"
+    if abs(delta_percent) < TIE_PERCENT:
+        return True, f"a tie (within the default {TIE_PERCENT:g}%; spread not measured: load.repeats=1)"
+    return False, ""
+
+
 def _failure_reason(first: dict) -> str:
     cls = first.get("trial_error_class") or "failed"
     msg = first.get("trial_error_message") or ""
@@ -227,8 +283,35 @@ def _failure_reason(first: dict) -> str:
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 
 
-def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
+def accuracy_gate(rows: list[Mapping[str, Any]], max_drop: float) -> tuple[float | None, str, dict[str, str]]:
+    """(baseline exact-match share, where it comes from, {config_hash: why it cannot win}) from the load-point
+    columns ``accuracy_exact_match`` / ``accuracy_role`` (grid/accuracy; pure). The baseline is the lowest share of
+    the configurations that compute like the sweep's base; with none measured, the highest share measured (the
+    best any configuration answered). A configuration measured below the baseline by more than ``max_drop``
+    (fraction) is gated."""
+    share: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        if r.get("accuracy_exact_match") is not None and r.get("trial_status") == "ok":
+            share[r["config_hash"]] = (r["accuracy_exact_match"], r.get("accuracy_role") or "")
+    if not share:
+        return None, "", {}
+    base = [s for s, role in share.values() if role == "baseline"]
+    if base:
+        baseline, source = min(base), "the configurations that compute like the sweep's base"
+    else:
+        baseline, source = max(s for s, _ in share.values()), "the best any configuration answered (no baseline ran)"
+    gated = {h: (f"less accurate: {s * 100:.0f}% of grid's accuracy prompts answered exactly vs {baseline * 100:.0f}% "
+                 f"for {source} (drop {(baseline - s) * 100:.0f} points > accuracy.max_drop {max_drop * 100:g}); "
+                 f"{role}")
+             for h, (s, role) in share.items() if baseline - s > max_drop + 1e-12}
+    return baseline, source, gated
+
+
+def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | None = None) -> list[Verdict]:
     """Verdicts, best first, then losers by score, then invalid and failed configurations (pure).
+
+    ``max_accuracy_drop``: the accuracy guard (fraction; None: off): a configuration whose exact-match share is
+    below the baseline's by more than this is ``less_accurate`` and cannot win (:func:`accuracy_gate`).
 
     ``rows``: load-point rows, passed through :func:`rejudge` for ``objective.slo`` first when it sets any SLO
     (``ValueError`` otherwise). A verdict's
@@ -251,9 +334,9 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
             outcome = "invalid" if status == "invalid" else "failed"
             verdicts.append(Verdict(h, first["label"], outcome, None, _failure_reason(first), None, group))
             continue
-        best, misses, slo_missed = None, [], False
+        eligible, misses, slo_missed = [], [], False
         for row in obj.points(group):
-            level = level_name(row)
+            level = level_name(row) + _repeat_text(row)
             if row["status"] != "ok":
                 misses.append(f"{level}: {row['status']}"
                               + (f" ({row['error_class']})" if row.get("error_class") else ""))
@@ -269,17 +352,27 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
             if row.get(obj.metric) is None:
                 misses.append(f"{level}: {_no_score(obj, objective.slo)}")
                 continue
-            better = best is None or (row[obj.metric] > best[obj.metric] if obj.higher_is_better
-                                      else row[obj.metric] < best[obj.metric])
+            eligible.append(row)
+        best, best_iv = None, None
+        for agg, iv in level_scores(obj.points(group), eligible, obj.metric):
+            better = best is None or (iv.mean > best_iv.mean if obj.higher_is_better else iv.mean < best_iv.mean)
             if better:
-                best = row
+                best, best_iv = agg, iv
         if best is None:
             head = "no load point met the SLOs" if slo_missed else "no eligible load point"
             verdicts.append(Verdict(h, first["label"], "no_eligible_point", None,
                                     f"{head}: " + "; ".join(misses), None, group))
         else:
-            verdicts.append(Verdict(h, first["label"], "lost", best[obj.metric], "", best, group))
+            verdicts.append(Verdict(h, first["label"], "lost", best_iv.mean, "", best, group, best_iv))
             excluded[h] = misses
+    if max_accuracy_drop is not None:
+        _, _, gated = accuracy_gate(rows, max_accuracy_drop)
+        for v in verdicts:
+            if v.config_hash in gated and v.score is not None:
+                v.outcome = "less_accurate"
+                v.reason = (f"{gated[v.config_hash]}; it scored {fmt_score(v.score)} {obj.unit} at "
+                            f"{level_name(v.best_point)}")
+                v.score = None
     scored = sorted((v for v in verdicts if v.score is not None),
                     key=lambda v: v.score, reverse=obj.higher_is_better)
     if scored:
@@ -287,26 +380,36 @@ def rank(rows: list[dict], objective: ObjectiveSpec) -> list[Verdict]:
         top.outcome = "best"
         top.reason = (f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit} "
                       f"at {level_name(top.best_point)}")
+        if top.interval is not None and top.interval.measured:
+            top.reason += f" ({spread_text(top.interval, obj.unit)})"
         ties = 0
         for v in scored[1:]:
             delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
             mine, theirs = fmt_scores(v.score, top.score)
             v.reason = (f"{mine} {obj.unit} at {level_name(v.best_point)} vs best {theirs} "
                         f"({fmt_delta(delta)})")
-            if abs(delta) < TIE_PERCENT:
+            tied, why = is_tie(v.interval, top.interval, delta, obj.unit)
+            if tied:
                 ties += 1
-                v.reason += f": a tie (within {TIE_PERCENT:g}%, the measurement's repeatability)"
+            if why:
+                v.reason += f": {why}"
             if excluded.get(v.config_hash):
                 v.reason += "; not counted: " + "; ".join(excluded[v.config_hash])
         if ties:
-            top.reason += (f"; {ties} other configuration{'s' if ties > 1 else ''} within {TIE_PERCENT:g}% "
-                           "(a tie: any of them will do)")
+            within = ("within the measured spread (confidence intervals overlap)"
+                      if top.interval is not None and top.interval.measured else
+                      f"within the default {TIE_PERCENT:g}% (spread not measured)")
+            top.reason += (f"; {ties} other configuration{'s' if ties > 1 else ''} {within}: "
+                           "a tie, any of them will do")
         if excluded.get(top.config_hash):
             top.reason += "; not counted: " + "; ".join(excluded[top.config_hash])
-        note = rising_note(obj, top.rows, top.best_point)
+        levels = [agg for agg, _ in level_scores(obj.points(top.rows), [r for r in top.rows if r["status"] == "ok"
+                                                                        and r.get(obj.metric) is not None],
+                                                 obj.metric)]
+        note = rising_note(obj, levels, top.best_point)
         if note:
             top.reason += f"; {note}"
-    order = {"best": 0, "lost": 1, "no_eligible_point": 2, "invalid": 3, "failed": 4}
+    order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5}
     rest = [v for v in verdicts if v.score is None]
     rest.sort(key=lambda v: (order[v.outcome], v.label))
     return scored + rest

@@ -28,9 +28,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grid.storage.schema import LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA, SERVER_LOG_SCHEMA
+from grid.storage.schema import ACCURACY_SCHEMA, LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA, SERVER_LOG_SCHEMA
 
-TABLES = {"requests": REQUESTS_SCHEMA, "server_log": SERVER_LOG_SCHEMA, "load_points": LOAD_POINTS_SCHEMA}
+TABLES = {"requests": REQUESTS_SCHEMA, "server_log": SERVER_LOG_SCHEMA, "accuracy": ACCURACY_SCHEMA,
+          "load_points": LOAD_POINTS_SCHEMA}
 
 
 def table_dir(run_dir: str | Path, table: str) -> Path:

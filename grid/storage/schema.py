@@ -63,6 +63,7 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("config_hash", "string", "", "hash of the server configuration"),
     ("trial_id", "string", "", "Tune trial id"),
     ("point_index", "int32", "", "index of the load point within the trial"),
+    ("repeat_index", "int32", "", "which repeat of its load level the point is (0-based; load.repeats)"),
     ("request_index", "int32", "", "index of the request within the load point (send order for closed loop)"),
     ("prompt_index", "int32", "", "index of the prompt in the dataset"),
     ("api", "string", "", "endpoint kind: generate | completions | chat"),
@@ -140,6 +141,8 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
      "wall-clock time launch, readiness wait and correctness probe ended (whatever their outcome)"),
     ("log_tail", "string", "", "last lines of the server log"),
     ("point_index", "int32", "", "index of the load point within the trial"),
+    ("repeat_index", "int32", "",
+     "which repeat of its load level the point is (0-based; load.repeats measures each level that many times)"),
     ("point_kind", "string", "", "concurrency (closed loop) | rate (open loop) | trace (open loop, replayed timestamps)"),
     ("point_value", "float64", "",
      "concurrency (requests), rate (req/s, modelled) or trace speed (1.0: the trace's own timestamps)"),
@@ -155,6 +158,10 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("started_unix_ns", "int64", "ns", "wall-clock time the load point began (warm-up requests included)"),
     ("finished_unix_ns", "int64", "ns", "wall-clock time the load point finished"),
     ("kv_capacity_tokens", "int64", "tokens", "KV pool size the server reported (/server_info max_total_num_tokens)"),
+    ("accuracy_exact_match", "float64", "fraction",
+     "share of grid's accuracy prompts the configuration answered exactly (grid/accuracy; null: not run)"),
+    ("accuracy_role", "string", "",
+     "baseline (computes like the sweep's base) | differs: the settings that change its numerics; null: not run"),
     ("server_gen_tok_per_s_peak", "float64", "tok/s",
      "highest 'gen throughput' in the server's Decode batch log lines during the load point (modelled time)"),
     ("server_running_at_peak", "int64", "requests", "#running-req on that log line"),
@@ -218,13 +225,27 @@ REJUDGED_COLUMNS: list[tuple[str, str, str, str]] = [
     ("slo_unjudged", "string", "", "why the SLOs could not be judged (stored requests missing); null: judged"),
 ]
 
+#: ``parquet/accuracy``: one row per accuracy prompt sent to a configuration (grid/accuracy/prompts.yaml, greedy).
+ACCURACY_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("schema_version", "int32", "", "version of this schema"),
+    ("config_hash", "string", "", "hash of the server configuration"),
+    ("trial_id", "string", "", "Tune trial id"),
+    ("prompt_id", "string", "", "id of the prompt in grid/accuracy/prompts.yaml"),
+    ("kind", "string", "", "arithmetic | fact | code"),
+    ("answer", "string", "", "the expected answer"),
+    ("reply", "string", "", "what the server generated (temperature 0), first 200 characters"),
+    ("correct", "bool", "flag", "the reply's first line starts with the answer (grid.accuracy.matches)"),
+]
+
 REQUESTS_SCHEMA: pa.Schema = _schema(REQUEST_COLUMNS, "requests")
+ACCURACY_SCHEMA: pa.Schema = _schema(ACCURACY_COLUMNS, "accuracy")
 LOAD_POINTS_SCHEMA: pa.Schema = _schema(
     LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS + LOAD_POINT_SAMPLER_COLUMNS, "load_points")
 REJUDGED_SCHEMA: pa.Schema = _schema(REJUDGED_COLUMNS, "rejudged")
 
 
-def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int) -> list[dict[str, Any]]:
+def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int,
+                 repeat_index: int = 0) -> list[dict[str, Any]]:
     """Rows matching ``REQUESTS_SCHEMA``, one per measured request (failed ones included).
 
     Raises ``grid.metrics.request.TimingError`` on an impossible timeline.
@@ -234,7 +255,8 @@ def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, po
         m = request_metrics(r, result.time_scale)
         rows.append({
             "schema_version": SCHEMA_VERSION, "config_hash": config_hash, "trial_id": trial_id,
-            "point_index": point_index, "request_index": r.request_index, "prompt_index": r.prompt_index,
+            "point_index": point_index, "repeat_index": repeat_index, "request_index": r.request_index,
+            "prompt_index": r.prompt_index,
             "api": r.api, "stream": r.stream, "status": r.status, "error_class": r.error_class,
             "error_message": r.error_message, "http_status": r.http_status, "finish_reason": r.finish_reason,
             "scheduled_perf_ns": r.scheduled_perf_ns, "scheduled_offset_ns": r.scheduled_offset_ns,
@@ -371,7 +393,8 @@ def describe_schema() -> str:
     out = [f"Schema version {SCHEMA_VERSION}. Null means not measured, never 0.", ""]
     for title, schema in (("requests", REQUESTS_SCHEMA), ("load_points", LOAD_POINTS_SCHEMA),
                           ("server_log", SERVER_LOG_SCHEMA), ("server_metrics", SERVER_METRICS_SCHEMA),
-                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA), ("rejudged", REJUDGED_SCHEMA)):
+                          ("gpu_telemetry", GPU_TELEMETRY_SCHEMA), ("rejudged", REJUDGED_SCHEMA),
+                          ("accuracy", ACCURACY_SCHEMA)):
         out += [f"### {title}", "", "| column | type | unit | definition |", "|---|---|---|---|"]
         for f in schema:
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}

@@ -50,24 +50,60 @@ CHECK_OUTPUT_TOKENS = 4
 
 
 def load_points(plan: TrialPlan) -> list[LoadPoint]:
-    """The trial's load points in order: concurrency levels, request rates, then trace replays (seeded per point
-    index; open-loop points carry ``load.max_concurrency``)."""
+    """The trial's load points in order: concurrency levels, request rates, then trace replays (open-loop points
+    carry ``load.max_concurrency``), and that sequence ``load.repeats`` times over (point ``i`` belongs to repeat
+    ``i // (len(points) / repeats)``). Point ``i`` is seeded ``load.seed * 1000 + i``: identical across
+    configurations, and each repeat draws its own prompts (the spread covers the prompts as well as the timing)."""
     load = plan.load
-    points = [LoadPoint("concurrency", float(c), load.prompts_for(c), warmup_requests=load.warmup_requests,
-                        seed=load.seed * 1000 + i) for i, c in enumerate(load.concurrency)]
-    n = len(points)
-    points += [LoadPoint("rate", float(r), load.prompts_for(r), arrival=load.arrival, burstiness=load.burstiness,
-                         warmup_requests=load.warmup_requests, seed=load.seed * 1000 + n + i,
-                         max_concurrency=load.max_concurrency)
-               for i, r in enumerate(load.request_rate)]
+    steady = load.closed_loop_start == "staggered"
+    levels: list[tuple[str, float, int, dict[str, Any]]] = [
+        ("concurrency", float(c), load.prompts_for(c), {"steady": steady}) for c in load.concurrency]
+    levels += [("rate", float(r), load.prompts_for(r), {"arrival": load.arrival, "burstiness": load.burstiness,
+                                                       "max_concurrency": load.max_concurrency})
+               for r in load.request_rate]
     if load.trace_points:
-        n = len(points)
         offsets = build_dataset(load.dataset, DatasetArgs(0, 1, 1, 1.0, 1, 0, load.dataset_path)).offsets_s or ()
         num = min(load.num_prompts or len(offsets), len(offsets))
-        points += [LoadPoint("trace", float(s), num, warmup_requests=load.warmup_requests,
-                             seed=load.seed * 1000 + n + i, max_concurrency=load.max_concurrency,
-                             offsets_s=tuple(offsets[:num])) for i, s in enumerate(load.trace_points)]
-    return points
+        levels += [("trace", float(s), num, {"max_concurrency": load.max_concurrency,
+                                             "offsets_s": tuple(offsets[:num])}) for s in load.trace_points]
+    return [LoadPoint(kind, value, num, warmup_requests=load.warmup_requests,
+                      seed=load.seed * 1000 + r * len(levels) + i, **extra)
+            for r in range(load.repeats) for i, (kind, value, num, extra) in enumerate(levels)]
+
+
+def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:
+    """Whether the trial runs the accuracy prompts, and as what: None when the guard is off or the sweep varies no
+    setting that changes the numerics (grid.accuracy.NUMERIC_SETTINGS); ``baseline`` for a configuration that
+    computes like the sweep's base; ``differs: k1, k2`` naming the settings that change its numerics."""
+    from grid.accuracy import NUMERIC_SETTINGS, computes_differently
+
+    sweep = spec.sweep
+    if not spec.accuracy.enabled or sweep is None:
+        return None
+    varied = set(sweep.grid) | {k for c in sweep.configs for k in c}
+    if not varied & NUMERIC_SETTINGS:
+        return None
+    differs = computes_differently(plan.settings, {**spec.server, **sweep.base})
+    return f"differs: {', '.join(differs)}" if differs else "baseline"
+
+
+def run_accuracy(spec: RunSpec, plan: TrialPlan, base_url: str, trial_id: str, time_scale: float
+                 ) -> tuple[float | None, list[dict]]:
+    """Send grid's accuracy prompts greedily; (exact-match share, rows of the ``accuracy`` table). An HTTP failure
+    gives (None, []) and a warning: the load points will judge the server."""
+    from grid.accuracy import ask, matches, prompts
+
+    items = prompts()
+    try:
+        replies = ask(base_url, items, spec.engine.api_key, timeout_s=max(10.0, 600 / time_scale),
+                      max_new_tokens=spec.accuracy.max_new_tokens)
+    except OSError as err:
+        log.warning("%s: accuracy prompts failed: %s", plan.label, err)
+        return None, []
+    rows = [{"schema_version": SCHEMA_VERSION, "config_hash": plan.config_hash, "trial_id": trial_id,
+             "prompt_id": i.id, "kind": i.kind, "answer": i.answer, "reply": r[:200], "correct": matches(r, i.answer)}
+            for i, r in zip(items, replies)]
+    return sum(r["correct"] for r in rows) / len(rows), rows
 
 
 def _point_status(summary: dict[str, Any]) -> tuple[str, str | None]:
@@ -256,9 +292,14 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         "gpu_uuids": node.get("gpu_uuids"),
     }
     points = load_points(plan)
+    per_repeat = len(points) // load.repeats
     rows: list[dict] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
+    role = accuracy_role(spec, plan) if result["status"] == "ok" else None
+    if role is not None and spec.engine.api in ("generate",):
+        share, tables["accuracy"] = run_accuracy(spec, plan, result["base_url"], trial_id, launch.time_scale)
+        base.update(accuracy_exact_match=share, accuracy_role=role if share is not None else None)
     target = Target(result["base_url"], spec.engine.api, engine.served_model(), api_key, launch.time_scale)
     form = engine.prompt_form(load) if result["status"] == "ok" else None
     samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
@@ -270,15 +311,16 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     longest_wait_ms = 0.0        # the longest wait for a token seen so far (modelled ms), for the timeout notes
     noted: set[str] = set()      # timeout notes already given ("fired", "near")
     for index, point in enumerate(points):
-        row = {**base, "point_index": index, "point_kind": point.kind, "point_value": point.value,
+        row = {**base, "point_index": index, "repeat_index": index // per_repeat, "point_kind": point.kind,
+               "point_value": point.value,
                "num_prompts": point.num_prompts, "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
             rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
                          "finished_unix_ns": time.time_ns()})
             continue
         prompts = build_dataset(load.dataset, DatasetArgs(
-            point.num_prompts + point.warmup_requests, load.input_len, load.output_len, load.range_ratio,
-            spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
+            point.num_prompts + point.warmup_requests + point.wave_warmup, load.input_len, load.output_len,
+            load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
         log_offset = server.log_size()
         row["started_unix_ns"] = time.time_ns()
         for sampler in samplers:
@@ -297,7 +339,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
         tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
-                                           point_index=index)
+                                           point_index=index, repeat_index=index // per_repeat)
         fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
                                    load.stall_timeout_s, load.read_timeout_s)
         first_error = next((r for r in outcome.records if r.status != "ok"), None)

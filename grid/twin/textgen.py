@@ -19,7 +19,11 @@ Answers (:func:`make_completion`):
   ``capital`` and ``italy``                    ``Rome``
   ``color`` / ``colour`` and ``sky``            ``Blue``
   ``say`` / ``reply with`` ... ``hello``        ``Hello``
+  a prompt of grid's accuracy guard            its answer (grid/accuracy/prompts.yaml: a healthy model knows them)
   ===========================================  =========
+
+  A configuration whose known failure modes garble its output (grid/twin/failures.py, ``nan_output``) answers the
+  accuracy prompts with garbage like everything else.
 
   For a raw continuation (``/generate``, ``/v1/completions``) the answer gets a leading space when the prompt does not
   end in whitespace ("The capital city of France is" -> " Paris").
@@ -94,6 +98,11 @@ _KEYWORD_ANSWERS: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def probe_answer(prompt: str) -> str | None:
     """The greedy answer to a known probe prompt, or None."""
+    from grid.accuracy import answer_for
+
+    known = answer_for(prompt)
+    if known is not None:
+        return known
     low = prompt.lower()
     m = _ARITH.search(prompt)
     if m:

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.integration
 
 SWEEP = [
     "+sweep=nsa_backends",
+    "~sweep.load",
     "sweep.grid.dsa_prefill_backend=[trtllm,fa3]",
     "sweep.grid.dsa_decode_backend=[trtllm,flashmla_kv]",
     "load.concurrency=[1,4]",

@@ -478,3 +478,24 @@ def test_sync_runner_falls_back_to_asyncio_without_uvloop(event_loop_kind, monke
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop -> ImportError
     loop_type = _sync_loop_type()
     assert issubclass(loop_type, asyncio.BaseEventLoop) and "uvloop" not in loop_type.__module__
+
+
+def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave():
+    # every request takes 100 ms; the lone warm-up request measures that, so 4 workers start 25 ms apart, their
+    # first wave (4 requests, prompts 9..12) is warm-up too, and the 8 measured requests start 25 ms apart
+    def script(i, body):
+        return Reply([(0.0, b""), (0.050, gen_event("a", 1)), (0.100, gen_event("ab", 2)), (0.100, DONE)])
+
+    point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
+    assert point.wave_warmup == 4 and LoadPoint("concurrency", 4, 8).wave_warmup == 0
+    res, srv = run(script, point=point, n=13)
+    assert len(srv.requests) == 13 and len(res.records) == 8 and len(res.warmup_records) == 5
+    assert sorted(r.prompt_index for r in res.warmup_records) == [8, 9, 10, 11, 12]
+    assert sorted(r.prompt_index for r in res.records) == list(range(8))
+    wave = sorted(r.send_perf_ns for r in res.warmup_records)[1:]
+    gaps_ms = [(b - a) / 1e6 for a, b in zip(wave, wave[1:])]
+    assert gaps_ms == pytest.approx([25, 25, 25], abs=TOL)      # not all at once
+    sends = sorted(r.send_perf_ns for r in res.records)
+    assert res.window_start_perf_ns == min(r.scheduled_perf_ns for r in res.records)
+    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([25] * 7, abs=TOL)
+    assert min(r.scheduled_offset_ns for r in res.records) == 0

@@ -91,3 +91,16 @@ def test_repeated_load_points_set_the_threshold():
                                                                                  "within spread")
     assert compare(a, [row("x", 0, 8, 105.0)]).configs[0].change == "faster"
     assert [c.change for c in compare(a, [row("z", 0, 8, 1.0)]).configs] == ["only in A", "only in A", "only in B"]
+
+
+def test_repeats_on_both_sides_decide_by_confidence_intervals():
+    # A: 98, 100, 102 (95% CI 95.0 .. 105.0); B1: 104, 106, 108 (101 .. 111): overlap, within spread although +6%;
+    # B2: 111, 112, 113 (109.5 .. 114.5): no overlap, faster
+    a = [{**row("x", i, 8, v), "repeat_index": i} for i, v in enumerate((98.0, 100.0, 102.0))]
+    b1 = [{**row("x", i, 8, v), "repeat_index": i} for i, v in enumerate((104.0, 106.0, 108.0))]
+    b2 = [{**row("x", i, 8, v), "repeat_index": i} for i, v in enumerate((111.0, 112.0, 113.0))]
+    d = {x.metric: x for x in compare(a, b1).configs[0].diffs}["output_tok_per_s"]
+    assert (d.a, d.b, d.delta_percent, d.spread_source, d.verdict, d.repeats_a, d.repeats_b) == \
+        (100.0, 106.0, 6.0, "confidence", "within spread", 3, 3)
+    d = {x.metric: x for x in compare(a, b2).configs[0].diffs}["output_tok_per_s"]
+    assert (d.delta_percent, d.spread_source, d.verdict) == (12.0, "confidence", "better")

@@ -23,7 +23,7 @@ OOM_TAIL = ("[2026-03-01 10:00:00] Load weight begin.\n[2026-03-01 10:00:09] tor
 
 @pytest.fixture
 def recorded_run(tmp_path):
-    spec = spec_for(tmp_path, "+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85,0.9,0.95]")
+    spec = spec_for(tmp_path, "+sweep=mem_fraction", "~sweep.load", "sweep.grid.mem_fraction_static=[0.8,0.85,0.9,0.95]")
     plans = expand(spec)
     record(tmp_path, plans, [
         {1: (100.0, 10.0, 50.0), 4: (380.0, 12.0, 80.0)},
@@ -48,6 +48,10 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
         "- Engine: the embedded SGLang twin (modelled performance; no GPU ran); SGLang release 0.5.9 (engine=sim)",
         "- Workload: random prompts, ISL 32 / OSL 16 tokens (fixed); closed loop at concurrency 1, 4; 2 requests per "
         "stream per point (at least 8), after 1 warm-up request",
+        "- Closed-loop start: all workers at once (load.closed_loop_start=together): the requests may run in "
+        "synchronized waves, which makes TTFT percentiles jump between runs",
+        "- Repeats: 1 per load point: the spread is not measured, so scores within the default 1% of the best "
+        "count as ties (set load.repeats=3 to measure it)",
         "- Requests measured per load point: 4",
         "- Time: the twin ran its clock 10x faster than real time while serving (200x until ready); every ms and "
         "per-second value is modelled time (README, 'The twin's clock')",

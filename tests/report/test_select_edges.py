@@ -12,6 +12,11 @@ from grid.report.select import (OBJECTIVES, _failure_reason, fmt_delta, fmt_scor
 THROUGHPUT = OBJECTIVES["max_output_throughput"]
 
 
+def same(point: dict, row: dict) -> bool:
+    """The verdict's best point is that row: the same configuration and load point, with the same numbers."""
+    return point is not None and all(point.get(k) == v for k, v in row.items())
+
+
 def pt(h, idx, level, out, *, label=None, status="ok", trial="ok", kind="concurrency", err=None, msg=None, log=None,
        error_class=None, tpot=50.0, ttft=100.0, e2e=None, goodput=None):
     return {"config_hash": h, "label": label or h.upper(), "point_index": idx, "point_value": float(level),
@@ -85,7 +90,7 @@ def test_not_counted_points_and_later_best():
     rows = [pt("a", 0, 1, 10.0, status="failed", error_class="server_crash"),
             pt("a", 1, 8, 30.0, status="partial"), pt("a", 2, 16, 50.0), pt("a", 3, 32, 40.0)]
     (v,) = rank(rows, ObjectiveSpec())
-    assert v.outcome == "best" and v.best_point is rows[2] and v.score == 50.0
+    assert v.outcome == "best" and same(v.best_point, rows[2]) and v.score == 50.0
     assert v.reason.endswith("; not counted: concurrency 1: failed (server_crash); concurrency 8: partial")
 
 
@@ -93,7 +98,7 @@ def test_slo_misses_and_no_eligible_point():
     rows = [pt("a", 0, 1, 10.0, ttft=100.0, tpot=20.0, e2e=5000.0), pt("a", 1, 8, 30.0, ttft=None, e2e=6000.0)]
     obj = ObjectiveSpec(slo=SLOSpec(tpot_ms=20.0, e2e_ms=5000.0))
     (v,) = rank(rows, obj)
-    assert v.outcome == "best" and v.best_point is rows[0]                       # at the thresholds: met
+    assert v.outcome == "best" and same(v.best_point, rows[0])                       # at the thresholds: met
     assert v.reason.endswith("not counted: concurrency 8: p99 TPOT 50.0 ms > 20, p99 E2E 6000 ms > 5000")
     none = [pt("b", 0, 1, 10.0, ttft=None), pt("b", 1, 2, 10.0, ttft=3000.0)]
     (v,) = rank(none, ObjectiveSpec(slo=SLOSpec(ttft_ms=2000.0)))
@@ -113,26 +118,28 @@ def test_no_score_reasons():
 
 def test_equal_scores_keep_the_first_point():
     rows = [pt("a", 0, 1, 50.0), pt("a", 1, 8, 50.0)]
-    assert rank(rows, ObjectiveSpec())[0].best_point is rows[0]
+    assert same(rank(rows, ObjectiveSpec())[0].best_point, rows[0])
     low = [pt("b", 0, 1, 5.0, tpot=20.0), pt("b", 1, 1, 5.0, tpot=20.0)]       # a level listed twice
-    assert rank(low, ObjectiveSpec(kind="min_tpot"))[0].best_point is low[0]
+    assert same(rank(low, ObjectiveSpec(kind="min_tpot"))[0].best_point, low[0])
 
 
 def test_ties_count_and_the_boundary():
     rows = [pt("a", 0, 1, 100.0), pt("b", 0, 1, 99.5), pt("c", 0, 1, 99.2), pt("d", 0, 1, 99.0)]
     v = {x.config_hash: x for x in rank(rows, ObjectiveSpec())}
-    assert "; 2 other configurations within 1% (a tie: any of them will do)" in v["a"].reason
+    assert v["a"].reason.endswith("; 2 other configurations within the default 1% (spread not measured): a tie, "
+                                  "any of them will do")
     assert v["d"].reason == "99.0 tok/s at concurrency 1 vs best 100 (-1.0%)"     # exactly 1 %: not a tie
-    assert v["b"].reason.endswith("(-0.5%): a tie (within 1%, the measurement's repeatability)")
+    assert v["b"].reason.endswith("(-0.5%): a tie (within the default 1%; spread not measured: load.repeats=1)")
     one = {x.config_hash: x for x in rank(rows[:2], ObjectiveSpec())}
-    assert one["a"].reason.endswith("; 1 other configuration within 1% (a tie: any of them will do)")
+    assert one["a"].reason.endswith("; 1 other configuration within the default 1% (spread not measured): a tie, "
+                                    "any of them will do")
 
 
 def test_zero_best_score():
     rows = [pt("a", 0, 1, 0.0), pt("b", 0, 1, 0.0)]
     v = rank(rows, ObjectiveSpec())
-    assert v[1].reason == "0 tok/s at concurrency 1 vs best 0 (+0.0%): a tie (within 1%, the measurement's " \
-                          "repeatability)"
+    assert v[1].reason == ("0 tok/s at concurrency 1 vs best 0 (+0.0%): a tie (within the default 1%; spread not "
+                           "measured: load.repeats=1)")
 
 
 def test_loser_not_counted_points_are_listed():
@@ -170,21 +177,23 @@ def test_rising_note_edges():
 
 def test_points_after_a_miss_are_still_judged():
     slo_first = [pt("a", 0, 1, 90.0, ttft=5000.0), pt("a", 1, 8, 50.0, ttft=100.0)]
-    assert rank(slo_first, ObjectiveSpec(slo=SLOSpec(ttft_ms=2000.0)))[0].best_point is slo_first[1]
+    assert same(rank(slo_first, ObjectiveSpec(slo=SLOSpec(ttft_ms=2000.0)))[0].best_point, slo_first[1])
     unscored_first = [pt("b", 0, 1, None), pt("b", 1, 8, 50.0)]
-    assert rank(unscored_first, ObjectiveSpec())[0].best_point is unscored_first[1]
+    assert same(rank(unscored_first, ObjectiveSpec())[0].best_point, unscored_first[1])
 
 
 def test_min_tpot_takes_the_lowest():
+    # two measurements of the lowest level are repeats of it: the score is their mean, not the luckier one
     low = [pt("b", 0, 1, 5.0, tpot=20.0), pt("b", 1, 1, 5.0, tpot=10.0), pt("b", 2, 8, 5.0, tpot=1.0)]
     (v,) = rank(low, ObjectiveSpec(kind="min_tpot"))
-    assert v.best_point is low[1] and v.score == 10.0
+    assert v.best_point["point_value"] == 1.0 and v.score == 15.0
+    assert (v.interval.n, v.interval.low, v.interval.high) == (2, 10.0, 20.0)
 
 
 def test_unjudged_points_are_skipped_not_the_rest():
     rows = [{**pt("a", 0, 1, 90.0), "slo_unjudged": "SLOs not judged: 1 of its 3 requests are in parquet/requests"},
             pt("a", 1, 8, 50.0)]
     (v,) = rank(rows, ObjectiveSpec(slo=SLOSpec(ttft_ms=2000.0)))
-    assert v.best_point is rows[1]
+    assert same(v.best_point, rows[1])
     assert v.reason.endswith("; not counted: concurrency 1: SLOs not judged: 1 of its 3 requests are in "
                              "parquet/requests")

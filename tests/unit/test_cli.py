@@ -100,7 +100,7 @@ def test_tune_resume_advice_is_filtered_and_other_warnings_kept():
 
 
 def test_a_level_with_fewer_requests_than_streams_gets_a_note(tmp_path):
-    out = grid_run("+sweep=mem_fraction", "load.num_prompts=2", "load.concurrency=[1,4]", "dry_run=true",
+    out = grid_run("+sweep=mem_fraction", "~sweep.load", "load.num_prompts=2", "load.concurrency=[1,4]", "dry_run=true",
                    tmp_path=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "concurrency 4 with 2 requests: fewer requests than streams, so that level is never reached" in \

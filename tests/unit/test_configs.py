@@ -72,7 +72,7 @@ def test_seed_session_experiment_composes(tmp_path):
 
 
 def test_ordinary_overrides(tmp_path):
-    spec = spec_for(["+sweep=mem_fraction", "load.concurrency=[1,8]", "sweep.grid.mem_fraction_static=[0.8,0.9]"],
+    spec = spec_for(["+sweep=mem_fraction", "~sweep.load", "load.concurrency=[1,8]", "sweep.grid.mem_fraction_static=[0.8,0.9]"],
                     tmp_path)
     plans = expand(spec)
     assert [p.settings["mem_fraction_static"] for p in plans] == [0.8, 0.9]
@@ -132,3 +132,12 @@ def test_sweep_level_load_applies_under_each_entrys_load(tmp_path):
     assert only.load.num_prompts == 8 and only.load.request_rate == [0.5, 1.5] and only.label == "x"
     with pytest.raises(ConfigError, match=r"sweep\.load\.request_rate: every request rate must be > 0"):
         spec_for(["+sweep=schedule_policy", "sweep.load.request_rate=[0]"], tmp_path)
+
+
+def test_each_shipped_sweep_loads_what_it_varies(tmp_path):
+    mem = expand(spec_for(["+sweep=mem_fraction"], tmp_path))[0].load
+    assert mem.concurrency == [64, 128] and (mem.input_len, mem.output_len) == (4096, 512)
+    assert 128 * (4096 + 512) > 498_000        # more than the largest pool the seed measured (0.92: 498K tokens)
+    graphs = expand(spec_for(["+sweep=cuda_graph"], tmp_path))
+    caps = [p.settings.get("cuda_graph_max_bs") for p in graphs if p.settings.get("cuda_graph_max_bs")]
+    assert max(graphs[0].load.concurrency) > max(caps) and min(graphs[0].load.concurrency) < min(caps)

@@ -95,3 +95,35 @@ def test_every_point_failing_fails_the_trial_with_the_requests_error(tmp_path):
     msg = rows[0]["trial_error_message"]
     assert msg.startswith("every load point failed; point 0: 2 of 2 requests failed, first http_error: HTTP 400")
     assert "context length" in msg
+
+
+def test_repeats_measure_every_level_again_with_its_own_repeat_index(tmp_path):
+    from grid.sweep.measure import load_points
+
+    spec = spec_for(tmp_path, "load.repeats=2", "load.concurrency=[1,2]", "load.min_prompts=2")
+    plan = expand(spec)[0]
+    assert [(p.value, p.seed) for p in load_points(plan)] == [(1.0, 1000), (2.0, 1001), (1.0, 1002), (2.0, 1003)]
+    assert plan.config_hash != expand(spec_for(tmp_path, "load.concurrency=[1,2]", "load.min_prompts=2"))[0].config_hash
+    assert expand(spec_for(tmp_path, "load.repeats=1"))[0].config_hash == expand(spec_for(tmp_path))[0].config_hash
+    plan, rows, _ = run_one(spec)
+    assert [(r["point_index"], r["repeat_index"], r["point_value"], r["status"]) for r in rows] == [
+        (0, 0, 1.0, "ok"), (1, 0, 2.0, "ok"), (2, 1, 1.0, "ok"), (3, 1, 2.0, "ok")]
+    requests = read_table(tmp_path, "requests").to_pylist()
+    assert sorted({(r["point_index"], r["repeat_index"]) for r in requests}) == [(0, 0), (1, 0), (2, 1), (3, 1)]
+
+
+def test_a_sweep_varying_the_numerics_runs_the_accuracy_prompts(tmp_path):
+    from grid.sweep.measure import accuracy_role
+
+    spec = spec_for(tmp_path, "+sweep=mem_fraction", "~sweep.load", "~sweep.grid.mem_fraction_static",
+                    "+sweep.grid.kv_cache_dtype=[bfloat16,fp8_e4m3]", "load.concurrency=[1]")
+    plans = expand(spec)
+    assert [accuracy_role(spec, p) for p in plans] == ["baseline", "differs: kv_cache_dtype"]
+    assert accuracy_role(spec_for(tmp_path, "+sweep=mem_fraction"), expand(spec_for(
+        tmp_path, "+sweep=mem_fraction"))[0]) is None                    # mem_fraction changes no numerics
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    rows = measure_trial(spec, engine, plans[1], ServerSession(), trial_id="t1")
+    assert (rows[0]["accuracy_exact_match"], rows[0]["accuracy_role"]) == (1.0, "differs: kv_cache_dtype")
+    acc = read_table(tmp_path, "accuracy").to_pylist()
+    assert len(acc) == 20 and all(r["correct"] for r in acc) and acc[0]["prompt_id"] == "add_1"

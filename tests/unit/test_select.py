@@ -29,7 +29,7 @@ def test_rank_max_throughput_no_slo():
     assert v[0].outcome == "best" and v[0].score == 200.0
     assert v[1].reason == "180 tok/s at level 64 vs best 200 (-10.0%)"
     tied = rank([*ROWS, row("e", "E", 0, 64, 199.0)], ObjectiveSpec())
-    assert tied[0].label == "A" and "1 other configuration within 1%" in tied[0].reason
+    assert tied[0].label == "A" and "1 other configuration within the default 1% (spread not measured)" in tied[0].reason
     assert tied[1].label == "E" and "a tie" in tied[1].reason and "a tie" not in tied[2].reason
     assert v[2].outcome == "invalid" and v[3].outcome == "failed"
     assert "Unsupported architecture" in v[3].reason
@@ -143,8 +143,8 @@ def test_best_reason_names_slos_only_when_set_and_scores_have_three_figures():
     close = [{**row("a", "A", 0, 8, 1.0), "goodput_req_per_s": 0.3131},
              {**row("b", "B", 0, 8, 1.0), "goodput_req_per_s": 0.3125}]
     v = rank(close, ObjectiveSpec(kind="max_goodput", slo=SLOSpec(ttft_ms=1000)))
-    assert v[1].reason == "0.312 req/s at level 8 vs best 0.313 (-0.2%): a tie (within 1%, the measurement's " \
-                          "repeatability)"
+    assert v[1].reason == "0.312 req/s at level 8 vs best 0.313 (-0.2%): a tie (within the default 1%; spread " \
+                          "not measured: load.repeats=1)"
     assert [fmt_score(x) for x in (0.0, 0.31249, 1.0, 12.34, 180.0, 1234.5, 98765.4)] == \
         ["0", "0.312", "1.00", "12.3", "180", "1234", "98765"]
     near = [row("a", "A", 0, 8, 75.4912), row("b", "B", 0, 8, 75.4601), row("c", "C", 0, 8, 75.4911)]
@@ -184,3 +184,32 @@ def test_incomplete_note():
     assert "nothing is recorded yet" in incomplete_note(2, 0)
     md = markdown(rank([{**r, "command": "x"} for r in ROWS], ObjectiveSpec()), "t", [incomplete_note(6, 4)])
     assert md.splitlines()[2] == f"**{incomplete_note(6, 4)}**"
+
+
+def rep(h, label, idx, r, level, out):
+    return {**row(h, label, idx, level, out), "repeat_index": r, "point_kind": "concurrency"}
+
+
+def test_repeats_score_by_mean_and_tie_by_confidence_interval():
+    from grid.report.select import is_tie, level_scores, spread_text
+
+    # A: 98, 100, 102 (95% CI 95.03 .. 104.97); B: 104, 106, 108 (101.03 .. 110.97); C: 86, 87, 88 (84.5 .. 89.5)
+    rows = [rep("a", "A", i, i, 64, x) for i, x in enumerate((98.0, 100.0, 102.0))]
+    rows += [rep("b", "B", i, i, 64, x) for i, x in enumerate((104.0, 106.0, 108.0))]
+    rows += [rep("c", "C", i, i, 64, x) for i, x in enumerate((86.0, 87.0, 88.0))]
+    v = rank(rows, ObjectiveSpec())
+    assert [x.label for x in v] == ["B", "A", "C"]
+    assert v[0].score == 106.0 and v[1].score == 100.0 and v[2].score == 87.0
+    assert v[0].reason.startswith("highest output throughput at any load point: 106 tok/s at concurrency 64 "
+                                  "(mean of 3 repeats, min 104 .. max 108 tok/s, 95% CI 101 .. 111)")
+    assert "1 other configuration within the measured spread (confidence intervals overlap)" in v[0].reason
+    assert v[1].reason == ("100 tok/s at concurrency 64 vs best 106 (-5.7%): tied within the measured spread "
+                           "(95% CI 95.0 .. 105 vs 101 .. 111 tok/s overlap)")
+    assert v[2].reason == ("87.0 tok/s at concurrency 64 vs best 106 (-17.9%): outside the measured spread "
+                           "(95% CI 84.5 .. 89.5 vs 101 .. 111 tok/s)")
+    # one repeat short of eligible: the level does not count
+    broken = rows[:2] + [{**rows[2], "status": "failed"}]
+    levels = level_scores(broken, broken[:2], "output_tok_per_s")
+    assert levels == []
+    assert spread_text(None, "tok/s").startswith("spread not measured (load.repeats=1)")
+    assert is_tie(None, None, -0.5, "tok/s")[0] and not is_tie(None, None, -1.5, "tok/s")[0]

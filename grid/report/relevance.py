@@ -1,0 +1,92 @@
+"""Whether a varied setting could have mattered at the load that was measured (pure).
+
+A sweep that varies ``mem_fraction_static`` at a load that never fills a tenth of the KV pool, or
+``cuda_graph_max_bs`` at batches all below the smallest captured size, ties every configuration and tests nothing.
+Each check here is registered by the setting it covers and reads the server's own gauges stored per load point
+(``srv_token_usage_max``: sglang:token_usage, ``srv_running_max``: sglang:num_running_reqs, ``srv_queue_max``:
+sglang:num_queue_reqs; grid/sweep/samplers.py). A check returns the note the report shows, or None when the setting
+may have mattered or the gauges were not scraped (nothing to say then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable
+
+from grid.report.explain import varied_settings
+from grid.report.select import Verdict
+
+#: Below this peak KV pool fraction the pool's size cannot have limited anything: SGLang admits requests until the
+#: pool is full (its scheduler checks the free KV tokens of the pool, python/sglang/srt/managers/schedule_policy.py
+#: PrefillAdder), so a pool never more than half full leaves every admission decision the same at any size that
+#: still holds the peak. 0.5 leaves room for the largest pool ratio a shipped sweep varies (0.80 vs 0.95: 1.19x).
+KV_USAGE_IRRELEVANT = 0.5
+
+Check = Callable[[list[Mapping[str, Any]], list[Any]], str | None]
+CHECKS: dict[str, Check] = {}
+
+
+def register(setting: str) -> Callable[[Check], Check]:
+    def add(fn: Check) -> Check:
+        CHECKS[setting] = fn
+        return fn
+    return add
+
+
+def _peak(rows: list[Mapping[str, Any]], column: str) -> float | None:
+    values = [r[column] for r in rows if r.get(column) is not None]
+    return max(values) if values else None
+
+
+@register("mem_fraction_static")
+def _kv_pool(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
+    peak = _peak(rows, "srv_token_usage_max")
+    if peak is None or peak >= KV_USAGE_IRRELEVANT or (_peak(rows, "srv_queue_max") or 0) > 0:
+        return None
+    return (f"mem_fraction_static could not have mattered at the measured load: the KV pool was at most "
+            f"{peak * 100:.0f}% full (sglang:token_usage) and no request queued, so any pool size tested held every "
+            "request; load longer contexts or more streams (conf/sweep/mem_fraction.yaml) to compare them")
+
+
+def _batch_cap(setting: str, what: str) -> Check:
+    def check(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
+        caps = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        peak = _peak(rows, "srv_running_max")
+        if not caps or peak is None or peak > min(caps):
+            return None
+        return (f"{setting} could not have mattered at the measured load: at most {peak:g} requests ran at once "
+                f"(sglang:num_running_reqs), within the smallest {what} tested ({min(caps):g}); load more streams "
+                "to compare them")
+    return check
+
+
+register("cuda_graph_max_bs")(_batch_cap("cuda_graph_max_bs", "captured batch size"))
+register("torch_compile_max_bs")(_batch_cap("torch_compile_max_bs", "compiled batch size"))
+register("max_running_requests")(_batch_cap("max_running_requests", "cap"))
+
+
+@register("schedule_policy")
+def _queue_order(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
+    peak = _peak(rows, "srv_queue_max")
+    if peak is None or peak > 0:
+        return None
+    return ("schedule_policy could not have mattered at the measured load: no request ever waited in the server's "
+            "queue (sglang:num_queue_reqs stayed 0), and the policy only orders waiting requests; load more")
+
+
+def notes(verdicts: Iterable[Verdict]) -> list[str]:
+    """One note per varied setting that could not have mattered at the load measured (over the ok load points of
+    every configuration that ran), in setting order."""
+    verdicts = list(verdicts)
+    rows = [r for v in verdicts for r in v.rows if r.get("status") == "ok" and r.get("trial_status") == "ok"]
+    if not rows:
+        return []
+    out = []
+    for setting, by_hash in sorted(varied_settings(verdicts).items()):
+        check = CHECKS.get(setting)
+        if check is None:
+            continue
+        note = check(rows, sorted({v for v in by_hash.values() if v is not None}, key=str))
+        if note:
+            out.append(note)
+    return out

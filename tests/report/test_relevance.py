@@ -1,0 +1,36 @@
+"""The report says when a varied setting could not have mattered at the load measured (exact notes)."""
+
+import json
+
+from grid.report.relevance import notes
+from grid.report.select import Verdict
+
+
+def verdict(h, settings, **cols):
+    row = {"config_hash": h, "config_json": json.dumps(settings), "status": "ok", "trial_status": "ok", **cols}
+    return Verdict(h, h, "lost", 1.0, "", row, [row])
+
+
+def test_mem_fraction_at_one_percent_kv_usage_could_not_matter():
+    low = [verdict("a", {"mem_fraction_static": 0.8}, srv_token_usage_max=0.01, srv_queue_max=0.0),
+           verdict("b", {"mem_fraction_static": 0.92}, srv_token_usage_max=0.008, srv_queue_max=0.0)]
+    assert notes(low) == [
+        "mem_fraction_static could not have mattered at the measured load: the KV pool was at most 1% full "
+        "(sglang:token_usage) and no request queued, so any pool size tested held every request; load longer "
+        "contexts or more streams (conf/sweep/mem_fraction.yaml) to compare them"]
+    full = [verdict("a", {"mem_fraction_static": 0.8}, srv_token_usage_max=0.97, srv_queue_max=12.0), low[1]]
+    assert notes(full) == []
+    unscraped = [verdict("a", {"mem_fraction_static": 0.8}), verdict("b", {"mem_fraction_static": 0.9})]
+    assert notes(unscraped) == []
+
+
+def test_cuda_graph_max_bs_above_every_batch_could_not_matter():
+    v = [verdict("a", {"cuda_graph_max_bs": 16}, srv_running_max=8.0),
+         verdict("b", {"cuda_graph_max_bs": 64}, srv_running_max=8.0),
+         verdict("c", {"cuda_graph": False}, srv_running_max=8.0)]
+    assert notes(v) == [
+        "cuda_graph_max_bs could not have mattered at the measured load: at most 8 requests ran at once "
+        "(sglang:num_running_reqs), within the smallest captured batch size tested (16); load more streams to "
+        "compare them"]
+    v[0].rows[0]["srv_running_max"] = 48.0
+    assert notes(v) == []
