@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grid.server.watchdog import pid_alive
+
 STATUS_DIR = "status"
 
 
@@ -77,16 +79,6 @@ class SweepStatus:
     labels: dict[str, str]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _node_key(hostname: str | None, node_id: str | None) -> str:
     return f"{hostname or '?'} ({(node_id or '-')[:12]})"
 
@@ -120,7 +112,7 @@ def read_status(run_dir: str | Path) -> SweepStatus:
             running.append(mark)
             key = _node_key(mark.get("node_hostname"), mark.get("node_id"))
             nodes.setdefault(key, NodeStatus()).running.append(mark.get("label", mark["config_hash"]))
-    driver_alive = _pid_alive(plan["driver_pid"]) if plan.get("driver_host") == socket.gethostname() else None
+    driver_alive = pid_alive(plan["driver_pid"]) if plan.get("driver_host") == socket.gethostname() else None
     busy = {m["config_hash"] for m in running} | {h for h, s in done.items() if s != "skipped"}
     left = [labels[h] for h in labels if h not in busy]
     return SweepStatus(len(labels), done, running, left, driver_alive, nodes, labels)

@@ -37,7 +37,8 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; a process of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -57,7 +58,7 @@ def _write_json(path: str, data: dict) -> None:
 def supervise(owner: int, state: str, cmd: list[str], grace_s: float) -> None:
     """Run in the (already detached, session-leading) supervisor: start ``cmd``, wait, reap the group."""
     owner_fd = _pidfd(owner)
-    if owner_fd is None and not _alive(owner):
+    if owner_fd is None and not pid_alive(owner):
         os._exit(3)
     child = subprocess.Popen(cmd)  # inherits our process group and stdout/stderr (the log file)
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -71,7 +72,7 @@ def supervise(owner: int, state: str, cmd: list[str], grace_s: float) -> None:
                 break
         else:
             time.sleep(0.2)
-            if not _alive(owner):
+            if not pid_alive(owner):
                 break
     code = child.poll()
     if code is not None:

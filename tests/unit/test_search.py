@@ -1,13 +1,8 @@
 """Pre-launch knowledge (hardware requirements, known failures), the search policies and the cost estimate."""
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import ConfigError, load_run_spec
+from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.engines.checks import RULES, check_config
 from grid.search.knowledge import launch_order
@@ -15,19 +10,7 @@ from grid.search.plan import build, expected_launches
 from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided
 from grid.sweep.notes import known_notes
 from grid.sweep.space import expand
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def spec_for(overrides, tmp_path):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[*overrides, f"hydra.runtime.output_dir={tmp_path}"],
-                      return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    return load_run_spec(plain)
+from test_configs import spec_for  # tests/unit is on the path
 
 
 @pytest.fixture(scope="module")
