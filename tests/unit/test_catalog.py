@@ -215,3 +215,14 @@ def test_sweep_varying_an_unmodelled_option_on_the_twin_is_noted():
     assert unmodelled_note(SimpleNamespace(engine=SimpleNamespace(kind="sglang")), plans, "0.5.23") is None
     modelled = [SimpleNamespace(settings={"mem_fraction_static": v}) for v in (0.8, 0.9)]
     assert unmodelled_note(sim, modelled, "0.5.23") is None
+
+
+@pytest.mark.parametrize("release", catalog.releases())
+def test_every_metric_grid_reads_is_one_the_release_exports(release):
+    """The /metrics names grid turns into srv_* columns (grid/server/metrics_scrape.py) are ones each release's
+    metrics collector registers (colon spelling; grid also reads the underscore spelling some builds export)."""
+    from grid.server.metrics_scrape import COUNTERS, GAUGES
+
+    names = catalog.release(release).metric_names()
+    assert {g for g in GAUGES if f"sglang:{g}" not in names} == set()
+    assert {c for c in COUNTERS if not {f"sglang:{c}", f"sglang:{c}_total"} & names} == set()  # as registered
