@@ -28,9 +28,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grid.storage.schema import ACCURACY_SCHEMA, LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA, SERVER_LOG_SCHEMA
+from grid.storage.schema import (ACCURACY_SCHEMA, GPU_TELEMETRY_SCHEMA, LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA,
+                                 SERVER_LOG_SCHEMA, SERVER_METRICS_SCHEMA)
 
+#: Every table a trial writes, in writing order: ``load_points`` last, since its file marks the trial as recorded.
 TABLES = {"requests": REQUESTS_SCHEMA, "server_log": SERVER_LOG_SCHEMA, "accuracy": ACCURACY_SCHEMA,
+          "server_metrics": SERVER_METRICS_SCHEMA, "gpu_telemetry": GPU_TELEMETRY_SCHEMA,
           "load_points": LOAD_POINTS_SCHEMA}
 
 
@@ -54,13 +57,6 @@ def write_atomic(table: pa.Table, path: Path) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def register_table(name: str, schema: pa.Schema) -> None:
-    """Add a table (e.g. a sampler's time series); ``load_points`` always stays last."""
-    TABLES.pop("load_points")
-    TABLES[name] = schema
-    TABLES["load_points"] = LOAD_POINTS_SCHEMA
 
 
 def write_trial(run_dir: str | Path, config_hash: str, tables: dict[str, list[dict]]) -> None:

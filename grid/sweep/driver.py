@@ -31,11 +31,16 @@ from grid.storage.parquet import recorded_hashes, set_aside_corrupt
 from grid.sweep.notes import known_notes, plan_notes
 from grid.sweep.space import TrialPlan, expand
 
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
-os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
-os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+#: Ray/Tune settings grid runs with (a user's own value wins): the classic Tune output, no usage stats, trials in the
+#: driver's working directory, experiment state saved every 5 s, every worker's log lines shown.
+RAY_ENVIRONMENT = {"RAY_AIR_NEW_OUTPUT": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_CHDIR_TO_TRIAL_DIR": "0",
+                   "TUNE_GLOBAL_CHECKPOINT_S": "5", "RAY_DEDUP_LOGS": "0"}
+
+
+def set_ray_environment() -> None:
+    """Put :data:`RAY_ENVIRONMENT` into this process's environment (before Ray starts; workers inherit it)."""
+    for key, value in RAY_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
 
 
 @dataclass
@@ -168,6 +173,7 @@ def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
 
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
+    set_ray_environment()
     import ray
     from ray import tune
 
@@ -247,6 +253,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
 
 def run(spec: RunSpec, console) -> Plan:
     """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
+    set_ray_environment()
     engine = get_engine(spec)
     expand(spec)  # an empty search space raises ConfigError here, before anything is touched or launched
     if spec.fresh and not spec.dry_run:

@@ -23,9 +23,7 @@ from typing import Any, Callable, ClassVar
 from urllib.parse import urlparse
 
 from grid.server.logparse import parse_batch_line, peak_gen_throughput
-from grid.storage.parquet import register_table
-from grid.storage.schema import (GPU_TELEMETRY_COLUMNS, GPU_TELEMETRY_SCHEMA, SERVER_METRICS_COLUMNS,
-                                 SERVER_METRICS_SCHEMA, sampled_rows, server_log_rows)
+from grid.storage.schema import GPU_TELEMETRY_COLUMNS, SERVER_METRICS_COLUMNS, sampled_rows, server_log_rows
 
 log = logging.getLogger("grid.samplers")
 
@@ -34,9 +32,6 @@ POLL_INTERVAL_S = 1.0
 #: The first poll after the start comes sooner, so that short load points (the twin at time_scale 20 finishes one
 #: in a second or two) still get a reading while requests run.
 FIRST_POLL_S = 0.5
-
-register_table("server_metrics", SERVER_METRICS_SCHEMA)
-register_table("gpu_telemetry", GPU_TELEMETRY_SCHEMA)
 
 _said: set[str] = set()
 
