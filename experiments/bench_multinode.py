@@ -33,7 +33,8 @@ def sweep_wall_s(nodes: int, configs: int) -> float:
     workers = [{"resources": {"grid_node": 1, f"grid_hw:{HW}": 1}} for _ in range(nodes)]
     with LocalCluster(workers) as cluster, tempfile.TemporaryDirectory(prefix="gbench") as run_dir:
         fractions = ",".join(str(f) for f in FRACTIONS[:configs])
-        cmd = [sys.executable, "-m", "grid.run", "+sweep=mem_fraction", f"sweep.grid.mem_fraction_static=[{fractions}]",
+        cmd = [sys.executable, "-m", "grid.run", "+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
+               f"sweep.grid.mem_fraction_static=[{fractions}]",
                "load.concurrency=[1,4,8]", "load.input_len=128", "load.output_len=128", "ray.dashboard=false",
                "engine.time_scale=10", f"hardware={HW}", f"ray.address={cluster.address}", f"hydra.run.dir={run_dir}"]
         t0 = time.monotonic()

@@ -54,6 +54,7 @@ def sweep_overrides(model_dir: Path, run_dir: Path, python: str, hardware: str) 
     return ["engine=sglang", f"engine.python={python}", "engine.startup_timeout_s=1200", "engine.stop_grace_s=30",
             "model=llama3_1_8b", f"model.path={model_dir}", *model, f"hardware={hardware}",
             "probe.enabled=false", "+sweep={name: gpu_acceptance, grid: {cuda_graph: [true, false]}}",
+            "search=exhaustive",
             "server.mem_fraction_static=0.5", "server.tp_size=1", "load.concurrency=[1,8]", "load.min_prompts=16",
             "load.input_len=128", "load.output_len=256", "ray.dashboard=false", "fresh=true",
             f"hydra.run.dir={run_dir}"]
@@ -100,7 +101,6 @@ def check_tables(tables: dict[str, list[dict]], configs: int = 2, points: int = 
 
 
 def read_tables(run_dir: Path) -> dict[str, list[dict]]:
-    import grid.sweep.samplers  # noqa: F401  (registers the sampler tables)
     from grid.storage.parquet import read_table
 
     return {t: read_table(run_dir, t).to_pylist()

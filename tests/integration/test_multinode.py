@@ -22,8 +22,10 @@ VM, H200 = "rtx_pro_6000_x8_vm", "h200_x8"
 WORKERS = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}},
            {"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}},
            {"resources": {"grid_node": 1, f"grid_hw:{H200}": 1}}]
-SWEEP = ["+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.85,0.88,0.9,0.92]", "load.concurrency=[1,4]",
-         "load.input_len=64", "load.output_len=64", "ray.dashboard=false", "engine.time_scale=20"]
+# every configuration runs (search=exhaustive), under the load set here rather than the sweep file's (~sweep.load)
+SWEEP = ["+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
+         "sweep.grid.mem_fraction_static=[0.85,0.88,0.9,0.92]", "load.concurrency=[1,4]", "load.input_len=64",
+         "load.output_len=64", "ray.dashboard=false", "engine.time_scale=20"]
 
 
 def grid_run(cluster, run_dir, *args, popen=False):

@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 
 from grid.server.probe import probe
-import grid.sweep.samplers  # noqa: F401  (registers the server_metrics table)
 from grid.storage.parquet import read_table
 
 pytestmark = pytest.mark.real_server
