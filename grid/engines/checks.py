@@ -1,6 +1,6 @@
 """Pre-launch checks: would SGLang of a given version accept this configuration? Answered without launching it.
 
-Three layers, each with its source in the SGLang facts file (sglang.md, read from the released wheels):
+Three layers, each with its source in SGLang's released wheels (docs/sources.md#sglang-server-arguments-and-defaults):
 
 1. every setting is known and its value is among the version's choices (``flags.check_setting``, §1.1);
 2. every flag the catalog renders exists in that version (``flags.unknown_flags``, §0 renames and removals);
@@ -23,11 +23,13 @@ from typing import Any, Callable
 
 from grid.engines.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
 
-#: a2a backends that force ``ep_size := tp_size`` (0.5.9 ``_handle_a2a_moe``, sglang.md §1.1 --ep-size).
+#: a2a backends that force ``ep_size := tp_size`` (0.5.9 ``_handle_a2a_moe``, --ep-size;
+#: docs/sources.md#sglang-server-arguments-and-defaults).
 A2A_FORCES_EP = ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
-#: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK default (sglang.md §1.3).
+#: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK default (docs/sources.md#sglang-server-arguments-and-defaults).
 MORI_MAX_DISPATCH_TOKENS = 4096
-#: KV dtypes a DSA model accepts (assert in 0.5.9 ``_handle_model_specific_adjustments``, sglang.md §1.3).
+#: KV dtypes a DSA model accepts (assert in 0.5.9 ``_handle_model_specific_adjustments``;
+#: docs/sources.md#sglang-server-arguments-and-defaults).
 DSA_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3")
 
 
@@ -314,7 +316,8 @@ RULES: list[Rule] = [
          hardware=(Hardware("amd"), Hardware("nvidia", sm_max=89), Hardware("nvidia", sm_min=91)), stage="requirement"),
     Rule("aiter_needs_rocm", "0.5.9", None,
          "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'", _uses("aiter"),
-         "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); sglang.md §5 row 7",
+         "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); "
+         "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes",
          hardware=CUDA, stage="requirement"),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "

@@ -95,7 +95,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
             "{mem_gb:.2f} GiB of which 0 bytes is free.",
         ),
         description="Weights per GPU exceed GPU memory: more GPUs (tp) or a smaller checkpoint is needed.",
-        source="calibration §2 ('4 GPUs is too small' for GLM-5 NVFP4); sglang.md §5 row 3a",
+        source="docs/sources.md#model-architectures ('4 GPUs is too small' for GLM-5 NVFP4); "
+               "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes",
         when=lambda c: c.perf.weight_gb_per_gpu / 1.073741824 + c.perf.runtime_overhead_gib >= c.perf.gpu_mem_gib,
         phase_fraction=0.9,
     ),
@@ -106,7 +107,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         exit_code=1,
         log_lines=("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",),
         description="After weights, the static fraction leaves no room for a KV pool.",
-        source="SGLang model_runner profile_max_num_token (sglang.md §1.2 KV capacity formula gives <= 0)",
+        source="SGLang model_runner profile_max_num_token (its KV capacity formula gives <= 0; "
+               "docs/sources.md#sglang-server-arguments-and-defaults)",
         when=lambda c: c.perf.weight_gb_per_gpu / 1.073741824 + c.perf.runtime_overhead_gib < c.perf.gpu_mem_gib
         and c.perf.kv_capacity_tokens <= 0,
     ),
@@ -119,8 +121,9 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         description="GLM-5 on SM120 with the flashmla_kv / flashmla_sparse DSA backends (also flashmla_auto, the "
         "0.5.9 fp8 default, which resolves to them): NaN during decode, garbage output. Fix: trtllm backends (seed "
         "build) or tilelang with bf16 KV.",
-        source="seeds 000-004 (msg 218: flashmla_kv, flashmla_sparse -> NaN; trtllm coherent); calibration §0; "
-        "sglang.md §1.2 DSA defaults (flashmla_auto/flashmla_kv)",
+        source="the seed session (docs/sources.md#the-seed-session: flashmla_kv, flashmla_sparse -> NaN; trtllm "
+               "coherent); DSA defaults flashmla_auto/flashmla_kv "
+               "(docs/sources.md#sglang-server-arguments-and-defaults)",
         when=lambda c: c.glm_dsa_sm120
         and c.v < (0, 5, 12)
         and bool(c.dsa_backends() & {"flashmla_kv", "flashmla_sparse", "flashmla_auto"}),
@@ -136,7 +139,7 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         ),
         description="fa3 needs Hopper's WGMMA/TMA; SM120 has none, so the fa3 DSA/attention backend dies at the "
         "first forward (graph capture or warm-up).",
-        source="calibration §1a 'Other RTX PRO 6000 (SM120) facts' (FlashAttention-3/4 do not run on SM120); "
+        source="docs/sources.md#hardware-spec-sheets (FlashAttention-3/4 do not run on SM120); "
         "sgl-project/sglang#26087 backend list",
         when=lambda c: c.hw.sm_version >= 100
         and ("fa3" in c.dsa_backends() or c.cfg.attention_backend == "fa3"),
@@ -148,7 +151,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         exit_code=1,
         log_lines=("ModuleNotFoundError: No module named 'aiter'",),
         description="aiter is AMD ROCm only; on an NVIDIA GPU the backend import fails during model init.",
-        source="sglang.md §5 row 7 (aiter in the DSA backend list), §1.2 (ROCm-only kernels)",
+        source="aiter in the DSA backend list, ROCm-only kernels "
+               "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)",
         when=lambda c: "aiter" in c.dsa_backends() or c.cfg.attention_backend == "aiter",
         phase_fraction=0.0,
     ),
@@ -163,7 +167,7 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         ),
         description="0.5.20 rejects tilelang with an fp8 KV cache on CUDA at argument checking (0.5.23 allows it "
         "with both backends tilelang on SM>=89).",
-        source="sglang.md §1.2 DSA 0.5.23 constraints; sgl-project/sglang#40286",
+        source="docs/sources.md#sglang-server-arguments-and-defaults DSA 0.5.23 constraints; sgl-project/sglang#40286",
         when=lambda c: c.model.dsa is not None
         and "tilelang" in c.dsa_backends()
         and c.perf.kv_cache_dtype.startswith("fp8")
@@ -179,7 +183,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         description="FP8 KV cache on SM120 gives garbled output for GLM-5 on the dense-MLA path (tilelang etc.); "
         "BF16 KV is required. The seed's trtllm backends are the exception (coherent output with the 0.5.9 auto "
         "fp8 KV).",
-        source="calibration §2 GLM-5 facts (voipmonitor/rtx6kpro glm5.md, 2026-03); seeds (trtllm coherent)",
+        source="GLM-5 facts (voipmonitor/rtx6kpro glm5.md, 2026-03; docs/sources.md#model-architectures); the seed "
+               "session (trtllm coherent)",
         when=lambda c: c.glm_dsa_sm120
         and c.perf.kv_cache_dtype.startswith("fp8")
         and c.v < (0, 5, 23)
@@ -199,7 +204,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         description="From 0.5.12 the trtllm DSA backend goes through FlashInfer's TRT-LLM-gen FMHA runner, which "
         "allows only SM100/103/107; on SM120 it crashes at the first forward. (The seed's 0.5.9-era nightly ran "
         "trtllm coherently.)",
-        source="sgl-project/sglang#37105, #40558, flashinfer#5445 (sglang.md §5 row 7b); seeds for <0.5.12",
+        source="sgl-project/sglang#37105, #40558, flashinfer#5445 "
+               "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes); the seed session for <0.5.12",
         when=lambda c: c.dsa_sm120 and "trtllm" in c.dsa_backends() and c.v >= (0, 5, 12),
     ),
     _Row(
@@ -212,7 +218,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         ),
         description="0.5.12: DSA metadata init calls deep_gemm.get_paged_mqa_logits_metadata, which has no SM120 "
         "kernel, with every --nsa-* backend. Keyed to 0.5.12 (the report); later builds have the tilelang+bf16 recipe.",
-        source="sgl-project/sglang#26087 (GLM-5.1-NVFP4, v0.5.12; sglang.md §5 row 7a)",
+        source="sgl-project/sglang#26087 (GLM-5.1-NVFP4, v0.5.12; "
+               "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)",
         when=lambda c: c.dsa_sm120 and (0, 5, 12) <= c.v < (0, 5, 13) and "trtllm" not in c.dsa_backends(),
     ),
     _Row(
@@ -223,7 +230,7 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         log_lines=("Capturing batches (bs=1 avail_mem={avail_gb:.2f} GB):   0%|          | 0/{n_graphs} [00:00<?, ?it/s]",),
         description="Full decode CUDA-graph capture never returns with the flashinfer_sparse_mla DSA backend on "
         "SM120 (observed 36 min). Fix: breakable graph, cap max bs, or disable graphs.",
-        source="PR sgl-project/sglang#29580 (sglang.md §5 row 3b, row 7)",
+        source="PR sgl-project/sglang#29580 (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)",
         when=lambda c: c.dsa_sm120 and "flashinfer_sparse_mla" in c.dsa_backends() and c.perf.cuda_graph_max_bs > 0,
         phase_fraction=0.0,
     ),
@@ -239,7 +246,8 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         ),
         description="CUDA-graph memory for cuda_graph_max_bs does not fit in what the static fraction leaves; on "
         "96 GB RTX PRO 6000 the default decode max_bs 512 OOMed.",
-        source="sglang.md §5 row 2 (cuda_graph_runner CUDA_GRAPH_CAPTURE_FAILED_MSG); #4489, #5285, PR #29580",
+        source="cuda_graph_runner CUDA_GRAPH_CAPTURE_FAILED_MSG "
+               "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes); #4489, #5285, PR #29580",
         when=lambda c: c.perf.cuda_graph_max_bs > 0
         and c.perf.kv_capacity_tokens > 0
         and c.perf.graph_gb_per_gpu > c.perf.avail_gb_after_kv,
