@@ -23,7 +23,7 @@ from typing import IO, Any
 from rich.console import Console
 
 from grid.config.schema import ConfigError, RunSpec, load_run_spec
-from grid.engines.base import EngineUnavailable
+from grid.engines.base import EngineUnavailable, engine_class
 
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -130,7 +130,7 @@ def write_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, 
     hashes = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
     modelled = {}
     for p in plans:
-        if p.config_hash in hashes and spec.engine.kind != "openai":
+        if p.config_hash in hashes and not engine_class(spec.engine.kind).external:
             f = forecast(spec, p, spec.version)
             modelled[p.config_hash] = f.startup_s if f else 0.0
     refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})

@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
 from grid.config.specs import HardwareSpec, ModelSpec

@@ -64,6 +64,10 @@ class Engine(ABC):
     kind: ClassVar[str]
     #: random token ids in [0, model.vocab_size) fit the server (it serves conf/model's checkpoint)
     ids_trusted: ClassVar[bool] = True
+    #: the server is already running elsewhere: grid launches nothing, so no launch cost, no node, no failure table
+    external: ClassVar[bool] = False
+    #: the server is the embedded twin: its performance is modelled (pre-run TTFT notes, unmodelled settings)
+    twin: ClassVar[bool] = False
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -140,12 +144,18 @@ def register(cls: type[Engine]) -> type[Engine]:
     return cls
 
 
-def get_engine(spec: RunSpec) -> Engine:
+def engine_class(kind: str) -> type[Engine]:
+    """The registered engine of ``kind`` (what shared code asks about an engine instead of branching on its name).
+    Raises ``EngineUnavailable`` naming the allowed kinds."""
     import grid.engines.openai  # noqa: F401  (registers)
     import grid.engines.sglang  # noqa: F401  (registers)
     import grid.engines.sim  # noqa: F401  (registers)
 
     try:
-        return ENGINES[spec.engine.kind](spec)
+        return ENGINES[kind]
     except KeyError:
-        raise EngineUnavailable(f"engine.kind={spec.engine.kind!r}; allowed: {', '.join(sorted(ENGINES))}") from None
+        raise EngineUnavailable(f"engine.kind={kind!r}; allowed: {', '.join(sorted(ENGINES))}") from None
+
+
+def get_engine(spec: RunSpec) -> Engine:
+    return engine_class(spec.engine.kind)(spec)

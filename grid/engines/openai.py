@@ -23,7 +23,6 @@ from urllib.parse import urlparse
 
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.sweep.space import TrialPlan
-from grid.server.net import urlopen
 
 
 CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take
@@ -34,7 +33,7 @@ log = logging.getLogger("grid.engines.openai")
 @register
 class OpenAIEngine(Engine):
     kind = "openai"
-    external: ClassVar[bool] = True
+    external = True
     ids_trusted: ClassVar[bool] = False  # conf/model's vocab_size need not be the served model's
 
     def _url(self) -> str:

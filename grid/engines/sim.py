@@ -19,6 +19,7 @@ from grid.sweep.space import TrialPlan
 @register
 class SimEngine(Engine):
     kind = "sim"
+    twin = True
     refuse = _refuse  # pre-launch checks against the version (grid/engines/checks.py)
 
     def version(self) -> str:

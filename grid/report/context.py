@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from grid.config.schema import RunSpec
+from grid.engines.base import engine_class
 from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
 from grid.report.select import TIE_PERCENT, Verdict, slo_text
@@ -111,7 +112,7 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     from grid.report.render import deploy_command
     from grid.sweep.space import TrialPlan
 
-    if spec.engine.kind == "openai" or not verdict.rows:
+    if engine_class(spec.engine.kind).external or not verdict.rows:
         return None
     version = verdict.rows[0].get("engine_version") or spec.version
     model = spec.model.model_copy(update={"path": spec.model.path or f"/path/to/{spec.model.name}"})

@@ -18,11 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from grid.config.schema import RunSpec
+from grid.engines.base import engine_class
 from grid.sweep.space import TrialPlan
-
-#: Engines whose servers the twin's failure table describes.
-TABLE_ENGINES = ("sim", "sglang")
-
 
 @dataclass(frozen=True)
 class Known:
@@ -60,7 +57,7 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
 
 def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, str, str], ...]:
     """The failure-table rows (id, effect, source) that apply to ``plan`` on ``spec``'s model and hardware."""
-    if spec.engine.kind not in TABLE_ENGINES:
+    if engine_class(spec.engine.kind).external:  # the failure table describes servers grid launches
         return ()
     from grid.twin.failures import find_failures
 

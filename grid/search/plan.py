@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from grid.config.schema import RunSpec
+from grid.engines.base import engine_class
 from grid.search import SEARCHES
 from grid.search.knowledge import Known, assess
-from grid.search.policy import Budget, Candidate, Exhaustive, Policy
+from grid.search.policy import Budget, Candidate, Policy
 from grid.search.predict import Forecast, forecast
 from grid.sweep.space import TrialPlan
 
@@ -41,7 +42,7 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
     from grid.report.select import OBJECTIVES
 
     known = assess(spec, engine, plans, version)
-    forecasts = {p.config_hash: (None if known[p.config_hash].refused or spec.engine.kind == "openai"
+    forecasts = {p.config_hash: (None if known[p.config_hash].refused or engine_class(spec.engine.kind).external
                                  else forecast(spec, p, version)) for p in plans}
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
@@ -87,15 +88,8 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} launches expected"]
-    if spec.engine.kind != "openai":
+    if not engine_class(spec.engine.kind).external:
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.gpu_count} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the expected launches"
                      + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))
     return lines
-
-
-def exhaustive_plan(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> SearchPlan:
-    """The plan with an exhaustive policy whatever ``spec.search`` says (for comparisons)."""
-    sp = build(spec, engine, plans, version)
-    sp.policy = Exhaustive(sp.policy.candidates, Budget(), higher_is_better=sp.policy.higher_is_better)
-    return sp

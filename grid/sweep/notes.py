@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from grid.config.schema import RunSpec
+from grid.engines.base import engine_class
 from grid.engines.flags import catalog_note
 from grid.sweep.space import TrialPlan
 
@@ -48,7 +49,7 @@ def inert_settings_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
 def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
     """A note when configurations differing in server settings are to be measured on an external server, which
     grid cannot reconfigure (None otherwise)."""
-    if spec.engine.kind != "openai":
+    if not engine_class(spec.engine.kind).external:
         return None
     keys = sorted({k for p in plans for k in p.settings if len({repr(q.settings.get(k)) for q in plans}) > 1})
     if not keys:
@@ -61,7 +62,7 @@ def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
 def unmodelled_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> str | None:
     """A note when a sweep on the twin (engine=sim) varies a setting whose SGLang option the twin accepts but does
     not model (grid/twin/cli.py ``MODELLED``): those configurations measure the same modelled server."""
-    if spec.engine.kind != "sim":
+    if not engine_class(spec.engine.kind).twin:
         return None
     from grid.engines.flags import SETTINGS, parse_version
     from grid.twin.cli import effect
@@ -123,7 +124,7 @@ def modelled_ttft_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> s
     twin models for the first wave of a load level (the highest concurrency of each configuration, or every request
     of an ``inf`` request rate): every request of that wave would fail with that timeout and the trial would read as a
     hung server. None otherwise (other engines: the twin's model does not describe their server)."""
-    if spec.engine.kind != "sim":
+    if not engine_class(spec.engine.kind).twin:
         return None
     worst: tuple[float, str, TrialPlan, str, float] | None = None  # (ttft_s, level, plan, setting, timeout_s)
     for plan in plans:

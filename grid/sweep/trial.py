@@ -21,7 +21,7 @@ from ray import tune
 from grid.cluster.actor import ActorOwner, ActorServer, node_actor, serving_task_name
 from grid.status import clear_running, mark_running
 from grid.config.schema import RunSpec
-from grid.engines.base import get_engine
+from grid.engines.base import engine_class, get_engine
 from grid.sweep.measure import measure_trial
 from grid.server.infra import InfrastructureLost
 from grid.sweep.space import TrialPlan
@@ -116,7 +116,7 @@ def dry_run_nodes(spec: RunSpec) -> list[str]:
     """The nodes a sweep would run on, for ``dry_run``: ``["local node"]`` without ``ray.address``; else every live
     node of that cluster offering the ``grid_node`` resource (hostname and GPU count), read by joining it briefly.
     An external engine (engine=openai) runs nowhere but at its URL. Never raises: an unreachable cluster is named."""
-    if spec.engine.kind == "openai":
+    if engine_class(spec.engine.kind).external:
         return [f"external server {spec.engine.base_url}"]
     if spec.ray.address is None:
         return ["local node"]

@@ -45,11 +45,6 @@ class Option:
     required: bool
     deprecated: bool
 
-    @property
-    def is_switch(self) -> bool:
-        """Takes no value (``store_true``-like, or SGLang's ``DeprecatedAction`` with ``nargs=0``)."""
-        return self.nargs == 0 or self.action in ("store_true", "store_false", "store_const", "count")
-
 
 @dataclass(frozen=True)
 class Release:

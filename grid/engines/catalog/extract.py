@@ -294,7 +294,7 @@ def release_record(wheel: Path, workdir: Path) -> dict[str, Any]:
 def dumps(record: dict[str, Any]) -> str:
     """The committed JSON text (stable order, one option per line for readable diffs between releases)."""
     head = {k: v for k, v in record.items() if k != "options"}
-    lines = ["{", f'  "options": [']
+    lines = ["{", '  "options": [']
     opts = record["options"]
     for i, opt in enumerate(opts):
         lines.append("    " + json.dumps(opt, sort_keys=False) + ("," if i < len(opts) - 1 else ""))
