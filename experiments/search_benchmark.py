@@ -21,29 +21,18 @@ import argparse
 import random
 import statistics
 import time
-from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import load_run_spec
+from grid.config.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.search.plan import build
 from grid.search.policy import DONE, WAIT, Budget, Exhaustive
 from grid.sweep.space import expand
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def load_spec(overrides: list[str], run_dir: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[*overrides, f"hydra.runtime.output_dir={run_dir}"],
-                      return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+    return compose_spec(overrides, run_dir)
 
 
 def measured_scores(cands, seed: int, bias: float, noise: float) -> dict[str, float | None]:

@@ -1,20 +1,15 @@
 """Helpers for the fault suite: one trial against the twin without Ray, with faults injected via GRID_TWIN_FAULTS."""
 
 import json
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import load_run_spec
+from grid.config.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.server.session import ServerSession
 from grid.sweep.measure import measure_trial
 from grid.sweep.space import expand
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 # Small and fast: Llama 3.1 8B on one H100, serving clock x50, startup clock x20 (60 modelled s = 3 real s).
 BASE = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,1,2]", "load.min_prompts=4",
@@ -26,13 +21,7 @@ BASE = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,1,2]", "lo
 
 def make_spec(run_dir, *overrides, faults=None):
     extra = [f"+engine.env.GRID_TWIN_FAULTS='{json.dumps(faults)}'"] if faults else []
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[*BASE, *overrides, *extra, f"hydra.runtime.output_dir={run_dir}"],
-                      return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+    return compose_spec([*BASE, *overrides, *extra], run_dir)
 
 
 class RecordingSession(ServerSession):

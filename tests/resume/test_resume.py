@@ -15,11 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import load_run_spec
+from grid.config.compose import compose_spec
 from grid.server.process import group_alive
 from grid.sweep.driver import plan_run
 
@@ -39,13 +36,7 @@ def command(run_dir, *extra):
 
 
 def spec_for(run_dir, *extra):
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose("config", overrides=[*ARGS, *extra, f"hydra.runtime.output_dir={run_dir}"],
-                      return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+    return compose_spec([*ARGS, *extra], run_dir)
 
 
 def wait_for(pred, timeout_s, what):

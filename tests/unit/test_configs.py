@@ -3,11 +3,9 @@
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import ConfigError, load_run_spec
+from grid.config.compose import compose_spec
+from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.sweep.space import expand
 
@@ -18,14 +16,7 @@ HARDWARE = sorted(p.stem for p in (CONF / "hardware").glob("*.yaml"))
 
 
 def spec_for(overrides, tmp_path):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[*overrides, f"hydra.runtime.output_dir={tmp_path}"],
-                      return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    return load_run_spec(plain)
+    return compose_spec(overrides, tmp_path)
 
 
 def test_every_sweep_file_is_expected():

@@ -1,33 +1,21 @@
 """One trial end to end without Ray: the twin launched by a ServerSession, load points, Parquet files."""
 
 import socket
-from pathlib import Path
 
 import pyarrow.parquet as pq
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import load_run_spec
+from grid.config.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.server.session import ServerSession
 from grid.storage.parquet import read_table, recorded_hashes
 from grid.sweep.measure import measure_trial
 from grid.sweep.space import expand
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def spec_for(tmp_path, *overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[
-            "model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,4]", "load.input_len=32",
-            "load.output_len=16", "engine.time_scale=10", *overrides,
-            f"hydra.runtime.output_dir={tmp_path}"], return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+    return compose_spec(["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,4]", "load.input_len=32",
+                         "load.output_len=16", "engine.time_scale=10", *overrides], tmp_path)
 
 
 def run_one(spec):
