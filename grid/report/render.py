@@ -134,7 +134,7 @@ def metrics_names_note(rows: list[dict]) -> str | None:
     return (f"Server metrics: /metrics answered but named none of the expected gauges for {len(blind)} of "
             f"{len(found)} configuration{'s' if len(found) != 1 else ''} ({', '.join(blind[:5])}"
             f"{', ...' if len(blind) > 5 else ''}); their srv_* columns are null and the diagnosis cannot use server "
-            "metrics (names read: grid/server/metrics_scrape.py METRIC_NAMING; run.log lists the names served).")
+            "metrics (names read: grid/server/metrics_scrape.py SGLANG_PREFIXES; run.log lists the names served).")
 
 
 def deploy_command(command: str) -> str:

@@ -5,21 +5,19 @@ Parsing is prometheus_client's own text parser (``text_string_to_metric_families
 they are combined per gauge as :data:`GAUGES` says (requests and token counts add up over DP ranks, fractions take
 the largest rank, as 0.5.23's ``token_usage`` itself does over pools).
 
-How an engine spells its metric names is one table, :data:`METRIC_NAMING` (engine, release range, prefixes).
-SGLang's collector names its gauges ``sglang:num_running_reqs``; sgl-project/sglang PR #15758 renamed them to
-``sglang_num_running_reqs`` (llm-d/llm-d PR #1970 renamed its dashboards for it), so releases differ: both spellings
-are read. The table is meant to be filled per release from the SGLang catalog; a row without a range covers every
-release.
+Spelling: every catalogued release (0.5.9-0.5.23, grid/engines/catalog; tests/unit/test_catalog.py checks each name
+grid reads) registers ``sglang:num_running_reqs``; sgl-project/sglang PR #15758 renamed the gauges to
+``sglang_num_running_reqs`` in builds outside that range (llm-d/llm-d PR #1970 renamed its dashboards for it), so both
+spellings (:data:`SGLANG_PREFIXES`) are read for every release. vLLM's names are read through
+grid/server/metrics_vllm.py.
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
 from prometheus_client.parser import text_string_to_metric_families
 from grid.server.net import urlopen
 
@@ -45,39 +43,8 @@ COUNTERS: dict[str, str] = {
 _GAUGE_COLUMNS = {g[0] for g in GAUGES.values()}
 
 
-@dataclass(frozen=True)
-class MetricNaming:
-    """How one engine's releases ``since`` <= v < ``until`` (None: unbounded) prefix their metric names."""
-
-    engine: str
-    prefixes: tuple[str, ...]  # tried in this order; a name matches with any of them
-    since: str | None = None
-    until: str | None = None
-    source: str = ""
-
-
-#: Engine-specific metric spellings, one row per (engine, release range).
-METRIC_NAMING: tuple[MetricNaming, ...] = (
-    MetricNaming("sglang", ("sglang:", "sglang_"),
-                 source="colon: sgl-project/sglang PR #1853 (python/sglang/srt/metrics/collector.py); underscore: "
-                        "sgl-project/sglang PR #15758, issue 9 of this project"),
-)
-
-
-def metric_prefixes(engine: str = "sglang", version: str | None = None) -> tuple[str, ...]:
-    """The name prefixes ``engine`` at ``version`` may use (None or an unparsable version: every row of the engine).
-    Raises ``KeyError`` for an engine without a row in :data:`METRIC_NAMING`."""
-    rows = [r for r in METRIC_NAMING if r.engine == engine]
-    if not rows:
-        raise KeyError(f"no metric naming for engine {engine!r}; known: {sorted({r.engine for r in METRIC_NAMING})}")
-    try:
-        v = Version(version) if version else None
-    except InvalidVersion:
-        v = None
-    if v is not None:
-        rows = [r for r in rows if (r.since is None or v >= Version(r.since))
-                and (r.until is None or v < Version(r.until))] or rows
-    return tuple(dict.fromkeys(p for r in rows for p in r.prefixes))
+#: The prefixes SGLang's metric names carry, tried in this order (module docstring for the sources).
+SGLANG_PREFIXES: tuple[str, ...] = ("sglang:", "sglang_")
 
 
 def _strip(name: str, prefixes: tuple[str, ...]) -> str | None:
@@ -94,11 +61,11 @@ class MetricsUnavailable(RuntimeError):
 def parse_metrics(text: str, prefixes: tuple[str, ...] | None = None) -> dict[str, float]:
     """The gauges of :data:`GAUGES` and counters of :data:`COUNTERS` in one ``/metrics`` body, keyed by grid's names.
 
-    ``prefixes``: the spellings to read (default: SGLang's, :func:`metric_prefixes`). Metrics absent from the body
+    ``prefixes``: the spellings to read (default: :data:`SGLANG_PREFIXES`). Metrics absent from the body
     are absent from the result. Raises ``ValueError`` when the text is not the Prometheus text format
     (prometheus_client's parser error).
     """
-    prefixes = prefixes or metric_prefixes("sglang")
+    prefixes = prefixes or SGLANG_PREFIXES
     values: dict[str, list[float]] = {}
     for family in as_sglang(text_string_to_metric_families(text)):  # vLLM's names read as SGLang's
         name = _strip(family.name, prefixes)
@@ -125,7 +92,7 @@ def gauges_found(samples: list[dict[str, Any]]) -> int:
 def missing_gauges_message(text: str, prefixes: tuple[str, ...] | None = None) -> str | None:
     """None when ``text`` names at least one expected gauge; else one line saying so, with the names it does carry
     (the first few), so a user can tell another engine's or release's spelling from an empty endpoint."""
-    prefixes = prefixes or metric_prefixes("sglang")
+    prefixes = prefixes or SGLANG_PREFIXES
     if gauges_found([parse_metrics(text, prefixes)]):
         return None
     names = sorted({f.name for f in text_string_to_metric_families(text)})

@@ -176,7 +176,7 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
 LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
     ("srv_scrapes", "int64", "", "number of /metrics scrapes during the load point (null: /metrics not served)"),
     ("srv_gauges_found", "int64", "",
-     "how many of the expected gauges (grid/server/metrics_scrape.py GAUGES, any spelling of METRIC_NAMING) the "
+     "how many of the expected gauges (grid/server/metrics_scrape.py GAUGES, any spelling of SGLANG_PREFIXES) the "
      "scrapes named; 0 with srv_scrapes > 0: /metrics answered without them, so the other srv_* columns are null"),
     ("srv_running_mean", "float64", "requests",
      "mean sglang:num_running_reqs (or sglang_num_running_reqs) over the scrapes"),

@@ -12,7 +12,7 @@ import pytest
 import grid
 from grid.config.schema import LoadSpec
 from grid.report.render import metrics_names_note
-from grid.server.metrics_scrape import gauges_found, metric_prefixes, missing_gauges_message, parse_metrics
+from grid.server.metrics_scrape import gauges_found, missing_gauges_message, parse_metrics
 from grid.storage.parquet import read_table, table_dir
 
 COLON = """\
@@ -39,10 +39,7 @@ def test_both_sglang_spellings_read_the_same_values():
     expected = {"running_reqs": 32.0, "token_usage": 0.29, "generation_tokens_total": 11179.0}
     assert parse_metrics(COLON) == expected
     assert parse_metrics(UNDERSCORE) == expected
-    assert metric_prefixes("sglang") == ("sglang:", "sglang_") and metric_prefixes("sglang", "0.5.23") == (
-        "sglang:", "sglang_")
-    with pytest.raises(KeyError, match="no metric naming for engine 'tgi'"):
-        metric_prefixes("tgi")
+    assert parse_metrics(UNDERSCORE, ("sglang:",)) == {}  # the default prefixes are what reads it
 
 
 def test_a_scrape_without_expected_gauges_says_so():
