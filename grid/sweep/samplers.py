@@ -27,7 +27,7 @@ from grid.storage.schema import GPU_TELEMETRY_COLUMNS, SERVER_METRICS_COLUMNS, s
 
 log = logging.getLogger("grid.samplers")
 
-#: Real seconds between two polls of a periodic sampler (the brief: a scrape every ~1 s real time at most).
+#: Real seconds between two polls of a periodic sampler (one scrape a second at most keeps the server lightly loaded).
 POLL_INTERVAL_S = 1.0
 #: The first poll after the start comes sooner, so that short load points (the twin at time_scale 20 finishes one
 #: in a second or two) still get a reading while requests run.
