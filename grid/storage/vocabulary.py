@@ -7,6 +7,8 @@ and probe.py; classes found during load, grid/sweep/measure.py with the log patt
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 #: (column, value, meaning). Statuses first, then classes; ``trial_error_class`` of a trial whose every load point
 #: failed on a healthy server is the load point's ``error_class`` (a request class), or ``all_points_failed``.
 VOCABULARY: tuple[tuple[str, str, str], ...] = (
@@ -74,6 +76,9 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("load_points.trial_error_class", "all_points_failed", "failed: every load point failed on a server that still "
                                                            "answered (else the point's request class, e.g. "
                                                            "stall_timeout when the timeout is shorter than the TTFT)"),
+    ("load_points.trial_error_class", "external_unreachable", "failed: an external server (engine=openai) did not "
+                                                              "answer its readiness paths within "
+                                                              "`engine.startup_timeout_s`"),
     ("load_points.trial_error_class", "env_dirty", "skipped: the node was not clean (a process of the last server "
                                                    "left, its port held, GPU memory not freed); nothing launched"),
     ("load_points.trial_error_class", "port_in_use", "skipped: every port tried was taken at launch"),
@@ -92,3 +97,28 @@ def describe_vocabulary() -> str:
     out = ["### statuses and error classes", "", "| column | value | meaning |", "|---|---|---|"]
     out += [f"| `{col}` | `{value}` | {meaning.replace('|', chr(92) + '|')} |" for col, value, meaning in VOCABULARY]
     return "\n".join(out) + "\n"
+
+
+# The statuses and classes above as types, for the code that produces them (grid/server/handle.py, the trial's
+# verdict in grid/sweep/measure.py). Literal types are written out, not computed, so that a type checker reads them;
+# tests/storage/test_vocabulary_types.py checks that each lists exactly the values of its column above, in order.
+RequestStatus = Literal["ok", "failed"]
+RequestErrorClass = Literal["http_error", "conn_error", "read_timeout", "stall_timeout", "parse_error", "server_error",
+                            "decode_error", "truncated_stream", "empty_output", "client_error"]
+PointStatus = Literal["ok", "partial", "failed", "not_run"]
+TrialStatus = Literal["ok", "failed", "invalid", "skipped"]
+TrialErrorClass = Literal["refused", "startup_exit", "startup_oom", "startup_timeout", "probe_error", "garbage_output",
+                          "empty_output", "nan_output", "server_crash", "server_hang", "server_broken", "runtime_oom",
+                          "nccl_error", "cuda_error", "all_points_failed", "external_unreachable", "env_dirty",
+                          "port_in_use", "actor_lost", "node_lost"]
+#: ``probe_status``: the correctness probe passed, failed, or was not sent (``probe.enabled=false``).
+ProbeStatus = Literal["passed", "failed", "skipped"]
+
+#: Each Literal type and the ``VOCABULARY`` column it spells.
+TYPED_COLUMNS: dict[str, Any] = {
+    "requests.status": RequestStatus,
+    "requests.error_class": RequestErrorClass,
+    "load_points.status": PointStatus,
+    "load_points.trial_status": TrialStatus,
+    "load_points.trial_error_class": TrialErrorClass,
+}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 from urllib.parse import urlparse
 
+from grid.server.handle import ServerHandle
 from grid.server.logparse import parse_batch_line, peak_gen_throughput
 from grid.storage.schema import GPU_TELEMETRY_COLUMNS, SERVER_METRICS_COLUMNS, sampled_rows, server_log_rows
 
@@ -45,9 +46,10 @@ def say_once(key: str, message: str) -> None:
 
 @dataclass(frozen=True)
 class SamplerContext:
-    """What a sampler may need about the trial. ``server`` has the ServerSession interface."""
+    """What a sampler may need about the trial: the trial's server (its log, what it says about itself) and where it
+    listens."""
 
-    server: Any
+    server: ServerHandle
     base_url: str
     api_key: str | None
     engine: str

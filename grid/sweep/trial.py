@@ -13,6 +13,7 @@ load points measured before the loss), a new actor is made on the node and the c
 from __future__ import annotations
 
 import socket
+from typing import Any
 from urllib.parse import urlparse
 
 import ray
@@ -51,7 +52,7 @@ def _node_server(node_id: str, owner: ActorOwner) -> ActorServer:
         return lost
 
 
-def _node_of(server: ActorServer, node_id: str) -> dict:
+def _node_of(server: ActorServer, node_id: str) -> dict[str, Any]:
     """The server's node (its actor's grid.cluster.node.local_node); what the trial knows when the actor is gone."""
     try:
         info = server.node_info()
