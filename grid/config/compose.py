@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -26,4 +27,4 @@ def compose_spec(overrides: Sequence[str], run_dir: str | Path) -> RunSpec:
         HydraConfig.instance().set_config(cfg)
         with open_dict(cfg):
             del cfg["hydra"]
-        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+        return load_run_spec(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))

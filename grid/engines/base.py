@@ -82,7 +82,7 @@ class Engine(ABC):
     def check_runnable(self) -> None:
         """Raise ``EngineUnavailable`` when servers of this kind cannot be launched here."""
 
-    def prepare(self, run_dir: str) -> None:
+    def prepare(self, run_dir: str) -> None:  # noqa: B027 (a hook with a default, not an abstract method)
         """Write whatever the launches need into the run directory (default: nothing)."""
 
     def refuse(self, trial: TrialPlan) -> str | None:

@@ -223,9 +223,10 @@ class ServerSession:
             req.add_header("Authorization", f"Bearer {api_key}")
         try:
             with urlopen(req, timeout=10) as resp:
-                return json.loads(resp.read())
+                info = json.loads(resp.read())
         except (OSError, ValueError):
             return None
+        return info if isinstance(info, dict) else None
 
     def stop(self, grace_s: float = 10.0) -> str | None:
         """Stop the server's whole group and check the node is clean; returns (and keeps in ``dirty``) the reason

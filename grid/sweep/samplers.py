@@ -112,6 +112,7 @@ class PeriodicSampler(Sampler):
     and once at stop. Each read returns sample dicts; ``t_s`` and ``sample_index`` are added here."""
 
     columns: ClassVar[list]
+    samples: list[dict[str, Any]]
 
     @abstractmethod
     def read(self) -> list[dict[str, Any]]:
@@ -202,7 +203,7 @@ def _gpu_telemetry(ctx: SamplerContext) -> Sampler | None:
     if ctx.engine == "sim":
         from grid.telemetry.modelled import ModelledReader, modelled_topology
 
-        reader = ModelledReader(ctx.base_url, ctx.api_key)
+        reader: Any = ModelledReader(ctx.base_url, ctx.api_key)
         try:
             topo = modelled_topology(reader.fetch())
         except (OSError, ValueError) as err:

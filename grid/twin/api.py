@@ -46,7 +46,7 @@ def _sse_headers() -> dict:
 
 
 class _AccessLogger(AbstractAccessLogger):
-    twin: ClassVar["Twin | None"] = None
+    twin: ClassVar[Twin | None] = None
 
     def log(self, request, response, time_):  # noqa: D102
         tw = self.twin
