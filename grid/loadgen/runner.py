@@ -246,8 +246,8 @@ class _Session:
         abort = self._abort.pop(rec.request_index, None)
         if task.cancelled():
             rec.fail(abort or "client_error", "cancelled by the watchdog" if abort else "cancelled")
-        elif (exc := task.exception()) is not None:
-            rec.fail(*_classify(exc))
+        elif (error := task.exception()) is not None:
+            rec.fail(*_classify(error))
         self._parse_queue.put_nowait(parser)
         return rec
 
@@ -349,8 +349,9 @@ async def run_load_point(
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
             if closed and point.wave_warmup:
-                done = [r for r in warm if r.status == "ok" and r.end_perf_ns and r.send_perf_ns]
-                ramp_ns = (sum(r.end_perf_ns - r.send_perf_ns for r in done) // len(done)) if done else 0
+                done = [r.end_perf_ns - r.send_perf_ns for r in warm
+                        if r.status == "ok" and r.end_perf_ns and r.send_perf_ns]
+                ramp_ns = (sum(done) // len(done)) if done else 0
                 wave = [(point.warmup_requests + j, prompts[(point.num_prompts + point.warmup_requests + j) % n])
                         for j in range(point.wave_warmup)]
                 records, more_warm, t0 = await _steady_loop(sess, wave, items, workers, ramp_ns)
@@ -408,15 +409,15 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
             await asyncio.sleep(k * ramp_ns / workers / 1e9)
         for index, prompt, is_warm in queue:
             rec = sess.new_record(index, prompt, is_warm)
-            rec.scheduled_perf_ns = time.perf_counter_ns()
+            rec.scheduled_perf_ns = scheduled_ns = time.perf_counter_ns()
             if not is_warm and not start:
-                start.append(rec.scheduled_perf_ns)
+                start.append(scheduled_ns)
             (warm if is_warm else out).append(await sess.request(rec, prompt))
 
     await asyncio.gather(*(worker(k) for k in range(min(workers, len(wave) + len(items)))))
     t0 = start[0] if start else time.perf_counter_ns()
-    for rec in out:
-        rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+    for rec in out:  # every record was stamped when its worker took it
+        rec.scheduled_offset_ns = None if rec.scheduled_perf_ns is None else rec.scheduled_perf_ns - t0
     return out, warm, t0
 
 

@@ -7,7 +7,7 @@ not in the pure ranking/rendering modules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grid.config.schema import RunSpec
@@ -23,7 +23,7 @@ ENGINE_WORDS = {
 }
 
 
-def _levels(values: list[float]) -> str:
+def _levels(values: Sequence[float]) -> str:
     return ", ".join(f"{v:g}" for v in values)
 
 
@@ -54,7 +54,7 @@ def repeats_line(repeats: int) -> str:
             "spread")
 
 
-def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | None = None) -> list[str]:
+def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list | None = None) -> list[str]:
     """Bullet lines saying what was measured: model, hardware, engine and release, twin or real, workload (ISL/OSL,
     closed or open loop, levels, requests per point), the twin's time scale and the objective.
 

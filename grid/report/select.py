@@ -15,7 +15,7 @@ SLOs from those recomputed values only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -227,7 +227,7 @@ def _repeat_text(row: Mapping[str, Any]) -> str:
     return f" (repeat {r})" if r else ""
 
 
-def level_scores(rows: Iterable[Mapping[str, Any]], eligible: list[Mapping[str, Any]],
+def level_scores(rows: Iterable[Mapping[str, Any]], eligible: Sequence[Mapping[str, Any]],
                  metric: str) -> list[tuple[dict, Interval]]:
     """Per load level (``point_kind``, ``point_value``) of ``rows`` whose every repeat is in ``eligible``: a copy of
     its first repeat's row with ``metric`` replaced by the mean over the repeats, and the repeats' :class:`Interval`
@@ -283,7 +283,7 @@ def _failure_reason(first: dict) -> str:
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 
 
-def accuracy_gate(rows: list[Mapping[str, Any]], max_drop: float) -> tuple[float | None, str, dict[str, str]]:
+def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[float | None, str, dict[str, str]]:
     """(baseline exact-match share, where it comes from, {config_hash: why it cannot win}) from the load-point
     columns ``accuracy_exact_match`` / ``accuracy_role`` (grid/accuracy; pure). The baseline is the lowest share of
     the configurations that compute like the sweep's base; with none measured, the highest share measured (the
