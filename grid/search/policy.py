@@ -180,8 +180,8 @@ class TwinGuided(Policy):
 
     def bias(self) -> float:
         """Median measured/forecast ratio over the configurations measured with both (1.0 before any)."""
-        ratios = [v / self.by_hash[h].forecast for h, v in self.measured.items()
-                  if v is not None and self.by_hash[h].forecast]
+        ratios = [v / forecast for h, v in self.measured.items()
+                  if v is not None and (forecast := self.by_hash[h].forecast)]
         return statistics.median(ratios) if ratios else 1.0
 
     def optimistic(self, c: Candidate) -> float | None:
