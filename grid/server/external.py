@@ -50,7 +50,7 @@ def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, bytes]:
             return err.code, b""
 
 
-def _get_json(url: str, api_key: str | None, timeout_s: float) -> dict | None:
+def _get_json(url: str, api_key: str | None, timeout_s: float) -> dict[str, Any] | None:
     """The JSON object at ``url`` when it answers 200 with one, else None. Never raises."""
     try:
         status, body = _get(url, api_key, timeout_s)
@@ -91,7 +91,7 @@ class ServerFacts:
         return self.version if self.engine == "sglang" else f"{self.engine or 'external'} {self.version}"
 
 
-def parse_models(obj: dict) -> tuple[ServedModel, ...]:
+def parse_models(obj: dict[str, Any]) -> tuple[ServedModel, ...]:
     """The ``data`` list of an OpenAI ``/v1/models`` body. Raises ``ValueError`` for another shape. Pure."""
     data = obj.get("data")
     if not isinstance(data, list):

@@ -17,7 +17,7 @@ from typing import Any
 from grid.config.schema import RunSpec
 from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine, LaunchPlan
-from grid.loadgen.dataset import DatasetArgs, build_dataset, random_prompts
+from grid.loadgen.dataset import DatasetArgs, PromptForm, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
@@ -453,7 +453,7 @@ class PointRun:
 
 
 def run_point(trial: _Trial, index: int, point: LoadPoint, row: dict[str, Any], samplers: Sequence[Sampler],
-              form: Any) -> PointRun:
+              form: PromptForm | None) -> PointRun:
     """Send load point ``index`` (its seeded prompts, built in ``form``) while the samplers record, and fill ``row``
     with its metrics, status, sampler columns and bottleneck diagnosis (grid/diagnosis/rules.py)."""
     spec, load, scale = trial.spec, trial.plan.load, trial.target.time_scale
