@@ -280,7 +280,7 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Server
     guarded = GuardedServer(server)  # a lost actor ends the trial as an infrastructure failure (grid/server/infra.py)
     start = start_server(spec, engine, plan, guarded)
     try:
-        run = run_points(_Trial.of(spec, engine, plan, guarded, trial_id, start, node), on_point)
+        run = run_points(TrialContext.of(spec, engine, plan, guarded, trial_id, start, node), on_point)
     finally:
         dirty = guarded.stop(spec.engine.stop_grace_s) if start.launched else None
     return finalize(run, dirty)
@@ -309,7 +309,7 @@ def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerH
 
 
 @dataclass(frozen=True)
-class _Trial:
+class TrialContext:
     """What every step of one trial reads: the run, the configuration, the server and how its load is sent."""
 
     spec: RunSpec
@@ -324,7 +324,7 @@ class _Trial:
 
     @classmethod
     def of(cls, spec: RunSpec, engine: Engine, plan: TrialPlan, server: GuardedServer, trial_id: str,
-           start: TrialStart, node: dict[str, Any]) -> _Trial:
+           start: TrialStart, node: dict[str, Any]) -> TrialContext:
         api_key = spec.engine.api_key
         target = Target(start.result.base_url, spec.engine.api, engine.served_model(), api_key,
                         start.launch.time_scale)
@@ -342,14 +342,14 @@ class TrialRun:
     the other tables' rows, each failed point's summary (``point 2: 8 of 8 requests failed, ...``) and the verdict
     after the last point."""
 
-    trial: _Trial
+    trial: TrialContext
     rows: list[dict[str, Any]]
     tables: dict[str, list[dict[str, Any]]]
     point_errors: list[str]
     verdict: TrialVerdict
 
 
-def _trial_columns(trial: _Trial) -> dict[str, Any]:
+def _trial_columns(trial: TrialContext) -> dict[str, Any]:
     """The columns every load-point row of the trial shares but the verdict's: the configuration, the command, the
     engine, the launch and what the server said about itself."""
     from grid.cluster.node import node_columns
@@ -384,7 +384,7 @@ def _trial_columns(trial: _Trial) -> dict[str, Any]:
 
 
 @dataclass
-class _TimeoutNotes:
+class TimeoutNotes:
     """The timeout notes of a running trial: the longest wait for a token so far (modelled ms) and which notes
     (``fired``, ``near``) were given already (each once per trial)."""
 
@@ -392,7 +392,7 @@ class _TimeoutNotes:
     given: set[str] = field(default_factory=set)
 
 
-def run_points(trial: _Trial, on_point: Callable[[dict[str, Any]], None] | None = None) -> TrialRun:
+def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] | None = None) -> TrialRun:
     """Measure every load point on the launched server, in order (:func:`run_point`), judging the server after each
     (:func:`classify_fault`). After a point that broke the server, and for a server that never came up, the
     remaining points are recorded ``not_run``. Each row goes to ``on_point`` as soon as it is measured."""
@@ -414,7 +414,7 @@ def run_points(trial: _Trial, on_point: Callable[[dict[str, Any]], None] | None 
         trial.server, trial.target.base_url, spec.engine.api_key, spec.engine.kind, trial.target.time_scale,
         plan.config_hash, trial.trial_id, spec.hardware))
     stopped: str | None = None if trial.up else "not_run"
-    timeouts = _TimeoutNotes()
+    timeouts = TimeoutNotes()
     for index, point in enumerate(points):
         row = {**base, **verdict.columns(), "point_index": index, "repeat_index": index // per_repeat,
                "point_kind": point.kind, "point_value": point.value, "num_prompts": point.num_prompts,
@@ -452,7 +452,7 @@ class PointRun:
     summary: dict[str, Any]
 
 
-def run_point(trial: _Trial, index: int, point: LoadPoint, row: dict[str, Any], samplers: Sequence[Sampler],
+def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], samplers: Sequence[Sampler],
               form: PromptForm | None) -> PointRun:
     """Send load point ``index`` (its seeded prompts, built in ``form``) while the samplers record, and fill ``row``
     with its metrics, status, sampler columns and bottleneck diagnosis (grid/diagnosis/rules.py)."""
@@ -491,8 +491,8 @@ def run_point(trial: _Trial, index: int, point: LoadPoint, row: dict[str, Any], 
     return PointRun(outcome.records, requests, sampled, fired, failure, log_offset, summary)
 
 
-def classify_fault(trial: _Trial, index: int, point: LoadPoint, row: dict[str, Any], measured: PointRun,
-                   verdict: TrialVerdict, timeouts: _TimeoutNotes) -> tuple[TrialVerdict, str | None]:
+def classify_fault(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], measured: PointRun,
+                   verdict: TrialVerdict, timeouts: TimeoutNotes) -> tuple[TrialVerdict, str | None]:
     """Judge the server after load point ``index`` (:func:`broken_verdict`: a crash, a hang, NaN, a server that
     stopped serving) and add the timeout notes. Returns the verdict after the point and, when the server broke, its
     class (the remaining points are not run)."""
