@@ -60,8 +60,9 @@ def gpu_memory_used_mib() -> list[int] | None:
 
 
 class ServerSession:
-    """The ServerHandle (grid/server/handle.py) of a server process on this node: owns at most one. ``clean_wait_s``: real seconds a stopped server gets to release its
-    group, port and GPU memory before the node is marked env_dirty."""
+    """The ServerHandle (grid/server/handle.py) of a server process on this node: owns at most one.
+    ``clean_wait_s``: real seconds a stopped server gets to release its group, port and GPU memory before the node is
+    marked env_dirty."""
 
     def __init__(self, host: str = "127.0.0.1", clean_wait_s: float = CLEAN_WAIT_S) -> None:
         self.host = host
