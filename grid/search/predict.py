@@ -59,7 +59,7 @@ def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
         if kind == "concurrency":
             c = int(level)
             waves = n // c if c > 0 and n % c == 0 else 1
-            key = (_wave_key(perf), c, load.input_len, load.output_len)
+            key = (*_wave_key(perf, c * (load.input_len + load.output_len), c), c, load.input_len, load.output_len)
             if key not in _WAVES:  # identical requests in a closed loop started together: identical waves
                 _WAVES[key] = simulate(perf, [(0.0, r) for r in reqs[: n // waves]], max_concurrency=c)
             res = _repeat(_WAVES[key], waves)
@@ -77,18 +77,22 @@ def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
 
 #: Simulated waves by (configuration, concurrency, lengths). A closed loop of ``waves x c`` identical requests
 #: started together runs ``waves`` identical waves (each request of a wave finishes on the same step, and its
-#: successor starts then), so one wave is simulated and repeated. Keyed on the twin's configuration with the MoE
-#: runner flag replaced by the kernel class it resolves to (``PerfModel.moe_runner_class``: the only thing the
-#: performance model reads of it), so flags that reach the same kernels share a simulation.
+#: successor starts then), so one wave is simulated and repeated. Waves are shared between configurations that
+#: the simulation cannot tell apart: the MoE runner flag is keyed as the kernel class it resolves to
+#: (``PerfModel.moe_runner_class``, the only thing the performance model reads of it), and the memory fraction as
+#: the KV pool and running-request cap it yields, each capped at what the wave can use (``c`` requests of
+#: ``input + output`` tokens; a larger pool or cap never binds). tests/unit/test_search.py checks the shortcut
+#: against a full simulation.
 _WAVES: dict[tuple, object] = {}
 _WAVES_MAX = 4096
 
 
-def _wave_key(perf) -> tuple:
-    cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class)
+def _wave_key(perf, tokens: int, requests: int) -> tuple:
+    cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None)
     if len(_WAVES) > _WAVES_MAX:
         _WAVES.clear()
-    return (type(perf).__name__, perf.model.name, perf.hardware.name, cfg)
+    return (type(perf).__name__, perf.model.name, perf.hardware.name, cfg,
+            min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
 
 
 def _repeat(res, waves: int):
