@@ -346,19 +346,24 @@ RULES: list[Rule] = [
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,
-         "the twin cannot model --nnodes {} (tensor parallelism across nodes over Ethernet or InfiniBand): no public "
-         "SGLang measurement with its model, dataset and network was found to calibrate it against (searches: "
-         + TWIN_SEARCHES + ")", _cross_node, TWIN_SEARCHES, stage="twin"),
+         "the twin cannot model --nnodes {} (tensor parallelism across nodes over Ethernet or InfiniBand): a search "
+         "of SGLang/vLLM issues for multi-node TP benchmarks found no measurement stating model, dataset and network "
+         "(only sglang#3172: ~7 tok/s, TP16 on 2 nodes, no model or dataset); searches: " + TWIN_SEARCHES,
+         _cross_node, TWIN_SEARCHES, stage="twin"),
     Rule("twin_pd_disaggregation", "0.5.9", None,
          "the twin cannot model --disaggregation-mode {} (prefill/decode disaggregation: KV transfer between "
-         "servers and a router are not modelled; searches: " + TWIN_SEARCHES + ")", _pd, TWIN_SEARCHES, stage="twin"),
+         "servers and the router are not modelled, and the published 1P1D runs found (sglang PR #4880 on A10, "
+         "#24488 on H200) use hardware or models the twin has no description of); searches: " + TWIN_SEARCHES,
+         _pd, TWIN_SEARCHES, stage="twin"),
     Rule("twin_sliding_window", "0.5.9", None,
          "the twin cannot model {} (sliding-window attention with sinks: the model description has no window, so KV "
-         "capacity and attention cost would be wrong; searches: " + TWIN_SEARCHES + ")",
+         "capacity and attention cost would be wrong; published gpt-oss runs exist, e.g. sglang PR #9359, but the "
+         "window is not modelled yet); searches: " + TWIN_SEARCHES,
          _arch_in(SLIDING_WINDOW_ARCHS), TWIN_SEARCHES, stage="twin"),
     Rule("twin_hybrid_linear_attention", "0.5.9", None,
          "the twin cannot model {} (hybrid linear attention: Gated DeltaNet layers keep a fixed-size state instead of "
-         "a KV cache; searches: " + TWIN_SEARCHES + ")", _arch_in(HYBRID_LINEAR_ARCHS), TWIN_SEARCHES, stage="twin"),
+         "a KV cache; published Qwen3-Next runs exist, e.g. sglang PR #10404, but the state is not modelled yet); "
+         "searches: " + TWIN_SEARCHES, _arch_in(HYBRID_LINEAR_ARCHS), TWIN_SEARCHES, stage="twin"),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
          "SM100/103/107 only)", _trtllm_dsa,
