@@ -343,6 +343,11 @@ RULES: list[Rule] = [
          "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); "
          "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes",
          hardware=CUDA, stage="requirement"),
+    # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
+    # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
+    Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",
+         lambda s, m: () if int(s.get("pp_size") or 1) > 1 and not s.get("disable_overlap_schedule") else None,
+         "check_server_args / check_pipeline_parallel_compat"),
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,

@@ -177,3 +177,10 @@ def test_mtp_effect_has_the_published_sign_and_size():
     c64 = base.decode_step_s(64, 64) / mtp.decode_step_s(64, 64)
     assert math.isclose(c1, 93.6 / 50.4, rel_tol=0.15)
     assert 1.0 < c64 < c1  # the gain shrinks as the batch grows, as published
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_pp_needs_disable_overlap_schedule_before_launch(version):
+    assert check_config({"tp_size": 4, "pp_size": 2}, version, GLM) == [
+        "Pipeline parallelism is not compatible with overlap schedule"]
+    assert check_config({"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True}, version, GLM) == []
