@@ -214,8 +214,9 @@ def _megamoe(s: dict[str, Any], model: Any) -> tuple | None:
 
 
 # --- what the twin cannot represent (stage "twin"; issue 15) -----------------------------------------------------
-#: Architectures with sliding-window attention with sinks (gpt-oss) or hybrid linear attention (Qwen3-Next / Qwen3.5
-#: Gated DeltaNet layers): ModelSpec describes neither, so the twin's KV and attention costs would be wrong.
+#: Architectures with sliding-window attention with sinks (gpt-oss: modelled by grid/twin/attention.py when the model
+#: description sets ``sliding_window``) or hybrid linear attention (Qwen3-Next / Qwen3.5 Gated DeltaNet layers: not
+#: described by ModelSpec, so the twin's KV and attention costs would be wrong).
 SLIDING_WINDOW_ARCHS = ("GptOssForCausalLM",)
 HYBRID_LINEAR_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                        "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
@@ -231,6 +232,11 @@ def _cross_node(s: dict[str, Any], model: Any) -> tuple | None:
 def _pd(s: dict[str, Any], model: Any) -> tuple | None:
     mode = s.get("disaggregation_mode")
     return (mode,) if mode not in (None, "null") else None
+
+
+def _arch_without_window(s: dict[str, Any], model: Any) -> tuple | None:
+    arch = getattr(model, "architecture", None)
+    return (arch,) if arch in SLIDING_WINDOW_ARCHS and not getattr(model, "sliding_window", 0) else None
 
 
 def _arch_in(archs: tuple) -> Callable[[dict[str, Any], Any], tuple | None]:
@@ -361,10 +367,10 @@ RULES: list[Rule] = [
          "#24488 on H200) use hardware or models the twin has no description of); searches: " + TWIN_SEARCHES,
          _pd, TWIN_SEARCHES, stage="twin"),
     Rule("twin_sliding_window", "0.5.9", None,
-         "the twin cannot model {} (sliding-window attention with sinks: the model description has no window, so KV "
-         "capacity and attention cost would be wrong; published gpt-oss runs exist, e.g. sglang PR #9359, but the "
-         "window is not modelled yet); searches: " + TWIN_SEARCHES,
-         _arch_in(SLIDING_WINDOW_ARCHS), TWIN_SEARCHES, stage="twin"),
+         "the twin cannot model {} without its window (sliding-window attention with sinks: set sliding_window and "
+         "sliding_window_layers in the model description, as conf/model/gpt_oss_20b.yaml does, or KV capacity and "
+         "attention cost would be wrong); searches: " + TWIN_SEARCHES,
+         _arch_without_window, TWIN_SEARCHES, stage="twin"),
     Rule("twin_hybrid_linear_attention", "0.5.9", None,
          "the twin cannot model {} (hybrid linear attention: Gated DeltaNet layers keep a fixed-size state instead of "
          "a KV cache; published Qwen3-Next runs exist, e.g. sglang PR #10404, but the state is not modelled yet); "

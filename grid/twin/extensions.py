@@ -1,27 +1,39 @@
 """Which ``PerfModel`` class models a configuration (pure): the plain TP/EP/DP model, or a subclass for a mechanism
 kept in its own module (issue 15): pipeline parallelism (grid/twin/pipeline.py), speculative decoding
-(grid/twin/speculative.py). ``PerfModel(...)`` calls :func:`perf_class` itself, so callers construct ``PerfModel``
-as before."""
+(grid/twin/speculative.py), with sliding-window attention (grid/twin/attention.py) mixed into either. ``PerfModel(...)``
+calls :func:`perf_class` itself, so callers construct ``PerfModel`` as before."""
 
 from __future__ import annotations
 
+import functools
 
-def perf_class(cfg) -> type:
-    """The ``PerfModel`` subclass for ``cfg`` (a ``ServingConfig``). Raises ``ValueError`` for pipeline parallelism
-    together with speculative decoding (SGLang refuses it: "Pipeline parallelism is not compatible with speculative
-    decoding.")."""
+
+def perf_class(cfg, model=None) -> type:
+    """The ``PerfModel`` subclass for ``cfg`` (a ``ServingConfig``) and ``model`` (a ``ModelSpec``). Raises
+    ``ValueError`` for pipeline parallelism together with speculative decoding (SGLang refuses it: "Pipeline
+    parallelism is not compatible with speculative decoding.")."""
     from grid.twin.perf import PerfModel
 
     pp = max(1, getattr(cfg, "pp_size", 1) or 1)
     spec = getattr(cfg, "speculative_algorithm", None) is not None
     if pp > 1 and spec:
         raise ValueError("Pipeline parallelism is not compatible with speculative decoding.")
+    base = PerfModel
     if pp > 1:
         from grid.twin.pipeline import PipelinePerf
 
-        return PipelinePerf
-    if spec:
+        base = PipelinePerf
+    elif spec:
         from grid.twin.speculative import SpeculativePerf
 
-        return SpeculativePerf
-    return PerfModel
+        base = SpeculativePerf
+    if getattr(model, "sliding_window", 0):
+        return _sliding(base)
+    return base
+
+
+@functools.lru_cache(maxsize=None)
+def _sliding(base: type) -> type:
+    from grid.twin.attention import SlidingWindowMixin
+
+    return type("SlidingWindow" + base.__name__, (SlidingWindowMixin, base), {})

@@ -346,7 +346,7 @@ class PerfModel:
         if cls is PerfModel:
             from grid.twin.extensions import perf_class
 
-            cls = perf_class(cfg)
+            cls = perf_class(cfg, model)
         return super().__new__(cls)
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig) -> None:

@@ -51,7 +51,8 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
     if pp == 1:
         return model
     layers = math.ceil(model.num_layers / pp)
-    update = {"num_layers": layers, "dense_layers": min(layers, math.ceil(model.dense_layers / pp))}
+    update = {"num_layers": layers, "dense_layers": min(layers, math.ceil(model.dense_layers / pp)),
+              "sliding_window_layers": min(layers, math.ceil(model.sliding_window_layers / pp))}
     if model.loaded_weight_gb:
         update["loaded_weight_gb"] = model.loaded_weight_gb * layers / model.num_layers
     return model.model_copy(update=update)

@@ -18,7 +18,7 @@ from grid.twin.speculative import SpeculativePerf, default_accept_length
 
 from ._specs import hardware, model
 
-GLM, QWEN, LLAMA = model("glm5_nvfp4"), model("qwen3_30b_a3b"), model("llama3_1_8b")
+GLM, QWEN, LLAMA, GPT_OSS = model("glm5_nvfp4"), model("qwen3_30b_a3b"), model("llama3_1_8b"), model("gpt_oss_20b")
 VM, BM = hardware("rtx_pro_6000_x8_vm"), hardware("rtx_pro_6000_x8")
 E1 = dict(tp_size=8, cuda_graph_max_bs=32, kv_cache_dtype="bfloat16", moe_runner_backend="cutlass",
           mem_fraction_static=0.92)
@@ -116,17 +116,36 @@ def test_twin_refuses_what_it_cannot_represent(settings, words):
     assert check_config(settings, "0.5.9", GLM) == []  # SGLang itself accepts these
 
 
-@pytest.mark.parametrize("arch, feature", [("GptOssForCausalLM", "sliding-window attention with sinks"),
-                                           ("Qwen3NextForCausalLM", "hybrid linear attention")])
+@pytest.mark.parametrize("arch, feature", [("GptOssForCausalLM", "without its window (sliding-window attention"),
+                                           ("Qwen3NextForCausalLM", "(hybrid linear attention")])
 def test_twin_refuses_unmodelled_attention(arch, feature):
     m = QWEN.model_copy(update={"architecture": arch})
     reasons = check_config({"tp_size": 1}, "0.5.9", m, twin=True)
     assert reasons == [check_config({"tp_size": 1}, "0.5.23", m, twin=True)[0]]
-    assert reasons[0].startswith(f"the twin cannot model {arch} ({feature}")
+    assert reasons[0].startswith(f"the twin cannot model {arch} {feature}")
     args = cli.parse_args(["--model-path", "m"], "0.5.9")
     cli.resolve_args(args, m)
     with pytest.raises(ValueError, match=f"the twin cannot model {arch}"):
         cli.check_server_args(args, m)
+
+
+# --- sliding-window attention ---------------------------------------------------------------------------------------
+def test_sliding_window_caps_kv_reads_and_grows_the_pool():
+    h100 = hardware("h100_x1")
+    swa = PerfModel(GPT_OSS, h100, ServingConfig())
+    plain = PerfModel(GPT_OSS.model_copy(update={"sliding_window": 0, "sliding_window_layers": 0}), h100,
+                      ServingConfig())
+    assert type(plain) is PerfModel
+    assert type(swa).__name__ == "SlidingWindowPerfModel"
+    assert check_config({"tp_size": 1}, "0.5.9", GPT_OSS, twin=True) == []  # the window is described: modelled
+    # 12 of 24 layers slide: 32 requests x 1,000 tokens read 0.5 x 32,000 + 0.5 x 32 x 128 context tokens' KV
+    assert swa._effective_context(32, 32000) == pytest.approx(0.5 * 32000 + 0.5 * 32 * 128)
+    assert swa.decode_step_s(32, 32000) == pytest.approx(PerfModel.decode_step_s(swa, 32, 18048))
+    assert swa._effective_context(32, 2000) == 2000  # contexts shorter than the window: no change
+    # the sliding layers hold 0.8 x the full layers' slots (--swa-full-tokens-ratio): pool x 1 / (0.5 + 0.4)
+    assert swa.kv_capacity_tokens == int(plain.kv_capacity_tokens / 0.9)
+    pp = PerfModel(GPT_OSS, hardware("h100_x8"), ServingConfig(pp_size=2))
+    assert type(pp).__name__ == "SlidingWindowPipelinePerf" and pp.model.sliding_window_layers == 6
 
 
 # --- ranking fidelity: the seed session's configurations and published flag effects --------------------------------
