@@ -214,9 +214,9 @@ def _megamoe(s: dict[str, Any], model: Any) -> tuple | None:
 
 
 # --- what the twin cannot represent (stage "twin"; issue 15) -----------------------------------------------------
-#: Architectures with sliding-window attention with sinks (gpt-oss: modelled by grid/twin/attention.py when the model
-#: description sets ``sliding_window``) or hybrid linear attention (Qwen3-Next / Qwen3.5 Gated DeltaNet layers: not
-#: described by ModelSpec, so the twin's KV and attention costs would be wrong).
+#: Architectures with sliding-window attention with sinks (gpt-oss) or hybrid linear attention (Qwen3-Next / Qwen3.5
+#: Gated DeltaNet layers): grid/twin/attention.py models them when the model description sets ``sliding_window`` /
+#: ``linear_attention_layers``; without those the twin's KV and attention costs would be wrong, so it refuses.
 SLIDING_WINDOW_ARCHS = ("GptOssForCausalLM",)
 HYBRID_LINEAR_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                        "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
@@ -239,8 +239,9 @@ def _arch_without_window(s: dict[str, Any], model: Any) -> tuple | None:
     return (arch,) if arch in SLIDING_WINDOW_ARCHS and not getattr(model, "sliding_window", 0) else None
 
 
-def _arch_in(archs: tuple) -> Callable[[dict[str, Any], Any], tuple | None]:
-    return lambda s, m: (m.architecture,) if getattr(m, "architecture", None) in archs else None
+def _arch_without_linear_layers(s: dict[str, Any], model: Any) -> tuple | None:
+    arch = getattr(model, "architecture", None)
+    return (arch,) if arch in HYBRID_LINEAR_ARCHS and not getattr(model, "linear_attention_layers", 0) else None
 
 
 _FI_CUTLASS_Q = ("modelopt_fp4", "modelopt_fp8", None)
@@ -372,9 +373,10 @@ RULES: list[Rule] = [
          "attention cost would be wrong); searches: " + TWIN_SEARCHES,
          _arch_without_window, TWIN_SEARCHES, stage="twin"),
     Rule("twin_hybrid_linear_attention", "0.5.9", None,
-         "the twin cannot model {} (hybrid linear attention: Gated DeltaNet layers keep a fixed-size state instead of "
-         "a KV cache; published Qwen3-Next runs exist, e.g. sglang PR #10404, but the state is not modelled yet); "
-         "searches: " + TWIN_SEARCHES, _arch_in(HYBRID_LINEAR_ARCHS), TWIN_SEARCHES, stage="twin"),
+         "the twin cannot model {} without its linear-attention layers (hybrid linear attention: Gated DeltaNet layers "
+         "keep a fixed-size state instead of a KV cache; set linear_attention_layers and linear_state_bytes in the "
+         "model description, as conf/model/qwen3_next_80b_a3b.yaml does); searches: " + TWIN_SEARCHES,
+         _arch_without_linear_layers, TWIN_SEARCHES, stage="twin"),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
          "SM100/103/107 only)", _trtllm_dsa,

@@ -72,3 +72,66 @@ class SlidingWindowMixin:
         eff = full * avg + swa * min(avg, window)
         cached_eff = max(0.0, (eff - new_tokens / seqs / 2) * seqs)
         return super().prefill_step_s(new_tokens, cached_eff, num_seqs)
+
+
+# --- hybrid linear attention (Qwen3-Next / Qwen3.5) ------------------------------------------------------------------
+#: SGLang ``--mamba-full-memory-ratio`` default in 0.5.9 (the catalog): the recurrent-state pool gets this many bytes per
+#: byte of the full-attention KV pool. (0.5.23 leaves it None and sizes the pools itself; 0.9 is used for every release,
+#: an assumption there.)
+MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+class HybridLinearMixin:
+    """Hybrid linear attention (Qwen3-Next: three Gated DeltaNet layers per full-attention layer, HF config
+    ``full_attention_interval`` 4). SGLang keeps a KV cache for the full-attention layers only and a fixed-size
+    recurrent + convolution state per request for the linear layers (``HybridLinearKVPool`` + ``MambaPool``, sglang
+    PR #10233), splitting the memory ``1 : --mamba-full-memory-ratio``. Mixed in, it changes:
+
+    * **KV capacity**: ``1 / (1 + ratio)`` of the KV memory over the full layers' cells only; the running-request cap
+      is at most the state slots (``ratio / (1 + ratio)`` of it over ``linear_state_bytes / tp`` per request).
+    * **Decode**: KV reads on the full layers only, plus each request's state read and written once per step, as an
+      effective context ``ctx x L_full / L + B x 2 x state / kv_bytes_per_token``.
+    * **Prefill**: attention over earlier keys on the full layers only (equivalent cached-token count, as
+      :class:`SlidingWindowMixin`); the chunked linear scan itself is not costed (an assumption: it is linear in the
+      tokens, like the projections already counted).
+
+    No constant is fitted. Calibration rows: sglang PR #10404 (Qwen3-Next-80B-A3B, H200, TP2/4/8)."""
+
+    def __init__(self, model, hardware, cfg) -> None:
+        super().__init__(model, hardware, cfg)
+        m = self.model
+        n = max(1, m.num_layers)
+        self._full_frac = (n - min(m.linear_attention_layers, n)) / n
+        ratio = MAMBA_FULL_MEMORY_RATIO
+        kv_mem = self.kv_capacity_tokens * self.kv_cell_bytes
+        tokens = int(kv_mem / (1 + ratio) / max(1.0, self.kv_cell_bytes * self._full_frac))
+        if cfg.max_total_tokens is not None and 0 < cfg.max_total_tokens < tokens:
+            tokens = cfg.max_total_tokens
+        if self.page_size > 1:
+            tokens = tokens // self.page_size * self.page_size
+        self.kv_capacity_tokens = tokens
+        self._state_bytes = m.linear_state_bytes / max(1, self.tp)
+        slots = int(kv_mem * ratio / (1 + ratio) / self._state_bytes) if self._state_bytes else 10**9
+        self.linear_state_slots = slots
+        if cfg.max_running_requests is None:
+            self.max_running_requests = min(max(int(tokens / self.context_length * 512), 2048), 4096, slots)
+        else:
+            self.max_running_requests = min(self.max_running_requests, slots)
+
+    def _effective_context(self, batch_size: int, context_tokens: float) -> float:
+        per_token = max(1.0, self._kv_read_bytes_per_token())
+        return context_tokens * self._full_frac + max(1, batch_size) * 2 * self._state_bytes / per_token
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        return super().decode_step_s(batch_size, self._effective_context(batch_size, context_tokens))
+
+    def breakdown(self, batch_size: int, context_tokens: int) -> dict[str, float]:
+        return super().breakdown(batch_size, self._effective_context(batch_size, context_tokens))
+
+    def prefill_step_s(self, new_tokens: int, cached_tokens: int = 0, num_seqs: int = 1) -> float:
+        seqs = max(1, num_seqs)
+        if new_tokens <= 0:
+            return super().prefill_step_s(new_tokens, cached_tokens, num_seqs)
+        avg = cached_tokens / seqs + new_tokens / seqs / 2
+        cached_eff = max(0.0, (self._full_frac * avg - new_tokens / seqs / 2) * seqs)
+        return super().prefill_step_s(new_tokens, cached_eff, num_seqs)

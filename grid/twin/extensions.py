@@ -1,6 +1,7 @@
 """Which ``PerfModel`` class models a configuration (pure): the plain TP/EP/DP model, or a subclass for a mechanism
 kept in its own module (issue 15): pipeline parallelism (grid/twin/pipeline.py), speculative decoding
-(grid/twin/speculative.py), with sliding-window attention (grid/twin/attention.py) mixed into either. ``PerfModel(...)``
+(grid/twin/speculative.py), with sliding-window or hybrid linear attention (grid/twin/attention.py) mixed into
+either. ``PerfModel(...)``
 calls :func:`perf_class` itself, so callers construct ``PerfModel`` as before."""
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ def perf_class(cfg, model=None) -> type:
 
         base = SpeculativePerf
     if getattr(model, "sliding_window", 0):
-        return _sliding(base)
+        return _mixed("SlidingWindowMixin", base)
+    if getattr(model, "linear_attention_layers", 0):
+        return _mixed("HybridLinearMixin", base)
     return base
 
 
 @functools.lru_cache(maxsize=None)
-def _sliding(base: type) -> type:
-    from grid.twin.attention import SlidingWindowMixin
+def _mixed(mixin: str, base: type) -> type:
+    from grid.twin import attention
 
-    return type("SlidingWindow" + base.__name__, (SlidingWindowMixin, base), {})
+    cls = getattr(attention, mixin)
+    return type(mixin.replace("Mixin", "") + base.__name__, (cls, base), {})

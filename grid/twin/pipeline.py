@@ -52,7 +52,9 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
         return model
     layers = math.ceil(model.num_layers / pp)
     update = {"num_layers": layers, "dense_layers": min(layers, math.ceil(model.dense_layers / pp)),
-              "sliding_window_layers": min(layers, math.ceil(model.sliding_window_layers / pp))}
+              "sliding_window_layers": min(layers, math.ceil(model.sliding_window_layers / pp)),
+              "linear_attention_layers": min(layers, math.ceil(model.linear_attention_layers / pp)),
+              "linear_state_bytes": math.ceil(model.linear_state_bytes / pp)}
     if model.loaded_weight_gb:
         update["loaded_weight_gb"] = model.loaded_weight_gb * layers / model.num_layers
     return model.model_copy(update=update)

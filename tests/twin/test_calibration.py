@@ -203,6 +203,7 @@ HELD_OUT = {
     # issue 15 mechanisms, no constant fitted: pipeline parallelism, speculative decoding (MTP)
     "sonar1447-a100-qwen3moe-pp2", *(f"e1-glm5-mtp-c{c}" for c in (1, 2, 4, 8, 16, 32, 64)),
     "achatbot183-gptoss20b-h100-c32",  # sliding-window attention
+    *(f"pr10404-h200-qwen3next-tp{tp}" for tp in (2, 4, 8)),  # hybrid linear attention
 }
 # Rows each prefill / front-end constant was fitted on (grid/twin/perf.py docstring):
 FITTED_ON = {

@@ -19,6 +19,7 @@ from grid.twin.speculative import SpeculativePerf, default_accept_length
 from ._specs import hardware, model
 
 GLM, QWEN, LLAMA, GPT_OSS = model("glm5_nvfp4"), model("qwen3_30b_a3b"), model("llama3_1_8b"), model("gpt_oss_20b")
+NEXT = model("qwen3_next_80b_a3b")
 VM, BM = hardware("rtx_pro_6000_x8_vm"), hardware("rtx_pro_6000_x8")
 E1 = dict(tp_size=8, cuda_graph_max_bs=32, kv_cache_dtype="bfloat16", moe_runner_backend="cutlass",
           mem_fraction_static=0.92)
@@ -117,7 +118,7 @@ def test_twin_refuses_what_it_cannot_represent(settings, words):
 
 
 @pytest.mark.parametrize("arch, feature", [("GptOssForCausalLM", "without its window (sliding-window attention"),
-                                           ("Qwen3NextForCausalLM", "(hybrid linear attention")])
+                                           ("Qwen3NextForCausalLM", "without its linear-attention layers")])
 def test_twin_refuses_unmodelled_attention(arch, feature):
     m = QWEN.model_copy(update={"architecture": arch})
     reasons = check_config({"tp_size": 1}, "0.5.9", m, twin=True)
@@ -146,6 +147,22 @@ def test_sliding_window_caps_kv_reads_and_grows_the_pool():
     assert swa.kv_capacity_tokens == int(plain.kv_capacity_tokens / 0.9)
     pp = PerfModel(GPT_OSS, hardware("h100_x8"), ServingConfig(pp_size=2))
     assert type(pp).__name__ == "SlidingWindowPipelinePerf" and pp.model.sliding_window_layers == 6
+
+
+def test_hybrid_linear_attention_state_pool_and_reads():
+    h200 = hardware("h200_x8")
+    hyb = PerfModel(NEXT, h200, ServingConfig(tp_size=2))
+    plain = PerfModel(NEXT.model_copy(update={"linear_attention_layers": 0, "linear_state_bytes": 0}), h200,
+                      ServingConfig(tp_size=2))
+    assert type(hyb).__name__ == "HybridLinearPerfModel" and type(plain) is PerfModel
+    assert check_config({"tp_size": 2}, "0.5.9", NEXT, twin=True) == []
+    # memory split 1 : 0.9 between the full layers' KV (12 of 48 layers) and 38.6 MB of state per request per GPU
+    kv_mem = plain.kv_capacity_tokens * plain.kv_cell_bytes
+    assert hyb.kv_capacity_tokens == int(kv_mem / 1.9 / (plain.kv_cell_bytes * 0.25))
+    assert hyb.linear_state_slots == int(kv_mem * 0.9 / 1.9 / (77266944 / 2))
+    assert hyb.max_running_requests == min(4096, hyb.linear_state_slots)
+    per_token = hyb._kv_read_bytes_per_token()
+    assert hyb._effective_context(8, 16000) == pytest.approx(0.25 * 16000 + 8 * 2 * 77266944 / 2 / per_token)
 
 
 # --- ranking fidelity: the seed session's configurations and published flag effects --------------------------------
