@@ -1,7 +1,10 @@
 """Sweeps on the twin through a real multi-node Ray cluster on this machine (tests/integration/multinode_cluster.py):
 two nodes of one hardware run two trials at once, each row names its node, the status command and Ray's state API
-show what runs where, and a sweep runs only on nodes of its hardware."""
+show what runs where, a sweep runs only on nodes of its hardware, and a node lost mid-trial (also together with a
+killed driver) loses nothing."""
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -11,9 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grid.server.process import free_port
+from grid.server.process import free_port, group_alive
 from grid.status import read_status
 from tests.integration.multinode_cluster import LocalCluster
+from tests.resume.test_resume import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -138,21 +142,30 @@ def test_no_node_of_the_hardware_is_a_clear_error(cluster, tmp_path):
     assert not (tmp_path / "parquet" / "load_points").exists()
 
 
+def measuring_on(node_id, run_dir, proc, timeout_s=300):
+    """The running marker (grid/status.py) of the first trial seen measuring a load point on ``node_id``: its
+    server's log shows the samplers' ``GET /grid/telemetry`` (the twin's GPU telemetry, polled only while a load
+    point runs). Raises ``AssertionError`` when none does within ``timeout_s`` or the driver ``proc`` ends first."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            running = read_status(run_dir).running
+        except FileNotFoundError:
+            running = []
+        for mark in running:
+            log = Path(run_dir) / "logs" / f"{mark['config_hash']}.log"
+            if mark["node_id"] == node_id and log.exists() and "GET /grid/telemetry" in log.read_text():
+                return mark
+        time.sleep(0.2)
+    raise AssertionError(f"no trial measured on node {node_id[:12]} (driver exit {proc.poll()})")
+
+
 def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
     workers = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}} for _ in range(2)]
     with LocalCluster(workers) as cluster:
         proc = grid_run(cluster, tmp_path, "load.concurrency=[1,4]", "load.output_len=256", "engine.time_scale=5",
                         popen=True)
-        victim, deadline = None, time.monotonic() + 300
-        while victim is None and proc.poll() is None and time.monotonic() < deadline:
-            try:
-                running = read_status(tmp_path).running
-            except FileNotFoundError:
-                running = []
-            victim = next((m for m in running if m["node_id"] == cluster.node_ids[1]
-                           and time.time() - m["started_unix_s"] > 2), None)
-            time.sleep(0.3)
-        assert victim is not None, "no trial ran on the second node"
+        victim = measuring_on(cluster.node_ids[1], tmp_path, proc)
         cluster.remove(1)  # its raylet and every process of the node, trial and server included
         out, _ = proc.communicate(timeout=600)
     (tmp_path / "driver.out").write_text(out)
@@ -165,3 +178,78 @@ def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
     assert set(lp.trial_status) == {"ok"}
     rerun = lp[lp.label == victim["label"]]
     assert set(rerun.node_id) == {cluster.node_ids[0]}  # measured again on the node that was left
+
+
+def _server_group(run_dir, config_hash):
+    """The process group of the server last launched for ``config_hash`` (its supervisor's state file)."""
+    state = Path(run_dir) / "logs" / f"{config_hash}.log.state"
+    return int(state.read_text().split('"pgid": ')[1].split(",")[0])
+
+
+def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
+    """Both faults in one sweep: a worker node's raylet is killed while its trial measures, and once the driver has
+    recorded that trial ``skipped`` / ``node_lost`` (before it could run it again) the driver is SIGKILLed too. The
+    same command on the same run directory then measures the lost configuration on the node left, with the one the
+    killed driver never finished, and every configuration is in the tables exactly once."""
+    workers = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}} for _ in range(2)]
+    args = ("sweep.grid.mem_fraction_static=[0.85,0.88,0.9]", "load.output_len=128")
+    lp_dir = tmp_path / "parquet" / "load_points"
+    with LocalCluster(workers) as cluster:
+        lost_node, left_node = cluster.node_ids[1], cluster.node_ids[0]
+        driver = grid_run(cluster, tmp_path, *args, popen=True)
+        try:
+            victim = measuring_on(lost_node, tmp_path, driver)
+            victim_group = _server_group(tmp_path, victim["config_hash"])
+            cluster.remove(1)  # its raylet and every process of the node, trial and server included
+            lost_file = lp_dir / f"{victim['config_hash']}.parquet"
+            wait_for(lambda: lost_file.exists() or driver.poll() is not None, 120, "the lost trial's record")
+            assert driver.poll() is None, driver.stdout.read()
+            os.kill(driver.pid, signal.SIGKILL)
+            first, _ = driver.communicate(timeout=30)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        (tmp_path / "driver1.out").write_text(first)
+        assert driver.returncode == -signal.SIGKILL
+        assert "Running 1 configuration(s) again whose node was lost" not in first  # killed before its re-run
+
+        before = pd.read_parquet(lp_dir)
+        lost = before[before.config_hash == victim["config_hash"]]
+        assert len(lost) == 2 and set(lost.point_index) == {0, 1}
+        assert set(lost.trial_status) == {"skipped"} and set(lost.trial_error_class) == {"node_lost"}
+        assert set(lost.status) == {"not_run"} and set(lost.node_id) == {lost_node}
+        assert set(lost.trial_id) == {victim["trial_id"]}
+        kept = before[before.config_hash != victim["config_hash"]]
+        assert set(kept.trial_status) <= {"ok"} and set(kept.node_id) <= {left_node}
+        assert kept.config_hash.nunique() < 2  # the killed driver left at least one configuration unmeasured
+        status = read_status(tmp_path)  # what `python -m grid.status` shows between the two drivers
+        assert status.driver_alive is False and status.done[victim["config_hash"]] == "skipped"
+        assert victim["label"] in status.left and {m["node_id"] for m in status.running} <= {left_node}
+        assert len(status.left) + len(status.running) == 3 - kept.config_hash.nunique()  # running: interrupted
+        # the lost node's server is gone with its node (watchdog), and the killed driver's servers with it
+        wait_for(lambda: not group_alive(victim_group), 60, "the lost node's server group to exit")
+        groups = [_server_group(tmp_path, s.name.split(".")[0]) for s in (tmp_path / "logs").glob("*.log.state")]
+        wait_for(lambda: not any(group_alive(g) for g in groups), 60, "the killed driver's server groups to exit")
+
+        out = grid_run(cluster, tmp_path, *args)  # the same command, same run directory: resume
+    (tmp_path / "driver2.out").write_text(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    plan = printed.plan_line(out.stdout)
+    # a skipped (node_lost) configuration is not charged to it: it counts as not recorded and runs again
+    assert (plan["configurations"], plan["recorded"], plan["to_run"]) == (3, kept.config_hash.nunique(),
+                                                                          3 - kept.config_hash.nunique())
+    assert "skipped (node_lost)" not in out.stdout and "Leftover" not in out.stdout
+    after = pd.read_parquet(lp_dir)
+    assert len(after) == 6 and after.config_hash.nunique() == 3  # every configuration once, none lost
+    assert not after.duplicated(["config_hash", "point_index"]).any()
+    assert set(after.trial_status) == {"ok"} and set(after.node_id) == {left_node}
+    again = after[after.config_hash == victim["config_hash"]]
+    assert set(again.trial_id) != {victim["trial_id"]}  # measured again, by a new trial
+    key = ["config_hash", "point_index"]
+    kept_after = after.set_index(key).loc[kept.set_index(key).index]
+    assert list(kept_after.trial_id) == list(kept.trial_id)  # what completed before the kill did not run again
+    assert list(kept_after.finished_unix_ns) == list(kept.finished_unix_ns)
+    requests = pd.read_parquet(tmp_path / "parquet" / "requests")
+    assert requests.groupby("config_hash").size().to_dict() == \
+        after.groupby("config_hash").num_prompts.sum().to_dict()  # each configuration's requests once
+    assert set(requests.node_id) == {left_node}  # nothing of the lost trial's measuring was kept
