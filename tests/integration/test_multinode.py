@@ -41,6 +41,12 @@ def grid_run(cluster, run_dir, *args, popen=False):
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _server_group(run_dir, config_hash):
+    """The process group of the server last launched for ``config_hash`` (its supervisor's state file)."""
+    state = Path(run_dir) / "logs" / f"{config_hash}.log.state"
+    return int(state.read_text().split('"pgid": ')[1].split(",")[0])
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(WORKERS, dashboard_port=free_port("127.0.0.1")) as c:
@@ -85,6 +91,7 @@ def test_two_trials_at_once_on_two_nodes(cluster, sweep):
     assert not lp.duplicated(["config_hash", "point_index"]).any()
     vm_nodes = set(cluster.node_ids[:2])
     assert set(lp.node_id) == vm_nodes  # both nodes of the sweep's hardware worked; the H200 node did not
+    assert set(lp.hardware) == {VM}
     assert lp.node_hostname.notna().all() and lp.gpu_uuids.isna().all()  # the twin: no NVML GPUs
     windows = lp.groupby("config_hash").agg(node=("node_id", "first"), start=("launch_unix_ns", "min"),
                                             end=("finished_unix_ns", "max"), cmd=("command", "first"))
@@ -93,19 +100,27 @@ def test_two_trials_at_once_on_two_nodes(cluster, sweep):
     assert overlapping, windows  # two trials measured at the same time, on different nodes
     a, b = overlapping[0]
     port = lambda cmd: cmd.split("--port ")[1].split()[0]  # noqa: E731
-    assert (a.node, port(a.cmd)) != (b.node, port(b.cmd))  # each its own server (own node actor, own process)
+    # each its own server: two process groups listening at once on this one host, so on two ports
+    assert port(a.cmd) != port(b.cmd)
+    assert _server_group(run_dir, a.Index) != _server_group(run_dir, b.Index)
     assert "Node " in out and "grid_node slot" in out
 
 
 def test_every_table_names_the_node(cluster, sweep):
     run_dir, _, _ = sweep
+    lp = pd.read_parquet(run_dir / "parquet" / "load_points")
+    where = lp[["config_hash", "node_id", "node_hostname"]].drop_duplicates()
+    assert len(where) == 4 and where.node_hostname.notna().all()  # one node per configuration
     for table in ("requests", "server_log", "server_metrics", "gpu_telemetry"):
         df = pd.read_parquet(run_dir / "parquet" / table)
-        assert len(df) and df.node_id.notna().all() and set(df.node_id) <= set(cluster.node_ids[:2]), table
-    lp = pd.read_parquet(run_dir / "parquet" / "load_points")
-    req = pd.read_parquet(run_dir / "parquet" / "requests")
-    merged = req.merge(lp[["config_hash", "node_id"]].drop_duplicates(), on="config_hash", suffixes=("", "_lp"))
-    assert (merged.node_id == merged.node_id_lp).all()  # a trial's requests name the node its load points name
+        assert len(df) and df.node_id.notna().all() and df.node_hostname.notna().all(), table
+        assert set(df.config_hash) == set(lp.config_hash), table  # every trial wrote rows here
+        merged = df.merge(where, on="config_hash", how="left", suffixes=("", "_lp"))
+        assert len(merged) == len(df), table
+        # every row names the node its configuration's load points name (the node its server ran on)
+        assert (merged.node_id == merged.node_id_lp).all(), table
+        assert (merged.node_hostname == merged.node_hostname_lp).all(), table
+    assert pd.read_parquet(run_dir / "parquet" / "gpu_telemetry").gpu_uuid.isna().all()  # modelled GPUs
     assert "| node |" in (run_dir / "report.md").read_text()
 
 
@@ -115,10 +130,16 @@ def test_running_trials_visible_while_the_sweep_runs(cluster, sweep):
     both = [s for s in seen["status"] if len({m["node_id"] for m in s.running}) == 2]
     assert both, [(len(s.running), len(s.done)) for s in seen["status"]]
     assert all(m["label"].startswith("mem_fraction_static=") for m in both[0].running)
+    lp = pd.read_parquet(run_dir / "parquet" / "load_points")
+    ran_on = set(zip(lp.label, lp.node_id))  # (configuration, node) of every trial, from the tables
+    marked = {(m["label"], m["node_id"]) for s in seen["status"] for m in s.running}
+    assert marked == ran_on  # every trial was seen running, with its configuration, on the node it ran on
     # Ray's state API: each node's server actor runs a task named after the configuration it serves
     serving = set().union(*seen["tasks"]) if seen["tasks"] else set()
     assert {node for _, node in serving} == set(cluster.node_ids[:2]), (serving, seen["errors"][-3:])
     assert all(name.startswith("grid-serving mem_fraction: mem_fraction_static=") for name, _ in serving)
+    # ``grid-serving <run>: <label> @ <host>``: the configuration the node served then is the one that ran there
+    assert {(name.split(": ", 1)[1].rsplit(" @ ", 1)[0], node) for name, node in serving} <= ran_on
     # after the sweep: 4 done, nothing running or left, per node
     final = subprocess.run([sys.executable, "-m", "grid.status", str(run_dir)], cwd=ROOT, capture_output=True,
                            text=True, timeout=60)
@@ -178,12 +199,6 @@ def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
     assert set(lp.trial_status) == {"ok"}
     rerun = lp[lp.label == victim["label"]]
     assert set(rerun.node_id) == {cluster.node_ids[0]}  # measured again on the node that was left
-
-
-def _server_group(run_dir, config_hash):
-    """The process group of the server last launched for ``config_hash`` (its supervisor's state file)."""
-    state = Path(run_dir) / "logs" / f"{config_hash}.log.state"
-    return int(state.read_text().split('"pgid": ')[1].split(",")[0])
 
 
 def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
