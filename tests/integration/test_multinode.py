@@ -204,8 +204,9 @@ def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
 def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
     """Both faults in one sweep: a worker node's raylet is killed while its trial measures, and once the driver has
     recorded that trial ``skipped`` / ``node_lost`` (before it could run it again) the driver is SIGKILLed too. The
-    same command on the same run directory then measures the lost configuration on the node left, with the one the
-    killed driver never finished, and every configuration is in the tables exactly once."""
+    same command on the same run directory then measures the lost configuration on the node left, with those the
+    killed driver never finished (usually one was measuring on the other node when it died, and one had not started),
+    and every configuration is in the tables exactly once."""
     workers = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}} for _ in range(2)]
     args = ("sweep.grid.mem_fraction_static=[0.85,0.88,0.9]", "load.output_len=128")
     lp_dir = tmp_path / "parquet" / "load_points"
@@ -236,7 +237,6 @@ def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
         assert set(lost.trial_id) == {victim["trial_id"]}
         kept = before[before.config_hash != victim["config_hash"]]
         assert set(kept.trial_status) <= {"ok"} and set(kept.node_id) <= {left_node}
-        assert kept.config_hash.nunique() < 2  # the killed driver left at least one configuration unmeasured
         status = read_status(tmp_path)  # what `python -m grid.status` shows between the two drivers
         assert status.driver_alive is False and status.done[victim["config_hash"]] == "skipped"
         assert victim["label"] in status.left and {m["node_id"] for m in status.running} <= {left_node}
@@ -259,7 +259,7 @@ def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
     assert not after.duplicated(["config_hash", "point_index"]).any()
     assert set(after.trial_status) == {"ok"} and set(after.node_id) == {left_node}
     again = after[after.config_hash == victim["config_hash"]]
-    assert set(again.trial_id) != {victim["trial_id"]}  # measured again, by a new trial
+    assert again.trial_id.nunique() == 1 and again.trial_id.iloc[0] != victim["trial_id"]  # by a new trial
     key = ["config_hash", "point_index"]
     kept_after = after.set_index(key).loc[kept.set_index(key).index]
     assert list(kept_after.trial_id) == list(kept.trial_id)  # what completed before the kill did not run again
