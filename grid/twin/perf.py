@@ -342,7 +342,7 @@ class PerfModel:
     """Resolved server settings and modelled step times for one (model, hardware, flags) triple."""
 
     def __new__(cls, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig):
-        # issue 15 hook: pp_size > 1 -> grid/twin/pipeline.py, speculative decoding -> grid/twin/speculative.py
+        # issue 15 hook: grid/twin/extensions.py picks pipeline.py / speculative.py / attention.py when they apply
         if cls is PerfModel:
             from grid.twin.extensions import perf_class
 
