@@ -25,6 +25,7 @@ import argparse
 import functools
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from grid.engines import catalog
@@ -424,7 +425,7 @@ def cuda_graph_enabled(args: argparse.Namespace) -> bool:
 ENV_SPEC_ACCEPT_LENGTH = "GRID_TWIN_SPEC_ACCEPT_LENGTH"
 
 
-def accept_length_from(env: dict) -> float | None:
+def accept_length_from(env: Mapping[str, str]) -> float | None:
     """``GRID_TWIN_SPEC_ACCEPT_LENGTH`` from ``env`` as a float (None when unset). Raises ``ValueError`` naming the
     variable for a value that is not a number."""
     raw = env.get(ENV_SPEC_ACCEPT_LENGTH)
@@ -433,7 +434,8 @@ def accept_length_from(env: dict) -> float | None:
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{ENV_SPEC_ACCEPT_LENGTH} must be a number (tokens per verify iteration), not {raw!r}")
+        raise ValueError(f"{ENV_SPEC_ACCEPT_LENGTH} must be a number (tokens per verify iteration), not {raw!r}"
+                         ) from None
 
 
 def to_serving_config(args: argparse.Namespace, accept_length: float | None = None):
