@@ -110,7 +110,7 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     engine=openai (grid did not launch that server)."""
     from grid.engines.sglang import SGLangEngine
     from grid.report.render import deploy_command
-    from grid.sweep.space import TrialPlan
+    from grid.plan import TrialPlan
 
     if engine_class(spec.engine.kind).external or not verdict.rows:
         return None
@@ -153,7 +153,7 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
     """The known failure modes (grid/twin/failures.py, each with its source) whose conditions hold for ``verdict``'s
     configuration on this model and hardware and whose effect matches its recorded error class; [] when none does
     or the configuration cannot be parsed for its version."""
-    from grid.engines.flags import parse_version, to_argv
+    from grid.releases.flags import parse_version, to_argv
     from grid.twin import cli
     from grid.twin.failures import find_failures
     from grid.twin.perf import PerfModel
