@@ -92,7 +92,7 @@ def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | N
         lines.append(f"Requests measured per load point: {min(counts)}" +
                      (f"-{max(counts)}" if max(counts) != min(counts) else ""))
     scales = _distinct(r.get("time_scale") for r in rows)
-    if engine == "sim":
+    if engine_class(engine).twin:
         scale = _levels(scales) if scales else str(spec.engine.time_scale)
         startup = spec.engine.startup_time_scale
         lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ("
