@@ -21,8 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
-from grid.config.schema import (ConfigError, RunSpec, check_dataset_api, check_settings, check_writable,
-                                parse_run_spec)
+from grid.config.schema import ConfigError, RunSpec, check_dataset_api, check_settings, check_writable, parse_run_spec
 from grid.engines.base import engine_class
 from grid.report.select import OBJECTIVES
 from grid.search import SEARCHES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from grid.config.schema import ConfigError
+from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
@@ -20,7 +20,7 @@ class SGLangEngine(Engine):
     refuse = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
 
     @classmethod
-    def check_spec(cls, spec) -> None:
+    def check_spec(cls, spec: RunSpec) -> None:
         """SGLang loads a checkpoint: ``model.path`` is required. Raises ``ConfigError``."""
         if not spec.model.path:
             raise ConfigError("model.path: required with engine=sglang (a local checkpoint directory or HF id), "

@@ -3,7 +3,6 @@ docs/schema.md documents every file a run writes (``grid.storage.schema.describe
 
 from __future__ import annotations
 
-
 #: Every key of summary.json: (key, JSON type, unit, meaning). docs/schema.md shows this table.
 SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),

@@ -12,10 +12,10 @@ import itertools
 import json
 from typing import Any
 
+from grid import twin
 from grid.config.schema import ConfigError, LoadSpec, RunSpec, _load_override
 from grid.engines.base import engine_class
 from grid.plan import TrialPlan
-from grid import twin
 
 RESERVED_KEYS = ("label", "load")
 
