@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from grid.config.schema import RunSpec
+from grid.plan import TrialPlan
 from grid.server.handle import ServerHandle
-from grid.sweep.space import TrialPlan
 
 
 class EngineUnavailable(RuntimeError):
@@ -74,6 +74,12 @@ class Engine(ABC):
         self.spec = spec
         self.notes: list[str] = []   # things the user should know about how commands were planned
 
+    @classmethod
+    def check_spec(cls, spec: RunSpec) -> None:
+        """Refuse a run this engine cannot plan, before anything launches (grid.compose ``load_run_spec`` asks the
+        engine of ``engine.kind``; default: nothing to refuse). Raises ``grid.config.schema.ConfigError`` naming the
+        key."""
+
     @abstractmethod
     def version(self) -> str:
         """The SGLang version the command lines are built for. Raises ``EngineUnavailable``."""
@@ -82,7 +88,7 @@ class Engine(ABC):
     def check_runnable(self) -> None:
         """Raise ``EngineUnavailable`` when servers of this kind cannot be launched here."""
 
-    def prepare(self, run_dir: str) -> None:  # noqa: B027 (a hook with a default, not an abstract method)
+    def prepare(self, run_dir: str) -> None:
         """Write whatever the launches need into the run directory (default: nothing)."""
 
     def refuse(self, trial: TrialPlan) -> str | None:

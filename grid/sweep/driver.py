@@ -30,7 +30,8 @@ from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.storage.parquet import recorded_hashes, set_aside_corrupt
 from grid.sweep.notes import known_notes, plan_notes
-from grid.sweep.space import TrialPlan, expand
+from grid.plan import TrialPlan
+from grid.sweep.space import expand
 
 if TYPE_CHECKING:
     from grid.search.plan import SearchPlan
