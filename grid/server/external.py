@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from grid.server.handle import LaunchRequest, LaunchResult
 from grid.server.probe import probe
 from grid.server.net import urlopen
-from grid.storage.vocabulary import TrialStatus
+from grid.server.statuses import TrialStatus
 
 #: Readiness endpoints tried in order: SGLang's /health (200 once warm-up is done, sglang.md §2.1), then the
 #: OpenAI-compatible model list every such server serves.

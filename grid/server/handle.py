@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from grid.storage.vocabulary import ProbeStatus, TrialErrorClass, TrialStatus
+from grid.server.statuses import ProbeStatus, TrialErrorClass, TrialStatus
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class LaunchResult:
 
     ``status``: ``ok`` (ready and the probe passed or was skipped), ``failed`` (did not start, or the probe's requests
     failed), ``invalid`` (the probe's answers are wrong), ``skipped`` (infrastructure: ``env_dirty``, ``port_in_use``,
-    ``actor_lost``; nothing was judged). ``error_class``: why, from grid.storage.vocabulary (None when ok).
+    ``actor_lost``; nothing was judged). ``error_class``: why (grid.server.statuses; None when ok).
     ``port``: the port the server listens on (another than asked when the asked one was taken at launch; the
     notes are in ``infra_retries``). ``startup_s``: modelled seconds from launch to ready; ``port_open_s``: to the
     port opening; ``phases``: the readiness phases seen. ``exit_code``: of a server that exited before ready.

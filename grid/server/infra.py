@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
-from grid.storage.vocabulary import TrialErrorClass
+from grid.server.statuses import TrialErrorClass
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from grid.storage.vocabulary import TrialErrorClass
+from grid.server.statuses import TrialErrorClass
 
 _LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)(?P<prefix>[^\]]*)\]\s+(?P<kind>Prefill|Decode) batch"
                    r"(?: \[\d+\])?[.,]\s*(?P<body>.*)$")

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from grid.server.net import urlopen
-from grid.storage.vocabulary import ProbeStatus, TrialErrorClass
+from grid.server.statuses import ProbeStatus, TrialErrorClass
 
 # Completion-style prompts (no chat template), as SGLang's own warm-up request: "The capital city of France is".
 PROBES: tuple[tuple[str, str], ...] = (

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grid.storage.vocabulary import TrialErrorClass
+from grid.server.statuses import TrialErrorClass
 
 RUN_ID_ENV = "GRID_RUN_ID"                  # the run-id marker in every server's environment
 REGISTRY_ENV = "GRID_PROCESS_REGISTRY"      # where ManagedServer records the groups it starts (a directory)

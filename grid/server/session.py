@@ -29,7 +29,7 @@ from grid.server.logparse import error_headline, strip_poll_lines
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
-from grid.storage.vocabulary import TrialStatus
+from grid.server.statuses import TrialStatus
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty

@@ -3,11 +3,14 @@
 
 Where each comes from: request classes, grid/loadgen/records.py; launch and probe, grid/server/process.py, session.py
 and probe.py; classes found during load, grid/sweep/measure.py with the log patterns of grid/server/logparse.py.
+The code spells them with the Literal types of grid/server/statuses.py, checked against this table.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
+
+from grid.server.statuses import PointStatus, RequestErrorClass, RequestStatus, TrialErrorClass, TrialStatus
 
 #: (column, value, meaning). Statuses first, then classes; ``trial_error_class`` of a trial whose every load point
 #: failed on a healthy server is the load point's ``error_class`` (a request class), or ``all_points_failed``.
@@ -99,22 +102,8 @@ def describe_vocabulary() -> str:
     return "\n".join(out) + "\n"
 
 
-# The statuses and classes above as types, for the code that produces them (grid/server/handle.py, the trial's
-# verdict in grid/sweep/measure.py). Literal types are written out, not computed, so that a type checker reads them;
-# tests/storage/test_vocabulary_types.py checks that each lists exactly the values of its column above, in order.
-RequestStatus = Literal["ok", "failed"]
-RequestErrorClass = Literal["http_error", "conn_error", "read_timeout", "stall_timeout", "parse_error", "server_error",
-                            "decode_error", "truncated_stream", "empty_output", "client_error"]
-PointStatus = Literal["ok", "partial", "failed", "not_run"]
-TrialStatus = Literal["ok", "failed", "invalid", "skipped"]
-TrialErrorClass = Literal["refused", "startup_exit", "startup_oom", "startup_timeout", "probe_error", "garbage_output",
-                          "empty_output", "nan_output", "server_crash", "server_hang", "server_broken", "runtime_oom",
-                          "nccl_error", "cuda_error", "all_points_failed", "external_unreachable", "env_dirty",
-                          "port_in_use", "actor_lost", "node_lost"]
-#: ``probe_status``: the correctness probe passed, failed, or was not sent (``probe.enabled=false``).
-ProbeStatus = Literal["passed", "failed", "skipped"]
-
-#: Each Literal type and the ``VOCABULARY`` column it spells.
+#: Each Literal type of grid/server/statuses.py and the ``VOCABULARY`` column it spells
+#: (tests/storage/test_vocabulary_types.py checks that each lists exactly that column's values, in order).
 TYPED_COLUMNS: dict[str, Any] = {
     "requests.status": RequestStatus,
     "requests.error_class": RequestErrorClass,

@@ -26,9 +26,9 @@ from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
+from grid.server.statuses import RequestErrorClass, TrialErrorClass, TrialStatus
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
-from grid.storage.vocabulary import RequestErrorClass, TrialErrorClass, TrialStatus
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
 from grid.sweep.samplers import Sampler, SamplerContext, make_samplers
 

@@ -1,8 +1,10 @@
-"""The Literal types of grid/storage/vocabulary.py spell exactly the values of the table they type."""
+"""The Literal types of grid/server/statuses.py spell exactly the values of the vocabulary table's columns they type
+(grid/storage/vocabulary.py)."""
 
 from typing import get_args
 
-from grid.storage.vocabulary import TYPED_COLUMNS, VOCABULARY, ProbeStatus
+from grid.server.statuses import ProbeStatus
+from grid.storage.vocabulary import TYPED_COLUMNS, VOCABULARY
 
 
 def test_each_literal_lists_its_columns_values_in_the_tables_order():
