@@ -37,8 +37,8 @@ NAMESPACE = "grid"
 NODE_RESOURCE = "grid_node"
 
 
-# Ray's type stubs for ray.remote lack ``concurrency_groups`` (ray/_private/worker.py has it), hence the ignore here
-# and where the decorated class is used.
+# Ray's type stubs for ray.remote lack ``concurrency_groups`` (an actor option: ray/_common/ray_option_utils.py), hence
+# the ignore here and where the decorated class is used.
 @ray.remote(num_cpus=0, max_restarts=0,  # type: ignore[call-overload]
             concurrency_groups={"control": 1, "inspect": 4, "serve": 1})
 class ServerActor:
