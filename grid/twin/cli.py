@@ -105,7 +105,7 @@ class _DepStore(argparse._StoreAction):
         super().__init__(*a, **kw)
         self.use, self.deprecated = use, deprecated
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None):
         if self.deprecated:
             _warn_deprecated(namespace, option_string, self.use)
         super().__call__(parser, namespace, values, option_string)
@@ -116,7 +116,7 @@ class _DepStoreTrue(argparse._StoreTrueAction):
         super().__init__(*a, **kw)
         self.use, self.deprecated = use, deprecated
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None):
         if self.deprecated:
             _warn_deprecated(namespace, option_string, self.use)
         super().__call__(parser, namespace, values, option_string)
@@ -130,7 +130,7 @@ class _WarnOnly(argparse.Action):
         super().__init__(*a, **kw)
         self.use = use
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None):
         _warn_deprecated(namespace, option_string, self.use)
 
 
