@@ -177,6 +177,7 @@ class ServingConfig:
     chunked_prefill_size: int | None = None  # None -> by GPU memory; -1 disables chunking
     max_prefill_tokens: int = 16384
     schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0  # scales SGLang's new_token_ratio (grid.twin.scheduler.NewTokenRatio)
     cuda_graph: bool = True  # False == --disable-cuda-graph
     cuda_graph_max_bs: int | None = None
     torch_compile: bool = False
