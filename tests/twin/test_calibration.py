@@ -243,3 +243,20 @@ def test_published_rows_within_their_tolerance(published):
     assert all(r.tol is not None for r in scored)
     bad = [(r.run_id, r.metric, r.published, round(r.twin, 2), r.tol) for r in scored if abs(r.error) > r.tol]
     assert not bad, f"outside their tolerance: {bad}"
+
+
+@pytest.mark.integration
+def test_uncertainty_table_is_the_replayed_spread(published):
+    """grid/twin/uncertainty_table.yaml is what a fresh replay of the rows gives (rewrite it with
+    ``python experiments/twin_fidelity.py --write-uncertainty`` after changing the model or the rows)."""
+    import yaml
+
+    from grid.twin.fidelity import uncertainty_cells
+    from grid.twin.uncertainty import TABLE_FILE
+
+    stored = yaml.safe_load(TABLE_FILE.read_text())["cells"]
+    fresh = uncertainty_cells(published)
+    assert stored.keys() == fresh.keys()
+    for key, cell in fresh.items():
+        assert stored[key]["rows"] == cell["rows"], key
+        assert stored[key]["rms_rel_error"] == pytest.approx(cell["rms_rel_error"], abs=0.002), key
