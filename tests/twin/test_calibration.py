@@ -210,6 +210,30 @@ FITTED_ON = {
 }
 
 
+# Anchors each decode / memory / startup constant was fitted on (grid/twin/perf.py docstring; names as in ``rows``).
+# The scheduler's new-token-ratio constants are SGLang defaults (environ.py), fitted on nothing.
+ANCHORS_FITTED_ON = {
+    "T_KERNEL_GPU": {f"E1 cutlass c{c} tok/s" for c in (1, 4, 8, 16, 32, 64)} | {"A5 Llama-3-8B H100 bs1 graph ms"},
+    "ETA_MOE['cutlass']": {f"E1 cutlass c{c} tok/s" for c in (1, 4, 8, 16, 32, 64)},
+    "ETA_BW_DENSE": {"A5 Llama-3-8B H100 bs1 graph ms"},
+    "T_OP_CPU_EAGER": {"A5 eager ms"},
+    "B12X_EFF_TFLOPS": {"E1 b12x c64 tok/s"},
+    "ETA_KV": {f"E1 b12x c1 ctx {k}K tok/s" for k in (16, 32, 64, 128)},
+    "ETA_ATTN_PREFILL": {"E1 prefill 64K context tok/s"},
+    "VM allreduce_latency_us": {"seed single stream 2048 out: seconds"},
+    "VM allreduce_bus_gbps": {"seed 64 burst: output tok/s"},
+    "RUNTIME_OVERHEAD_GIB": {"seed KV tokens @0.85", "seed KV tokens @0.92", "glm5.md KV tokens @0.92 bf16"},
+    "WEIGHT_LOAD_GBPS": {"GLM-5 startup weight load s"},
+    "T_CAPTURE_FP4_MOE_LAYER": {"GLM-5 startup graph capture s"},
+}
+
+
+def test_constants_name_existing_anchors(rows):
+    names = {name for name, _, _ in rows}
+    for const, anchors in ANCHORS_FITTED_ON.items():
+        assert anchors <= names, f"{const} names anchors that are not computed: {anchors - names}"
+
+
 @pytest.fixture(scope="module")
 def published():
     from grid.twin.fidelity import evaluate
