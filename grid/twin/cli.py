@@ -422,7 +422,7 @@ def to_serving_config(args: argparse.Namespace):
         mem_fraction_static=args.mem_fraction_static, max_running_requests=args.max_running_requests,
         max_total_tokens=args.max_total_tokens, chunked_prefill_size=chunk, max_prefill_tokens=args.max_prefill_tokens,
         schedule_policy=args.schedule_policy, schedule_conservativeness=args.schedule_conservativeness,
-        cuda_graph=cuda_graph_enabled(args),
+        cuda_graph=cuda_graph_enabled(args), piecewise_cuda_graph=bool(args.enable_piecewise_cuda_graph),
         cuda_graph_max_bs=args.cuda_graph_max_bs, torch_compile=args.enable_torch_compile,
         torch_compile_max_bs=args.torch_compile_max_bs, two_batch_overlap=args.enable_two_batch_overlap,
         enable_dp_attention=dp_attn, moe_runner_backend=args.moe_runner_backend,

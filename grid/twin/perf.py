@@ -180,6 +180,9 @@ class ServingConfig:
     schedule_conservativeness: float = 1.0  # scales SGLang's new_token_ratio (grid.twin.scheduler.NewTokenRatio)
     cuda_graph: bool = True  # False == --disable-cuda-graph
     cuda_graph_max_bs: int | None = None
+    # --enable-piecewise-cuda-graph: prefill (extend) forwards replay captured graphs around attention, so no Python
+    # launch cost (vLLM V1's default compilation mode does the same; the vLLM rows of calibration_rows.yaml set it)
+    piecewise_cuda_graph: bool = False
     torch_compile: bool = False
     torch_compile_max_bs: int = 32
     two_batch_overlap: bool = False
@@ -722,7 +725,9 @@ class PerfModel:
             comm *= 1 - TBO_HIDDEN_FRACTION
         kernels = self._kernels_per_step(seqs)
         gpu = max(t_memory, t_compute) + comm + kernels * T_KERNEL_GPU
-        cpu_eager = kernels * T_OP_CPU_EAGER  # prefill is not graph-captured in 0.5.9
+        # prefill is not graph-captured unless --enable-piecewise-cuda-graph: Python launches every op, overlapped
+        # with the GPU, so only the excess over the GPU time shows
+        cpu_eager = 0.0 if self.cfg.piecewise_cuda_graph else kernels * T_OP_CPU_EAGER
         return max(gpu, cpu_eager) + T_STEP_CPU + seqs * T_REQ_CPU
 
     def frontend_latency_s(self, input_tokens: int) -> float:

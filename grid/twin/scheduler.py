@@ -133,8 +133,12 @@ class Scheduler:
         self.policy = (policy or perf.cfg.schedule_policy or "fcfs").lower()
         self.capacity = max(1, perf.kv_capacity_tokens * (perf.dp if perf.dp_attention else perf.replicas))
         self.max_running = max(1, perf.max_running_requests * (perf.replicas if perf.replicas > 1 else 1))
+        # With DP attention every attention-DP rank runs its own scheduler with chunked_prefill_size / dp (PerfModel
+        # already divided it): one step of this global scheduler prefills up to that many tokens per request and
+        # dp times that in all (the ranks' batches meet in the MoE layers).
+        self.request_chunk = perf.chunked_prefill_size
         if perf.chunked_prefill_size and perf.chunked_prefill_size > 0:
-            self.prefill_budget = perf.chunked_prefill_size
+            self.prefill_budget = perf.chunked_prefill_size * (perf.dp if perf.dp_attention else 1)
             self.chunking = True
         else:
             self.prefill_budget = perf.max_prefill_tokens
@@ -215,7 +219,8 @@ class Scheduler:
         # a chunked request in progress goes first (SGLang keeps it as chunked_req)
         for st in self.running:
             if st.prefilled < st.prefix:
-                take = min(st.prefix - st.prefilled, budget) if self.chunking else st.prefix - st.prefilled
+                take = min(st.prefix - st.prefilled, budget, self.request_chunk) if self.chunking \
+                    else st.prefix - st.prefilled
                 batch.append((st, take))
                 budget -= take
         ratio = self.ratio.current
@@ -230,7 +235,7 @@ class Scheduler:
                 break
             rest = st.prefix - st.prefilled
             if self.chunking:
-                take = min(rest, budget)
+                take = min(rest, budget, self.request_chunk)
             else:
                 if batch and rest > budget:
                     break
