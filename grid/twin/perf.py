@@ -12,6 +12,7 @@ Decode step (one iteration over the running batch)::
           + n_allreduce * (latency + 2(n-1)/n * B*hidden*2 / bus_bw)        # NCCL, not overlapped (TBO hides part)
           + kernels_per_step * T_KERNEL_GPU                                  # per-kernel tail/gap, also inside graphs
     cpu   = kernels_per_step * T_OP_CPU_EAGER      if the batch runs eagerly (no graph for this batch size) else 0
+            (prefill always runs eagerly unless ``piecewise_cuda_graph``, SGLang's --enable-piecewise-cuda-graph)
     step  = max(gpu, cpu) + T_STEP_CPU + B * T_REQ_CPU
 
 Eager launching is asynchronous, so the CPU cost only shows when it exceeds the GPU time. That is why CUDA graphs bought

@@ -10,7 +10,8 @@ Each ``step`` picks the next batch the way SGLang's scheduler loop does and retu
   the first request may exceed ``max_prefill_tokens`` when chunking is off, as in SGLang); and KV fits. KV admission
   reserves ``held + ceil(min(remaining, CLIP_MAX_NEW_TOKENS) * new_token_ratio)`` per running request. A request
   longer than the chunk budget is prefilled in chunks over consecutive prefill steps; its first token comes with its
-  last chunk.
+  last chunk. With DP attention each attention-DP rank chunks its own requests with ``chunked_prefill_size / dp``
+  (``PerfModel`` divides it, as SGLang does): one step takes up to that share per request and ``dp`` shares in all.
 * **New-token ratio** (``NewTokenRatio``, SGLang ``new_token_ratio``): starts at ``0.7 x schedule_conservativeness``,
   falls by ``(init - min) / 600`` after every decode step that needs no retraction down to ``init x 0.14``, and is
   reset to ``init`` when the server goes idle. So under a long burst admission grows more optimistic until the KV
