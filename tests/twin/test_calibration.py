@@ -213,6 +213,7 @@ FITTED_ON = {
     "GEMM_ROWS_HALF": {"tt340-qwen3moe-a100-isl1024", "pr5571-h200-dsv3-10k", "a1-a100-8b-rps4"},
     "GEMM_COLS_HALF": {"tt340-qwen3moe-a100-isl1024", "pr5571-h200-dsv3-10k", "pr1060-h100-8b-prefill"},
     "T_FRONTEND_S": {"a1-a100-8b-rps4", "a4-h100-70b-rps4", "tt340-qwen3moe-a100-isl128"},
+    "ETA_FLOPS": {"a3-a100-8b-burst", "a4-h100-70b-burst"},  # decode compute term (grid search 0.45-0.60)
 }
 
 
