@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.report.context import twin_spread_note
 from grid.report.select import Verdict
 from grid.twin.uncertainty import gpu_family, uncertainty
