@@ -146,7 +146,7 @@ def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
     best, second = scored[0], scored[1]
     if not best.score:
         return []
-    gap = abs(best.score - second.score) / abs(best.score)
+    gap = abs(best.score - (second.score or 0.0)) / abs(best.score)  # second.score is set: it is in ``scored``
     moe = spec.model.is_moe
     family = gpu_family(spec.hardware.sm_version)
     sigma = uncertainty(metric, moe=moe, gpu=family)

@@ -55,7 +55,7 @@ class NewTokenRatio:
     current: float
 
     @classmethod
-    def for_conservativeness(cls, conservativeness: float = 1.0) -> "NewTokenRatio":
+    def for_conservativeness(cls, conservativeness: float = 1.0) -> NewTokenRatio:
         init = min(NEW_TOKEN_RATIO * conservativeness, 1.0)
         low = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
         return cls(init=init, min=low, decay=(init - low) / NEW_TOKEN_RATIO_DECAY_STEPS, current=init)
