@@ -162,6 +162,10 @@ class ObjectiveSpec(_Spec):
 
     kind: str = "max_output_throughput"
     slo: SLOSpec = Field(default_factory=SLOSpec)
+    capacity_rel_tol: float = Field(0.05, gt=0, le=1, description="max_capacity: the bisection over the request rate "
+                                    "stops when its bracket is within this fraction of its lower end")
+    capacity_max_probes: int = Field(10, ge=2, description="max_capacity: probes (load points) per configuration at "
+                                     "most")
 
 
 class AccuracySpec(_Spec):
@@ -225,6 +229,13 @@ class SearchSpec(_Spec):
     spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
                           "default: grid.report.select.TIE_PERCENT")
     seed: int = Field(0, description="seed of a model-based search's sampler (optuna)")
+    early_stop: bool = Field(True, description="skip a configuration's higher load levels once a lower level missed "
+                             "the SLOs, or where the twin's upper bound is below the best measured score "
+                             "(grid/sweep/levels.py); false: measure every level")
+    twin_bound_error: float = Field(0.25, ge=0, lt=1, description="the twin's largest relative error below a "
+                                    "measurement, (twin - measured) / measured >= -this: its upper bound is forecast / "
+                                    "(1 - this); default: beyond every output tok/s row of docs/twin.md, the lowest "
+                                    "being -22.3% (held out, dc-h200-70b-tp4-burst)")
 
 
 class RunSpec(_Spec):
@@ -299,6 +310,11 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
     if spec.objective.kind not in OBJECTIVES:
         raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
                           f"{', '.join(sorted(OBJECTIVES))}")
+    if spec.objective.kind == "max_capacity":
+        slo = spec.objective.slo
+        if slo.ttft_ms is None and slo.tpot_ms is None and slo.e2e_ms is None:
+            raise ConfigError("objective.kind=max_capacity needs an SLO: set objective.slo.ttft_ms, tpot_ms or e2e_ms "
+                              "(the capacity is the highest request rate at which they hold)")
     from grid.search import SEARCHES
 
     if spec.search.kind not in SEARCHES:

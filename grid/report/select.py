@@ -62,6 +62,11 @@ register(Objective("max_goodput", "goodput_req_per_s", True, "req/s",
 register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPOT at the lowest load level{meeting}",
                    points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)],
                    noun="median TPOT"))
+# The capacity: the highest open-loop request rate whose load point meets the SLOs. Its probes are chosen by bisection
+# while the trial runs (grid/sweep/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
+register(Objective("max_capacity", "point_value", True, "req/s",
+                   "highest request rate (open loop) at which the SLOs hold{meeting}",
+                   points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity"))
 
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
 
@@ -339,7 +344,8 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             level = level_name(row) + _repeat_text(row)
             if row["status"] != "ok":
                 misses.append(f"{level}: {row['status']}"
-                              + (f" ({row['error_class']})" if row.get("error_class") else ""))
+                              + (f" ({row['error_class']}: {row['skip_reason']})" if row.get("skip_reason") else
+                                 f" ({row['error_class']})" if row.get("error_class") else ""))
                 continue
             if row.get("slo_unjudged"):
                 misses.append(f"{level}: {row['slo_unjudged']}")

@@ -7,7 +7,10 @@
 * ``best_label`` / ``best_value``: the ranked best configuration and its score (null when none ranked);
 * ``objective``, ``search``: the objective kind and search kind;
 * ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
-  refused before launch, those the failure table says fail here, and those the search left out.
+  refused before launch, those the failure table says fail here, and those the search left out;
+* ``early_stopped_points`` / ``early_stop_gpu_seconds_saved``: load points early stopping skipped (grid/sweep/levels.py)
+  and what they would have cost: the twin's forecast of their modelled durations (``forecast_duration_s``) times
+  ``hardware.gpu_count``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("refused", "int", "", "configurations refused before launch (recorded invalid / refused, no launch)"),
     ("known_to_fail", "int", "", "configurations a failure-table row says fail on this hardware"),
     ("not_run", "int", "", "configurations the search chose not to launch (search.json says why)"),
+    ("early_stopped_points", "int", "load points", "load points skipped by early stopping (status not_run, "
+     "error_class early_stop_slo | early_stop_twin_bound)"),
+    ("early_stop_gpu_seconds_saved", "float", "GPU-s", "the twin's forecast of those points' modelled durations "
+     "(forecast_duration_s), times hardware.gpu_count"),
 )
 
 
@@ -63,8 +70,11 @@ def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: st
               configurations: int, refused: int = 0, known_to_fail: int = 0, not_run: int = 0,
               modelled_startup_s: Mapping[str, float] | None = None) -> dict:
     """The summary of a run from its load-point rows and the report's verdicts (grid.report.select.rank)."""
+    from grid.sweep.levels import EARLY_STOP_CLASSES
+
     seconds = launch_seconds(rows, modelled_startup_s)
     best = next((v for v in verdicts if v.outcome == "best"), None)
+    stopped = [r for r in rows if r.get("status") == "not_run" and r.get("error_class") in EARLY_STOP_CLASSES]
     return {
         "launches": len(seconds),
         "gpu_seconds": round(sum(seconds.values()) * gpu_count, 3),
@@ -76,6 +86,9 @@ def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: st
         "refused": refused,
         "known_to_fail": known_to_fail,
         "not_run": not_run,
+        "early_stopped_points": len(stopped),
+        "early_stop_gpu_seconds_saved": round(sum(r.get("forecast_duration_s") or 0.0 for r in stopped) * gpu_count,
+                                              3),
     }
 
 

@@ -29,7 +29,7 @@ def pt(h, idx, level, out, *, label=None, status="ok", trial="ok", kind="concurr
 def test_registry():
     assert {k: (o.metric, o.higher_is_better) for k, o in OBJECTIVES.items()} == {
         "max_output_throughput": ("output_tok_per_s", True), "max_goodput": ("goodput_req_per_s", True),
-        "min_tpot": ("tpot_median_ms", False)}
+        "min_tpot": ("tpot_median_ms", False), "max_capacity": ("point_value", True)}
 
 
 def test_level_names():

@@ -147,6 +147,11 @@ def test_summary_exact_values_on_recorded_rows():
         {"config_hash": "a", "trial_error_class": None, "status": "not_run", "startup_s": 300.0, "time_scale": 10.0,
          "started_unix_ns": None, "finished_unix_ns": None},
         {"config_hash": "c", "trial_error_class": "startup_exit", "status": "not_run", "startup_s": None},
+        # two points early stopping skipped (the twin forecast 40 s and 12.5 s for them): no load time, GPU-s saved
+        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "error_class": "early_stop_slo",
+         "forecast_duration_s": 40.0, "startup_s": 300.0, "time_scale": 10.0},
+        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "error_class": "early_stop_twin_bound",
+         "forecast_duration_s": 12.5, "startup_s": 300.0, "time_scale": 10.0},
     ]
     assert launch_seconds(rows, {"c": 120.0}) == {"a": 325.0, "c": 120.0}
     verdicts = [Verdict("a", "prefill=trtllm", "best", 1234.5, ""), Verdict("c", "x", "failed", None, "")]
@@ -154,7 +159,8 @@ def test_summary_exact_values_on_recorded_rows():
                     configurations=3, refused=1, known_to_fail=0, not_run=0, modelled_startup_s={"c": 120.0})
     assert out == {"launches": 2, "gpu_seconds": 3560.0, "best_label": "prefill=trtllm", "best_value": 1234.5,
                    "objective": "max_output_throughput", "search": "twin_guided", "configurations": 3,
-                   "refused": 1, "known_to_fail": 0, "not_run": 0}
+                   "refused": 1, "known_to_fail": 0, "not_run": 0, "early_stopped_points": 2,
+                   "early_stop_gpu_seconds_saved": 420.0}
     assert [k for k, *_ in SUMMARY_FIELDS] == list(out)
 
 
