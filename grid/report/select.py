@@ -65,8 +65,20 @@ register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPO
 # The capacity: the highest open-loop request rate whose load point meets the SLOs. Its probes are chosen by bisection
 # while the trial runs (grid/sweep/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
 register(Objective("max_capacity", "point_value", True, "req/s",
-                   "highest request rate (open loop) at which the SLOs hold{meeting}",
+                   "highest request rate (open loop, found by bisection){meeting}",
                    points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity"))
+
+def describe_objectives() -> str:
+    """Markdown table of the registered objectives (:data:`OBJECTIVES`): kind, the load-point column scored,
+    direction, unit, and what it means."""
+    out = ["### objectives", "", "`objective.kind` (conf/objective/, registered in grid/report/select.py). A "
+           "configuration's score is the best of its load points that meet the SLOs; `max_capacity`'s points are "
+           "the probes of a bisection over the request rate (grid/sweep/levels.py).", "",
+           "| kind | scored column | better | unit | meaning |", "|---|---|---|---|---|"]
+    out += [f"| `{o.kind}` | `{o.metric}` | {'higher' if o.higher_is_better else 'lower'} | {o.unit} | "
+            f"{o.describe.format(meeting=' meeting the SLOs')} |" for o in OBJECTIVES.values()]
+    return "\n".join(out) + "\n"
+
 
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
 

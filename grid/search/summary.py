@@ -44,7 +44,7 @@ def describe_summary() -> str:
     """Markdown table of summary.json's keys."""
     out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
            "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
-    out += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SUMMARY_FIELDS]
+    out += [f"| `{k}` | {t} | {u} | {d.replace('|', chr(92) + '|')} |" for k, t, u, d in SUMMARY_FIELDS]
     return "\n".join(out) + "\n"
 
 

@@ -405,7 +405,10 @@ def describe_schema() -> str:
             desc = meta["description"].replace("|", "\\|")
             out.append(f"| `{f.name}` | {f.type} | {meta['unit']} | {desc} |")
         out.append("")
+    from grid.report.select import describe_objectives
+    from grid.search.plan import describe_cost
     from grid.search.summary import describe_summary
     from grid.storage.vocabulary import describe_vocabulary
 
-    return "\n".join(out) + "\n" + describe_summary() + "\n" + describe_vocabulary()
+    return "\n".join(out) + "\n" + "\n".join((describe_objectives(), describe_cost(), describe_summary(),
+                                             describe_vocabulary()))
