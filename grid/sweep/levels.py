@@ -9,7 +9,8 @@ the twin's forecast of its modelled duration in ``forecast_duration_s`` (summary
   percentile, does not fall as the offered load rises, so the higher level cannot meet them and cannot count. Without
   SLOs (``slo_met`` null) the rule never fires.
 * ``early_stop_twin_bound``: the twin's upper bound at this level is below the best score measured so far (of any
-  configuration of the run, and of this one's earlier points when ``load.repeats`` is 1). The twin's relative error
+  configuration of the run, and of this one's earlier points when ``load.repeats`` is 1). Only levels after the
+  trial's first measured point: a launched configuration always measures something. The twin's relative error
   ``(twin - measured) / measured`` is at least ``-e`` (``search.twin_bound_error``), so the measured value is at most
   ``forecast / (1 - e)``: a point whose bound is below the best cannot win, and the configuration's score is the
   best of its points. Only for objectives whose score is a higher-is-better metric the twin forecasts per level
@@ -160,6 +161,7 @@ class Levels:
     capacity: Capacity | None = None
     metric: str | None = None  # the load-point column record() reads the score from (None: own points never raise best)
     missed: list[tuple[str, float]] = field(default_factory=list)
+    measured: int = 0          # points of this trial measured so far
     probes: list[tuple[float, bool]] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[tuple[int, Any, tuple[str, str] | None]]:
@@ -174,10 +176,10 @@ class Levels:
                 index += 1
         for index, point in enumerate(self.points):
             skip = None
-            if self.early_stop:
+            if self.early_stop:  # only higher levels: the twin-bound rule waits for a measured point of this trial
                 skip = skip_reason(point.kind, point.value, self.missed,
-                                   self.forecasts.get((point.kind, float(point.value))), self.best, self.error,
-                                   self.unit)
+                                   self.forecasts.get((point.kind, float(point.value))) if self.measured else None,
+                                   self.best, self.error, self.unit)
             yield index, point, skip
 
     def forecast_s(self, point: Any) -> float | None:
@@ -186,6 +188,7 @@ class Levels:
 
     def record(self, point: Any, status: str, slo_met: bool | None, value: float | None) -> None:
         """What a measured point gave: its status, ``slo_met`` and the objective's metric."""
+        self.measured += 1
         if self.capacity is not None:
             self.probes.append((float(point.value), status == "ok" and slo_met is True))
             return

@@ -53,7 +53,8 @@ def test_levels_skip_only_what_cannot_count():
         seen.append((index, point.value, skip[0] if skip else None))
         if skip is None:
             levels.record(point, "ok", None, {1: 51.0, 64: 905.0}[int(point.value)])
-    assert seen == [(0, 1, EARLY_STOP_TWIN), (1, 8, EARLY_STOP_TWIN), (2, 32, EARLY_STOP_TWIN), (3, 64, None)]
+    # the first point always runs (only higher levels are skipped)
+    assert seen == [(0, 1, None), (1, 8, EARLY_STOP_TWIN), (2, 32, EARLY_STOP_TWIN), (3, 64, None)]
     assert levels.forecast_s(pts[2]) == 30.0
     # no best yet: a configuration's own point raises it (load.repeats=1)
     levels = Levels(pts, forecasts=forecasts, best=None, error=0.25, unit="tok/s", metric="output_tok_per_s")

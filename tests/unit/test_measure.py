@@ -142,20 +142,22 @@ def test_early_stop_skips_a_level_whose_twin_bound_is_below_the_best_recorded(tm
     from grid.search.predict import level_forecasts
     from grid.sweep.measure import recorded_best
 
-    first = spec_for(tmp_path, "load.concurrency=[1,8]")
+    first = spec_for(tmp_path, "load.concurrency=[1,2,8]")
     _, rows_a, _ = run_one(first)
     best = recorded_best(first)
     assert best == max(r["output_tok_per_s"] for r in rows_a)     # its concurrency-8 point, as the report scores it
-    # a second configuration in the same run: its concurrency 1 cannot reach the first one's best, concurrency 8 can
-    second = spec_for(tmp_path, "load.concurrency=[1,8]", "server.mem_fraction_static=0.8")
+    # a second configuration in the same run: its first level always runs; concurrency 2 cannot reach the first
+    # one's best, concurrency 8 can
+    second = spec_for(tmp_path, "load.concurrency=[1,2,8]", "server.mem_fraction_static=0.8")
     plan, rows_b, _ = run_one(second)
-    f1 = level_forecasts(second, plan, get_engine(second).version())[("concurrency", 1.0)]
+    f1 = level_forecasts(second, plan, get_engine(second).version())[("concurrency", 2.0)]
     assert f1.value / 0.75 < best
-    assert [(r["status"], r["error_class"]) for r in rows_b] == [("not_run", "early_stop_twin_bound"), ("ok", None)]
-    assert rows_b[0]["skip_reason"] == (
+    assert [(r["status"], r["error_class"]) for r in rows_b] == [
+        ("ok", None), ("not_run", "early_stop_twin_bound"), ("ok", None)]
+    assert rows_b[1]["skip_reason"] == (
         f"the twin's upper bound here, {f1.value / 0.75:.4g} tok/s (forecast {f1.value:.4g} / (1 - 0.25)), is below "
         f"the best measured {best:.4g} tok/s")
-    assert rows_b[0]["forecast_duration_s"] == f1.duration_s
+    assert rows_b[1]["forecast_duration_s"] == f1.duration_s
 
 
 def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
