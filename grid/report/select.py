@@ -396,15 +396,16 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
     if scored:
         top = scored[0]
         top.outcome = "best"
-        top.reason = (f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit} "
-                      f"at {level_name(top.best_point)}")
+        top.reason = f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit}" + (
+            f" at {level_name(top.best_point)}" if obj.metric != "point_value" else "")  # capacity: the level itself
         if top.interval is not None and top.interval.measured:
             top.reason += f" ({spread_text(top.interval, obj.unit)})"
         ties = 0
         for v in scored[1:]:
             delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
             mine, theirs = fmt_scores(v.score, top.score)
-            v.reason = (f"{mine} {obj.unit} at {level_name(v.best_point)} vs best {theirs} "
+            where = f" at {level_name(v.best_point)}" if obj.metric != "point_value" else ""
+            v.reason = (f"{mine} {obj.unit}{where} vs best {theirs} "
                         f"({fmt_delta(delta)})")
             tied, why = is_tie(v.interval, top.interval, delta, obj.unit)
             if tied:

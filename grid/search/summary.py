@@ -87,8 +87,8 @@ def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: st
         "known_to_fail": known_to_fail,
         "not_run": not_run,
         "early_stopped_points": len(stopped),
-        "early_stop_gpu_seconds_saved": round(sum(r.get("forecast_duration_s") or 0.0 for r in stopped) * gpu_count,
-                                              3),
+        "early_stop_gpu_seconds_saved": round(sum((r.get("forecast_duration_s") or 0.0 for r in stopped), 0.0)
+                                              * gpu_count, 3),
     }
 
 

@@ -198,3 +198,21 @@ def test_resume_takes_recorded_configurations_out_and_counts_their_scores():
     assert drain(p, {"b": 99.5}) == ["b"]
     assert p.budget.launches == 1 and p.best() == 100.0
     assert set(p.skipped) == {"lo"}
+
+
+def test_the_report_says_what_early_stopping_skipped():
+    from grid.app import early_stop_note
+
+    rows = [{"config_hash": "a", "status": "ok", "error_class": None},
+            {"config_hash": "b", "status": "not_run", "error_class": "early_stop_slo", "forecast_duration_s": 40.0},
+            {"config_hash": "b", "status": "not_run", "error_class": "early_stop_twin_bound",
+             "forecast_duration_s": 12.5},
+            {"config_hash": "c", "status": "not_run", "error_class": "early_stop_twin_bound",
+             "forecast_duration_s": 10.0},
+            {"config_hash": "d", "status": "not_run", "error_class": "startup_exit", "forecast_duration_s": None}]
+    assert early_stop_note(rows, 8) == (
+        "Early stopping (search.early_stop) did not run 3 load points of 2 configurations (1 after a lower level "
+        "missed the SLOs; 2 where the twin's upper bound was below the best measured score), saving about 500 "
+        "GPU-seconds by the twin's forecast; each is recorded not_run with its reason (search.early_stop=false "
+        "measures every level)")
+    assert early_stop_note(rows[:1] + rows[-1:], 8) is None
