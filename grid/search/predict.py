@@ -137,8 +137,10 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
         row = _simulate_point(perf, load, kind, level)
         row["goodput_req_per_s"] = _goodput(row, spec.objective.slo)
         value = row.get(metric)
+        slo = spec.objective.slo
+        given = any(getattr(slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
         out[(kind, level)] = LevelForecast(None if value is None or isinstance(value, list) or math.isnan(value)
-                                           else float(value), row["duration_s"])
+                                           else float(value), row["duration_s"], _meets(row, slo, []) if given else None)
     return out
 
 

@@ -44,11 +44,13 @@ MAX_HALVINGS = 3
 
 @dataclass(frozen=True)
 class LevelForecast:
-    """The twin's forecast of one load level: ``value`` in the objective's unit (None: not forecast) and
-    ``duration_s``, the modelled seconds its load point takes."""
+    """The twin's forecast of one load level: ``value`` in the objective's unit (None: not forecast),
+    ``duration_s``, the modelled seconds its load point takes, and ``slo_met``, whether the twin's point meets the
+    objective's SLOs (None: no SLO set)."""
 
     value: float | None
     duration_s: float
+    slo_met: bool | None = None
 
 
 def twin_bound(forecast: float, error: float) -> float:
