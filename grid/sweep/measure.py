@@ -27,9 +27,9 @@ from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
+from grid.sweep.levels import Capacity, LevelForecast, Levels
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
 from grid.sweep.samplers import SamplerContext, make_samplers
-from grid.sweep.levels import Capacity, LevelForecast, Levels
 from grid.sweep.space import TrialPlan
 
 log = logging.getLogger("grid.measure")
@@ -372,8 +372,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     for index, point, skip in levels:
         if stopped is not None and levels.capacity is not None:
             break  # the server broke: no further probe
-        row = {**base, "point_index": index,
-               "repeat_index": 0 if levels.capacity is not None else index // per_repeat, "point_kind": point.kind,
+        repeat = 0 if levels.capacity is not None else index // per_repeat  # capacity probes are not repeated
+        row = {**base, "point_index": index, "repeat_index": repeat, "point_kind": point.kind,
                "point_value": point.value,
                "num_prompts": point.num_prompts, "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
@@ -407,7 +407,7 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
         levels.record(point, status, row.get("slo_met"), row.get(levels.metric) if levels.metric else None)
         tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
-                                           point_index=index, repeat_index=index // per_repeat)
+                                           point_index=index, repeat_index=repeat)
         fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
                                    load.stall_timeout_s, load.read_timeout_s)
         first_error = next((r for r in outcome.records if r.status != "ok"), None)

@@ -183,5 +183,7 @@ def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
     assert len(probes) == 10 or cap is None or above is None or above - cap <= 0.05 * cap
     # the report's score is the highest rate that held
     requests = read_table(tmp_path, "requests").to_pylist()
+    assert {r["repeat_index"] for r in requests} == {0} and {r["repeat_index"] for r in rows} == {0}
+    assert sorted({r["point_index"] for r in requests}) == list(range(len(rows)))
     verdict = rank(rejudge(rows, requests, spec.objective.slo), spec.objective)[0]
     assert verdict.score == cap
