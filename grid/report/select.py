@@ -234,6 +234,9 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
         by = f"from {fmt_score(before)} at {level_name(prev)}"
     else:
         return None
+    if obj.metric == "point_value":  # capacity: every probe held the SLOs; the bisection ran out of probes
+        return (f"the SLOs held at every rate probed, up to {level_name(best)}: the capacity may lie beyond; raise "
+                "objective.capacity_max_probes")
     knob = _LOAD_FIELD.get(kind or "", "load.concurrency")
     return (f"{obj.noun} still rising at the highest level tested ({level_name(best)}, {by}): the peak may lie beyond; "
             f"add higher {knob} levels")

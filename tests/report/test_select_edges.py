@@ -225,3 +225,11 @@ def test_points_skipped_by_early_stopping_are_named_with_their_reason():
     assert lost.reason == ("110 tok/s at concurrency 1 vs best 700 (-84.3%); not counted: concurrency 8: not_run "
                            "(early_stop_twin_bound: the twin's upper bound here, 400 tok/s (forecast 300 / (1 - 0.25)), "
                            "is below the best measured 700 tok/s)")
+
+
+def test_capacity_with_every_probe_held_says_to_probe_further():
+    rows = [pt("a", i, r, 100.0, kind="rate", tpot=5.0) for i, r in enumerate((4.2, 7.0, 14.0, 28.0))]
+    (best,) = rank(rows, ObjectiveSpec(kind="max_capacity", slo=SLOSpec(tpot_ms=8.0)))
+    assert best.score == 28.0 and best.reason.endswith(
+        "28.0 req/s; the SLOs held at every rate probed, up to 28 req/s: the capacity may lie beyond; raise "
+        "objective.capacity_max_probes")
