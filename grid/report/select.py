@@ -199,6 +199,16 @@ def _slo_misses(row: dict, slo) -> list[str]:
     return misses
 
 
+def meets_slos(row: Mapping[str, Any], slo) -> bool | None:
+    """Whether a measured load point counts under ``slo`` as :func:`rank` judges it: its status is ``ok`` and each
+    SLO's percentile value (``SLO_LATENCY_KEYS``, on rows from ``summarize`` or :func:`rejudge`) is within its
+    target. None when ``slo`` sets no target. (``slo_met``, the share of requests meeting each target, can differ from
+    this at the edge: a percentile interpolates between requests.)"""
+    if not slo_text(slo):
+        return None
+    return row.get("status") == "ok" and not _slo_misses(dict(row), slo)
+
+
 def _no_score(obj: Objective, slo) -> str:
     if obj.metric == "goodput_req_per_s" and not slo_text(slo):
         return "goodput needs an SLO (set objective.slo.ttft_ms, tpot_ms or e2e_ms)"

@@ -16,6 +16,7 @@ stopping across load levels (:func:`level_forecasts`, grid/sweep/levels.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -58,7 +59,12 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
     n = load.prompts_for(level) if math.isfinite(level) else load.prompts_for(load.min_prompts)
     reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len) for i in range(n)]
     if kind == "concurrency":
-        res = simulate(perf, [(0.0, r) for r in reqs], max_concurrency=int(level))
+        c = int(level)
+        waves = n // c if c > 0 and n % c == 0 else 1
+        key = (*_wave_key(perf, c * (load.input_len + load.output_len), c), c, load.input_len, load.output_len)
+        if key not in _WAVES:  # identical requests in a closed loop started together: identical waves
+            _WAVES[key] = simulate(perf, [(0.0, r) for r in reqs[: n // waves]], max_concurrency=c)
+        res = _repeat(_WAVES[key], waves)
     else:
         if seed is not None:
             from grid.loadgen.arrivals import send_offsets
@@ -142,6 +148,36 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
         out[(kind, level)] = LevelForecast(None if value is None or isinstance(value, list) or math.isnan(value)
                                            else float(value), row["duration_s"], _meets(row, slo, []) if given else None)
     return out
+
+
+#: Simulated waves by (configuration, concurrency, lengths). A closed loop of ``waves x c`` identical requests
+#: started together runs ``waves`` identical waves (each request of a wave finishes on the same step, and its
+#: successor starts then), so one wave is simulated and repeated. Waves are shared between configurations that
+#: the simulation cannot tell apart: the MoE runner flag is keyed as the kernel class it resolves to
+#: (``PerfModel.moe_runner_class``, the only thing the performance model reads of it), and the memory fraction as
+#: the KV pool and running-request cap it yields, each capped at what the wave can use (``c`` requests of
+#: ``input + output`` tokens; a larger pool or cap never binds). tests/unit/test_search.py checks the shortcut
+#: against a full simulation.
+_WAVES: dict[tuple, object] = {}
+_WAVES_MAX = 4096
+
+
+def _wave_key(perf, tokens: int, requests: int) -> tuple:
+    cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None)
+    if len(_WAVES) > _WAVES_MAX:
+        _WAVES.clear()
+    return (type(perf).__name__, perf.model.name, perf.hardware.name, cfg,
+            min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
+
+
+def _repeat(res, waves: int):
+    """``res`` (one wave's ``SimResult``) as ``waves`` back-to-back waves: the same per-request timings repeated,
+    ``waves`` times the duration."""
+    if waves <= 1:
+        return res
+    from grid.twin.simulate import SimResult
+
+    return SimResult(requests=list(res.requests) * waves, duration_s=res.duration_s * waves, steps=res.steps * waves)
 
 
 def _meets(row: dict, slo, reqs_ok: list[bool]) -> bool:

@@ -5,9 +5,9 @@ skip it; a skipped point is recorded ``not_run`` with its ``error_class`` (below
 the twin's forecast of its modelled duration in ``forecast_duration_s`` (summary.json counts the GPU-seconds saved):
 
 * ``early_stop_slo``: a lower level of the same kind (concurrency or request rate) of this configuration already
-  missed the SLOs (``slo_met`` false). A higher level only adds load: queueing delay, and with it every latency
+  missed the SLOs (as the report judges: grid.report.select.meets_slos). A higher level only adds load: queueing delay, and with it every latency
   percentile, does not fall as the offered load rises, so the higher level cannot meet them and cannot count. Without
-  SLOs (``slo_met`` null) the rule never fires.
+  SLOs the rule never fires.
 * ``early_stop_twin_bound``: the twin's upper bound at this level is below the best score measured so far (of any
   configuration of the run, and of this one's earlier points when ``load.repeats`` is 1). Only levels after the
   trial's first measured point: a launched configuration always measures something. The twin's relative error
@@ -17,7 +17,8 @@ the twin's forecast of its modelled duration in ``forecast_duration_s`` (summary
   (output tok/s, goodput); trace replays are never skipped by it.
 
 **Capacity** (objective ``max_capacity``): the highest open-loop request rate at which the SLOs hold. Each probe is
-a load point at one rate (SLOs hold: status ``ok`` and ``slo_met``); :func:`next_rate` chooses the next, bisecting the
+a load point at one rate (SLOs hold: status ``ok`` and every SLO's percentile within its target, as the report
+judges); :func:`next_rate` chooses the next, bisecting the
 bracket [highest rate that held, lowest rate above it that did not] until its width is within ``rel_tol`` of its
 lower end. SGLang's ``python -m sglang.auto_benchmark`` (sgl-project/sglang PR #21736) binary-searches the QPS the
 same way, relaunching the server for every QPS point; grid probes every rate on one launch.
@@ -189,7 +190,8 @@ class Levels:
         return f.duration_s if f is not None else None
 
     def record(self, point: Any, status: str, slo_met: bool | None, value: float | None) -> None:
-        """What a measured point gave: its status, ``slo_met`` and the objective's metric."""
+        """What a measured point gave: its status, whether it met the SLOs (None: no SLO set) and the objective's
+        metric."""
         self.measured += 1
         if self.capacity is not None:
             self.probes.append((float(point.value), status == "ok" and slo_met is True))

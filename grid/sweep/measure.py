@@ -20,8 +20,8 @@ from grid.engines.base import Engine
 from grid.loadgen.dataset import DatasetArgs, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
-from grid.metrics.loadpoint import SLO, load_point_status, summarize
-from grid.report.select import level_name
+from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
+from grid.report.select import level_name, meets_slos
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
@@ -405,9 +405,12 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             row.update(columns)
         row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
-        levels.record(point, status, row.get("slo_met"), row.get(levels.metric) if levels.metric else None)
-        tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
-                                           point_index=index, repeat_index=repeat)
+        point_requests = request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
+                                      point_index=index, repeat_index=repeat)
+        tables["requests"] += point_requests
+        judged = {**row, **slo_values(point_requests, row.get("duration_s"), slo)}  # as the report will judge it
+        levels.record(point, status, meets_slos(judged, spec.objective.slo),
+                      row.get(levels.metric) if levels.metric else None)
         fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
                                    load.stall_timeout_s, load.read_timeout_s)
         first_error = next((r for r in outcome.records if r.status != "ok"), None)

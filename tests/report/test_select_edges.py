@@ -233,3 +233,14 @@ def test_capacity_with_every_probe_held_says_to_probe_further():
     assert best.score == 28.0 and best.reason.endswith(
         "28.0 req/s; the SLOs held at every rate probed, up to 28 req/s: the capacity may lie beyond; raise "
         "objective.capacity_max_probes")
+
+
+def test_meets_slos_judges_as_rank_does():
+    from grid.report.select import meets_slos
+
+    row = pt("a", 0, 4.2, 250.0, kind="rate", tpot=7.99)
+    assert meets_slos(row, SLOSpec(tpot_ms=8.0)) is True
+    assert meets_slos({**row, "slo_met": False}, SLOSpec(tpot_ms=8.0)) is True      # the percentile decides
+    assert meets_slos(row, SLOSpec(tpot_ms=7.9)) is False
+    assert meets_slos({**row, "status": "partial"}, SLOSpec(tpot_ms=8.0)) is False
+    assert meets_slos(row, SLOSpec()) is None

@@ -161,7 +161,7 @@ def test_early_stop_skips_a_level_whose_twin_bound_is_below_the_best_recorded(tm
 
 
 def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
-    from grid.report.select import rank, rejudge
+    from grid.report.select import meets_slos, rank, rejudge
     from grid.search.predict import capacity_bracket, forecast
     from grid.sweep.levels import bracket, next_rate
 
@@ -173,8 +173,11 @@ def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
     lo, hi = capacity_bracket(spec, f.value)
     assert (lo, hi) == (4.2, 7.0)                 # 5.25 / 1.25, 5.25 / 0.75
     plan, rows, _ = run_one(spec)
-    # every recorded point is one probe, each the bisection's next step after the ones before it
-    probes = [(r["point_value"], r["status"] == "ok" and r["slo_met"] is True) for r in rows]
+    # every recorded point is one probe, each the bisection's next step after the ones before it, judged as the
+    # report judges the recorded requests
+    requests = read_table(tmp_path, "requests").to_pylist()
+    judged = rejudge(rows, requests, spec.objective.slo)
+    probes = [(r["point_value"], meets_slos(r, spec.objective.slo)) for r in judged]
     assert [r["point_kind"] for r in rows] == ["rate"] * len(rows) and rows[0]["point_value"] == 4.2
     for i, (rate, _) in enumerate(probes):
         assert rate == next_rate(probes[:i], lo, hi, 0.05, 10)
@@ -182,8 +185,7 @@ def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
     cap, above = bracket(probes)
     assert len(probes) == 10 or cap is None or above is None or above - cap <= 0.05 * cap
     # the report's score is the highest rate that held
-    requests = read_table(tmp_path, "requests").to_pylist()
     assert {r["repeat_index"] for r in requests} == {0} and {r["repeat_index"] for r in rows} == {0}
     assert sorted({r["point_index"] for r in requests}) == list(range(len(rows)))
-    verdict = rank(rejudge(rows, requests, spec.objective.slo), spec.objective)[0]
+    verdict = rank(judged, spec.objective)[0]
     assert verdict.score == cap
