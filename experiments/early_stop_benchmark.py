@@ -6,7 +6,7 @@ configuration and level, drawn from the twin's documented error (normal, sigma `
 output tok/s geometric-mean error, docs/twin.md), times run-to-run noise (sigma ``--noise``, default 1%:
 grid.report.select.TIE_PERCENT); a level meets the SLOs when the twin's point does. The configurations run one after
 another in the order the default search launches them (best forecast first) or in the sweep's order (``--order
-plan``), and before each level the same ``grid.sweep.levels.Levels`` a trial uses decides whether it runs. The
+plan``), and before each level the same ``grid.search.levels.Levels`` a trial uses decides whether it runs. The
 winner with early stopping is compared with the winner measuring every level on the same measured values.
 
 GPU-seconds: the twin's modelled startup plus the modelled duration of each level run, times ``hardware.gpu_count``;
@@ -24,13 +24,13 @@ import statistics
 import tempfile
 import time
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.loadgen.runner import LoadPoint
 from grid.report.select import OBJECTIVES
+from grid.search.levels import Levels
 from grid.search.plan import build
 from grid.search.predict import level_forecasts
-from grid.sweep.levels import Levels
 from grid.sweep.measure import TWIN_BOUND_METRICS
 from grid.sweep.space import expand
 

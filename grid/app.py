@@ -22,7 +22,8 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from grid.config.schema import ConfigError, RunSpec, load_run_spec
+from grid.compose import load_run_spec
+from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import EngineUnavailable, engine_class
 
 
@@ -122,10 +123,10 @@ def search_notes(searched: dict, left_out: set[str]) -> list[str]:
 
 
 def early_stop_note(rows: list[dict], gpu_count: int) -> str | None:
-    """The report's note on early stopping across load levels (grid/sweep/levels.py): how many load points it
+    """The report's note on early stopping across load levels (grid/search/levels.py): how many load points it
     skipped, of how many configurations, by rule, and the GPU-seconds saved (the twin's forecast durations times
     ``gpu_count``); None when it skipped nothing. Pure."""
-    from grid.sweep.levels import EARLY_STOP_SLO, EARLY_STOP_TWIN
+    from grid.search.levels import EARLY_STOP_SLO, EARLY_STOP_TWIN
 
     stopped = [r for r in rows if r.get("status") == "not_run" and r.get("error_class") in (EARLY_STOP_SLO,
                                                                                               EARLY_STOP_TWIN)]

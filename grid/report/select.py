@@ -22,6 +22,7 @@ from typing import Any, Callable
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
+from grid.plan import level_name
 from grid.server.logparse import error_headline
 
 
@@ -63,7 +64,7 @@ register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPO
                    points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)],
                    noun="median TPOT"))
 # The capacity: the highest open-loop request rate whose load point meets the SLOs. Its probes are chosen by bisection
-# while the trial runs (grid/sweep/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
+# while the trial runs (grid/search/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
 register(Objective("max_capacity", "point_value", True, "req/s",
                    "highest request rate (open loop, found by bisection){meeting}",
                    points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity"))
@@ -73,7 +74,7 @@ def describe_objectives() -> str:
     direction, unit, and what it means."""
     out = ["### objectives", "", "`objective.kind` (conf/objective/, registered in grid/report/select.py). A "
            "configuration's score is the best of its load points that meet the SLOs; `max_capacity`'s points are "
-           "the probes of a bisection over the request rate (grid/sweep/levels.py).", "",
+           "the probes of a bisection over the request rate (grid/search/levels.py).", "",
            "| kind | scored column | better | unit | meaning |", "|---|---|---|---|---|"]
     out += [f"| `{o.kind}` | `{o.metric}` | {'higher' if o.higher_is_better else 'lower'} | {o.unit} | "
             f"{o.describe.format(meeting=' meeting the SLOs')} |" for o in OBJECTIVES.values()]
@@ -81,18 +82,6 @@ def describe_objectives() -> str:
 
 
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
-
-
-def level_name(row: Mapping[str, Any]) -> str:
-    """A load point's level as users set it: ``concurrency 8``, ``1.5 req/s`` (``inf req/s``: all at once), or
-    ``level 8`` when the row does not say which kind it is."""
-    value = row["point_value"]
-    kind = row.get("point_kind")
-    if kind == "concurrency":
-        return f"concurrency {value:g}"
-    if kind == "rate":
-        return f"{value:g} req/s"
-    return f"level {value:g}"
 
 
 def _pct_label(percentile: float) -> str:

@@ -11,7 +11,7 @@ With objective ``max_capacity`` the load points are the twin's own capacity bise
 score is the highest rate at which the SLOs held.
 
 Used by the pre-run cost estimate (grid/search/plan.py), the search policies (grid/search/policy.py) and early
-stopping across load levels (:func:`level_forecasts`, grid/sweep/levels.py).
+stopping across load levels (:func:`level_forecasts`, grid/search/levels.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from grid.config.schema import RunSpec
 from grid.search.knowledge import twin_model
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,11 @@ TWIN_CAPACITY_MAX_PROBES = 30
 
 def capacity_probes(spec: RunSpec, plan: TrialPlan, perf, lo_bound: float = TWIN_CAPACITY_START,
                     hi_bound: float = TWIN_CAPACITY_START, max_probes: int = TWIN_CAPACITY_MAX_PROBES) -> list[dict]:
-    """A capacity bisection on the twin in virtual time (grid/sweep/levels.py ``next_rate``, bracket ``lo_bound`` ..
+    """A capacity bisection on the twin in virtual time (grid/search/levels.py ``next_rate``, bracket ``lo_bound`` ..
     ``hi_bound`` req/s, ``objective.capacity_rel_tol``): one row per probe rate, each with ``slo_held``. Probe ``i``
     sends on the load's arrival schedule seeded ``load.seed * 1000 + i``, as the trial's probe ``i`` does
     (grid.sweep.measure.level_plan)."""
-    from grid.sweep.levels import next_rate
+    from grid.search.levels import next_rate
 
     slo = spec.objective.slo
     rows: list[dict] = []
@@ -126,11 +126,11 @@ def capacity_bracket(spec: RunSpec, capacity: float) -> tuple[float, float]:
 
 
 def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
-    """(point kind, level) -> ``grid.sweep.levels.LevelForecast`` of each concurrency level and request rate of
+    """(point kind, level) -> ``grid.search.levels.LevelForecast`` of each concurrency level and request rate of
     ``plan`` (the objective's metric, e.g. output tok/s, and the modelled seconds of its point); {} when the twin
     refuses the configuration. For early stopping across load levels."""
     from grid.report.select import OBJECTIVES
-    from grid.sweep.levels import LevelForecast
+    from grid.search.levels import LevelForecast
 
     perf = twin_model(spec, plan.settings, version)
     if perf is None:

@@ -8,9 +8,11 @@
 * ``objective``, ``search``: the objective kind and search kind;
 * ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
   refused before launch, those the failure table says fail here, and those the search left out;
-* ``early_stopped_points`` / ``early_stop_gpu_seconds_saved``: load points early stopping skipped (grid/sweep/levels.py)
+* ``early_stopped_points`` / ``early_stop_gpu_seconds_saved``: load points early stopping skipped (grid/search/levels.py)
   and what they would have cost: the twin's forecast of their modelled durations (``forecast_duration_s``) times
   ``hardware.gpu_count``.
+
+Its keys, with types and units, are listed once in grid/storage/summary.py ``SUMMARY_FIELDS`` (docs/schema.md).
 """
 
 from __future__ import annotations
@@ -18,34 +20,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Iterable, Mapping
-
-
-#: Every key of summary.json: (key, JSON type, unit, meaning). docs/schema.md shows this table.
-SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
-    ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),
-    ("gpu_seconds", "float", "GPU-s", "sum over launches of recorded startup (the twin's modelled startup when the "
-     "server never became ready) plus the modelled duration of each load point run, times hardware.gpu_count"),
-    ("best_label", "string", "", "label of the best configuration (null: none ranked)"),
-    ("best_value", "float", "objective's unit", "its score under the objective"),
-    ("objective", "string", "", "objective.kind"),
-    ("search", "string", "", "search.kind"),
-    ("configurations", "int", "", "configurations in the sweep"),
-    ("refused", "int", "", "configurations refused before launch (recorded invalid / refused, no launch)"),
-    ("known_to_fail", "int", "", "configurations a failure-table row says fail on this hardware"),
-    ("not_run", "int", "", "configurations the search chose not to launch (search.json says why)"),
-    ("early_stopped_points", "int", "load points", "load points skipped by early stopping (status not_run, "
-     "error_class early_stop_slo | early_stop_twin_bound)"),
-    ("early_stop_gpu_seconds_saved", "float", "GPU-s", "the twin's forecast of those points' modelled durations "
-     "(forecast_duration_s), times hardware.gpu_count"),
-)
-
-
-def describe_summary() -> str:
-    """Markdown table of summary.json's keys."""
-    out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
-           "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
-    out += [f"| `{k}` | {t} | {u} | {d.replace('|', chr(92) + '|')} |" for k, t, u, d in SUMMARY_FIELDS]
-    return "\n".join(out) + "\n"
 
 
 def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -70,7 +44,7 @@ def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: st
               configurations: int, refused: int = 0, known_to_fail: int = 0, not_run: int = 0,
               modelled_startup_s: Mapping[str, float] | None = None) -> dict:
     """The summary of a run from its load-point rows and the report's verdicts (grid.report.select.rank)."""
-    from grid.sweep.levels import EARLY_STOP_CLASSES
+    from grid.search.levels import EARLY_STOP_CLASSES
 
     seconds = launch_seconds(rows, modelled_startup_s)
     best = next((v for v in verdicts if v.outcome == "best"), None)

@@ -210,7 +210,7 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
      "measured"),
     ("bottleneck_evidence", "string", "", "the evidence behind the verdict, then the reason"),
     ("skip_reason", "string", "", "why a not_run point was skipped by early stopping (error_class early_stop_slo | "
-     "early_stop_twin_bound, grid/sweep/levels.py); null otherwise"),
+     "early_stop_twin_bound, grid/search/levels.py); null otherwise"),
     ("forecast_duration_s", "float64", "s", "a point skipped by early stopping: the twin's forecast of its modelled "
      "duration (the time saved; summary.json early_stop_gpu_seconds_saved); null otherwise"),
 ]
@@ -405,10 +405,7 @@ def describe_schema() -> str:
             desc = meta["description"].replace("|", "\\|")
             out.append(f"| `{f.name}` | {f.type} | {meta['unit']} | {desc} |")
         out.append("")
-    from grid.report.select import describe_objectives
-    from grid.search.plan import describe_cost
-    from grid.search.summary import describe_summary
+    from grid.storage.summary import describe_summary
     from grid.storage.vocabulary import describe_vocabulary
 
-    return "\n".join(out) + "\n" + "\n".join((describe_objectives(), describe_cost(), describe_summary(),
-                                             describe_vocabulary()))
+    return "\n".join(out) + "\n" + describe_summary() + "\n" + describe_vocabulary()

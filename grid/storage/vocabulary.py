@@ -35,7 +35,7 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("load_points.status", "not_run", "not measured: the trial ended before it (its `error_class` is the trial's), "
                                       "or early stopping skipped it (`error_class` early_stop_slo or "
                                       "early_stop_twin_bound, `skip_reason`)"),
-    # load_points.error_class of points skipped by early stopping (grid/sweep/levels.py, search.early_stop)
+    # load_points.error_class of points skipped by early stopping (grid/search/levels.py, search.early_stop)
     ("load_points.error_class", "early_stop_slo", "not_run: a lower level of the same kind already missed the SLOs "
                                                   "(latency does not fall as load rises); `skip_reason` names it"),
     ("load_points.error_class", "early_stop_twin_bound", "not_run: the twin's upper bound at this level (forecast / "

@@ -1,9 +1,9 @@
-"""Early stopping across load levels and the capacity bisection (grid/sweep/levels.py, pure), on recorded values."""
+"""Early stopping across load levels and the capacity bisection (grid/search/levels.py, pure), on recorded values."""
 
 import pytest
 
 from grid.loadgen.runner import LoadPoint
-from grid.sweep.levels import (EARLY_STOP_SLO, EARLY_STOP_TWIN, Capacity, LevelForecast, Levels, bracket, next_rate,
+from grid.search.levels import (EARLY_STOP_SLO, EARLY_STOP_TWIN, Capacity, LevelForecast, Levels, bracket, next_rate,
                                skip_reason, twin_bound)
 
 
