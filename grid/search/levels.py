@@ -149,7 +149,7 @@ class Capacity:
 @dataclass
 class Levels:
     """A trial's load points in order, each with the reason to skip it (None: run it). Call :meth:`record` with each
-    point run before asking for the next. ``points``: the fixed points (grid.sweep.measure.load_points), unused when
+    point run before asking for the next. ``points``: the fixed points (grid.plan.load_points), unused when
     ``capacity`` is set (the probes are chosen as they go); ``forecasts``: (kind, value) -> the twin's forecast
     (empty: no twin-bound rule); ``best``: the best score other configurations measured (None: none);
     ``own_best``: whether this configuration's own points raise ``best`` (``load.repeats`` is 1)."""
