@@ -238,7 +238,7 @@ class SearchSpec(_Spec):
     twin_bound_error: float = Field(0.25, ge=0, lt=1, description="the twin's largest relative error below a "
                                     "measurement, (twin - measured) / measured >= -this: its upper bound is forecast / "
                                     "(1 - this); default: beyond every output tok/s row of docs/twin.md, the lowest "
-                                    "being -22.3% (held out, dc-h200-70b-tp4-burst)")
+                                    "being -19.6% (held out, sglang PR #10404, Qwen3-Next TP2)")
 
 
 class RunSpec(_Spec):
