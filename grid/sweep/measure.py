@@ -20,8 +20,9 @@ from grid.engines.base import Engine, LaunchPlan
 from grid.loadgen.dataset import DatasetArgs, PromptForm, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
-from grid.metrics.loadpoint import SLO, load_point_status, summarize
+from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
+from grid.report.select import meets_slos
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
 from grid.server.infra import GuardedServer, infra_verdict
@@ -29,6 +30,7 @@ from grid.server.session import redact_secrets
 from grid.server.statuses import RequestErrorClass, TrialErrorClass, TrialStatus
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
+from grid.search.levels import Capacity, LevelForecast, Levels
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
 from grid.sweep.samplers import Sampler, SamplerContext, make_samplers
 
@@ -48,6 +50,67 @@ CHECK_TIMEOUT_S = 20.0
 CHECK_MIN_REAL_S = 2.0
 CHECK_INPUT_TOKENS = 16
 CHECK_OUTPUT_TOKENS = 4
+
+
+def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | None | str = "read") -> Levels:
+    """The trial's load levels (grid/search/levels.py): the fixed points of :func:`load_points`, or with objective
+    ``max_capacity`` the bisection over the request rate, bracketed by the twin's forecast capacity ``c`` widened by
+    its error ``e`` (``search.twin_bound_error``): [c / (1 + e), c / (1 - e)] req/s (without a forecast, from the
+    highest ``load.request_rate``, else 1 req/s). Early stopping (``search.early_stop``) gets the twin's per-level
+    forecasts and ``best``, the best score recorded in the run directory (``"read"``: read it there; None: none).
+    The twin-bound rule applies to higher-is-better objectives the twin forecasts per level (output tok/s, goodput)
+    and never to an external engine (there is no hardware to model)."""
+    from grid.report.select import OBJECTIVES
+    from grid.search.predict import Forecast, capacity_bracket, forecast, level_forecasts
+
+    load = plan.load
+    obj = OBJECTIVES[spec.objective.kind]
+    s = spec.search
+    external = getattr(engine, "external", False)
+    if spec.objective.kind == "max_capacity":
+        f: Forecast | None = None if external else forecast(spec, plan, engine.version())
+        c = f.value if f is not None else None
+        if c is None:
+            lo = hi = max(load.request_rate, default=1.0)
+        else:
+            lo, hi = capacity_bracket(spec, c)
+
+        def probe(index: int, rate: float) -> LoadPoint:
+            return LoadPoint("rate", rate, load.prompts_for(rate), warmup_requests=load.warmup_requests,
+                             seed=load.seed * 1000 + index, arrival=load.arrival, burstiness=load.burstiness,
+                             max_concurrency=load.max_concurrency)
+
+        return Levels([], capacity=Capacity(lo, hi, spec.objective.capacity_rel_tol,
+                                            spec.objective.capacity_max_probes, probe))
+    points = load_points(plan)
+    bounded = s.early_stop and not external and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
+    forecasts = level_forecasts(spec, plan, engine.version()) if s.early_stop and not external else {}
+    known: float | None = None  # the best to beat (the twin-bound rule only)
+    if not bounded:  # the durations still say what a skipped point saves
+        forecasts = {k: LevelForecast(None, f.duration_s) for k, f in forecasts.items()}
+    elif best == "read":
+        known = recorded_best(spec, exclude=plan.config_hash)
+    elif not isinstance(best, str):
+        known = best
+    return Levels(points, early_stop=s.early_stop, forecasts=forecasts, best=known, error=s.twin_bound_error,
+                  unit=obj.unit, own_best=load.repeats == 1, metric=obj.metric if bounded else None)
+
+
+#: Objective metrics the twin forecasts per load level (grid.search.predict.level_forecasts) for the twin-bound rule.
+TWIN_BOUND_METRICS = ("output_tok_per_s", "goodput_req_per_s")
+
+
+def recorded_best(spec: RunSpec, exclude: str | None = None) -> float | None:
+    """The best score (higher is better) of the configurations recorded in the run directory, judged as the report
+    judges them (grid.search.measured.scores); None when none scored."""
+    from grid.search.measured import scores
+
+    try:
+        values = [v for h, v in scores(spec).items() if v is not None and h != exclude]
+    except (OSError, ValueError, KeyError) as err:  # nothing readable yet: no best
+        log.debug("no recorded best: %s", err)
+        return None
+    return max(values) if values else None
 
 
 def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:
@@ -298,6 +361,7 @@ class TrialContext:
     node: dict[str, Any]
     target: Target
     secrets: tuple[str, ...]
+    slo: SLO
 
     @classmethod
     def of(cls, spec: RunSpec, engine: Engine, plan: TrialPlan, server: GuardedServer, trial_id: str,
@@ -305,7 +369,9 @@ class TrialContext:
         api_key = spec.engine.api_key
         target = Target(start.result.base_url, spec.engine.api, engine.served_model(), api_key,
                         start.launch.time_scale)
-        return cls(spec, engine, plan, server, trial_id, start, node, target, (api_key,) if api_key else ())
+        slo = spec.objective.slo
+        return cls(spec, engine, plan, server, trial_id, start, node, target, (api_key,) if api_key else (),
+                   SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile))
 
     @property
     def up(self) -> bool:
@@ -370,14 +436,16 @@ class TimeoutNotes:
 
 
 def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] | None = None) -> TrialRun:
-    """Measure every load point on the launched server, in order (:func:`run_point`), judging the server after each
-    (:func:`classify_fault`). After a point that broke the server, and for a server that never came up, the
-    remaining points are recorded ``not_run``. Each row goes to ``on_point`` as soon as it is measured."""
+    """Measure the trial's load levels on the launched server, in order (:func:`level_plan`: the fixed points, or
+    the capacity bisection; early stopping may skip levels), each with :func:`run_point`, judging the server after
+    each (:func:`classify_fault`). After a point that broke the server, and for a server that never came up, the
+    remaining points are recorded ``not_run``; a skipped level is ``not_run`` with the rule's class and reason.
+    Each row goes to ``on_point`` as soon as it is measured."""
     spec, plan, load = trial.spec, trial.plan, trial.plan.load
     base = _trial_columns(trial)
     verdict = TrialVerdict.of_launch(trial.start.result, trial.start.infra_notes, trial.secrets)
-    points = load_points(plan)
-    per_repeat = len(points) // load.repeats
+    levels = level_plan(spec, trial.engine, plan) if trial.up else Levels(load_points(plan), early_stop=False)
+    per_repeat = max(1, len(levels.points) // load.repeats)
     rows: list[dict[str, Any]] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict[str, Any]]] = {"requests": []}
@@ -392,18 +460,29 @@ def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] |
         plan.config_hash, trial.trial_id, spec.hardware))
     stopped: str | None = None if trial.up else "not_run"
     timeouts = TimeoutNotes()
-    for index, point in enumerate(points):
-        row = {**base, **verdict.columns(), "point_index": index, "repeat_index": index // per_repeat,
+    for index, point, skip in levels:
+        if stopped is not None and levels.capacity is not None:
+            break  # the server broke: no further probe
+        repeat = 0 if levels.capacity is not None else index // per_repeat  # capacity probes are not repeated
+        row = {**base, **verdict.columns(), "point_index": index, "repeat_index": repeat,
                "point_kind": point.kind, "point_value": point.value, "num_prompts": point.num_prompts,
                "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
             rows.append({**row, "status": "not_run", "error_class": verdict.error_class,
                          "finished_unix_ns": time.time_ns()})
             continue
+        if skip is not None:
+            log.info("%s: %s not run: %s", plan.label, level_name(row), skip[1])
+            rows.append({**row, "status": "not_run", "error_class": skip[0], "skip_reason": skip[1],
+                         "forecast_duration_s": levels.forecast_s(point), "finished_unix_ns": time.time_ns()})
+            continue
         measured = run_point(trial, index, point, row, samplers, form)
         for table, sampled in measured.sampled:
             tables.setdefault(table, []).extend(sampled)
         tables["requests"] += measured.requests
+        judged = {**row, **slo_values(measured.requests, row.get("duration_s"), trial.slo)}  # as the report judges
+        levels.record(point, row["status"], meets_slos(judged, spec.objective.slo),
+                      row.get(levels.metric) if levels.metric else None)
         if measured.failure is not None:
             point_errors.append(measured.failure)
         verdict, stopped = classify_fault(trial, index, point, row, measured, verdict, timeouts)
@@ -434,7 +513,6 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     """Send load point ``index`` (its seeded prompts, built in ``form``) while the samplers record, and fill ``row``
     with its metrics, status, sampler columns and bottleneck diagnosis (grid/diagnosis/rules.py)."""
     spec, load, scale = trial.spec, trial.plan.load, trial.target.time_scale
-    slo_spec = spec.objective.slo
     prompts = build_dataset(load.dataset, DatasetArgs(
         point.num_prompts + point.warmup_requests + point.wave_warmup, load.input_len, load.output_len,
         load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
@@ -445,8 +523,7 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     outcome = run_load_point_sync(
         trial.target, point, prompts, read_timeout_s=load.read_timeout_s / scale,
         stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / scale)
-    summary: dict[str, Any] = summarize(outcome, SLO(slo_spec.ttft_ms, slo_spec.tpot_ms, slo_spec.e2e_ms,
-                                                     slo_spec.percentile))
+    summary: dict[str, Any] = summarize(outcome, trial.slo)
     status, error_class = _point_status(summary)
     row.update(summary)
     sampled: list[tuple[str, list[dict[str, Any]]]] = []
