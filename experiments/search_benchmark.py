@@ -35,15 +35,49 @@ def load_spec(overrides: list[str], run_dir: str):
     return compose_spec(overrides, run_dir)
 
 
-def measured_scores(cands, seed: int, bias: float, noise: float) -> dict[str, float | None]:
-    """The benchmark's stand-in for measurement: forecast x (1 + per-configuration bias) x (1 + noise)."""
+#: Sigma of a configuration's own residual in ``--bias-mode flags`` (default of ``--residual``): the scatter of one
+#: mechanism's error across conditions, the sample standard deviation of the E1 CUTLASS rows c1 / c8 / c32 / c64
+#: (+0.8 / +0.1 / -1.7 / +1.4%, docs/twin.md section 1) = 1.34%.
+RESIDUAL_SIGMA = 0.0134
+
+
+def swept_values(cands) -> dict[str, list]:
+    """The swept settings of ``cands`` (keys whose value differs) and their values."""
+    keys = sorted({k for c in cands for k in (c.settings or {})})
+    out = {}
+    for k in keys:
+        values = sorted({repr((c.settings or {}).get(k)) for c in cands})
+        if len(values) > 1:
+            out[k] = values
+    return out
+
+
+def measured_scores(cands, seed: int, bias: float, noise: float, mode: str = "config",
+                    residual: float = RESIDUAL_SIGMA) -> dict[str, float | None]:
+    """The benchmark's stand-in for measurement: forecast x (1 + bias) x (1 + noise), noise normal with sigma
+    ``noise``, seeded per configuration.
+
+    * ``mode="config"``: the bias is independent per configuration, normal with sigma ``bias``;
+    * ``mode="flags"``: the bias is the sum of one term per swept flag value (shared by every configuration with that
+      value; normal, sigma ``sqrt((bias^2 - residual^2) / k)`` for ``k`` swept flags) and the configuration's own
+      residual (sigma ``residual``): a configuration's bias still has sigma ``bias`` in all.
+    """
+    swept = swept_values(cands)
+    s_flag = ((bias ** 2 - residual ** 2) / max(1, len(swept))) ** 0.5 if mode == "flags" else 0.0
     out = {}
     for c in cands:
         if c.refused or c.known_to_fail or c.forecast is None:
             out[c.config_hash] = None
             continue
         rng = random.Random(f"{seed}:{c.config_hash}")
-        out[c.config_hash] = c.forecast * (1 + rng.gauss(0, bias)) * (1 + rng.gauss(0, noise))
+        if mode == "config":
+            b = rng.gauss(0, bias)
+        elif mode == "flags":
+            b = rng.gauss(0, residual) + sum(
+                random.Random(f"{seed}:{k}={(c.settings or {}).get(k)!r}").gauss(0, s_flag) for k in swept)
+        else:
+            raise ValueError(f"bias mode {mode!r}; allowed: config, flags")
+        out[c.config_hash] = c.forecast * (1 + b) * (1 + rng.gauss(0, noise))
     return out
 
 

@@ -224,7 +224,11 @@ class SearchSpec(_Spec):
                               "held-out output tok/s geometric-mean error, docs/twin.md")
     spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
                           "default: grid.report.select.TIE_PERCENT")
-    seed: int = Field(0, description="seed of a model-based search's sampler (optuna)")
+    tolerance: float = Field(0.03, ge=0, description="twin_guided stops when no configuration left is likely to beat "
+                             "the best measured score by more than this (relative)")
+    risk: float = Field(0.1, gt=0, lt=1, description="twin_guided stops when the probability that one does is below "
+                        "this (grid/search/residuals.py p_any_beats)")
+    seed: int = Field(0, description="seed of a model-based search's sampler (optuna) and of twin_guided's draws")
 
 
 class RunSpec(_Spec):

@@ -52,7 +52,7 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
     budget = Budget(s.max_launches, None if s.max_gpu_hours is None else s.max_gpu_hours * 3600)
     policy = SEARCHES[s.kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
                                      try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread,
-                                     seed=s.seed)
+                                     seed=s.seed, tolerance=s.tolerance, risk=s.risk)
     return SearchPlan(plans, known, forecasts, policy)
 
 
@@ -62,7 +62,8 @@ def expected_launches(sp: SearchPlan) -> list[str]:
                                                                        sp.policy.budget.max_gpu_s),
                             higher_is_better=sp.policy.higher_is_better,
                             try_known_failures=sp.policy.try_known_failures, twin_error=sp.policy.twin_error,
-                            spread=sp.policy.spread, seed=sp.policy.seed)
+                            spread=sp.policy.spread, seed=sp.policy.seed, tolerance=sp.policy.tolerance,
+                            risk=sp.policy.risk)
     launched = []
     while True:
         h = trial.next()
