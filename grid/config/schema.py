@@ -218,6 +218,8 @@ class SearchSpec(_Spec):
     kind: str = "exhaustive"
     max_launches: int | None = Field(None, ge=1, description="launches at most (refusals are not launches)")
     max_gpu_hours: float | None = Field(None, gt=0, description="modelled GPU-hours at most (startup + load, all GPUs)")
+    max_gpu_fraction: float | None = Field(None, gt=0, le=1, description="modelled GPU-seconds at most, as a share of "
+                                           "what launching every configuration not refused would take (exhaustive)")
     try_known_failures: bool = Field(False, description="run configurations the failure table says fail here first, "
                                                         "not last (and not skip them when a budget runs out)")
     twin_error: float = Field(0.074, ge=0, description="relative error of the twin's score (twin_guided); default: "

@@ -53,7 +53,8 @@ class Budget:
         if self.max_launches is not None and self.launches + 1 > self.max_launches:
             return f"search.max_launches={self.max_launches} reached"
         if self.max_gpu_s is not None and self.gpu_s + c.gpu_s > self.max_gpu_s:
-            return (f"search.max_gpu_hours={self.max_gpu_s / 3600:g} would be exceeded "
+            return (f"the GPU budget of {self.max_gpu_s / 3600:g} GPU-hours (search.max_gpu_hours / "
+                    f"search.max_gpu_fraction) would be exceeded "
                     f"({(self.gpu_s + c.gpu_s) / 3600:.2f} GPU-hours with it)")
         return None
 

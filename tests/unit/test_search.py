@@ -127,6 +127,18 @@ def test_twin_ranked_stops_when_the_next_cannot_beat_the_best():
     assert drain(z, {}) == ["x", "k"]
 
 
+def test_max_gpu_fraction_is_a_share_of_every_launch_not_refused(tmp_path):
+    from grid.search.plan import max_gpu_s
+
+    spec = spec_for(["search.max_gpu_fraction=0.2", "search.max_gpu_hours=1"], tmp_path)
+    cands = [c("a", 1.0, gpu_s=10_000.0), c("k", 1.0, fail=True, gpu_s=5_000.0), c("r", refused=True, gpu_s=9e9)]
+    assert max_gpu_s(spec.search, cands) == 3000.0  # 0.2 x 15,000 (the refusal costs nothing) < 1 GPU-hour
+    assert max_gpu_s(spec.search.model_copy(update={"max_gpu_hours": 0.5}), cands) == 1800.0
+    assert max_gpu_s(spec.search.model_copy(update={"max_gpu_hours": None, "max_gpu_fraction": None}), cands) is None
+    with pytest.raises(ConfigError, match="max_gpu_fraction"):
+        spec_for(["search.max_gpu_fraction=1.5"], tmp_path)
+
+
 def test_unknown_search_kind_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="search.kind: unknown search .nope.; allowed: exhaustive, optuna, twin_guided, twin_ranked"):
         spec_for(["search.kind=nope"], tmp_path)
@@ -221,7 +233,7 @@ def test_twin_guided_cheaper_first_lower_is_better_and_budget():
     assert TwinGuided(low, Budget(), higher_is_better=False).next() == "fast"
     p = TwinGuided(space()[0], Budget(max_gpu_s=250.0), twin_error=0.074, spread=0.01)
     drain(p, space()[1])
-    assert p.budget.gpu_s <= 250.0 and any(v.startswith("search.max_gpu_hours") for v in p.skipped.values())
+    assert p.budget.gpu_s <= 250.0 and any(v.startswith("the GPU budget of 0.0694444 GPU-hours") for v in p.skipped.values())
     # nothing measured a score yet: known failures and unforecast configurations still run
     z = TwinGuided([Candidate("x", forecast=5.0, settings={"f": 1}), Candidate("k", known_to_fail=True, forecast=9.0,
                                                                               settings={"f": 2})], Budget())
