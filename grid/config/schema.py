@@ -211,9 +211,10 @@ class RaySpec(_Spec):
 
 
 class SearchSpec(_Spec):
-    """How the configurations of the sweep are chosen (grid/search/, registered by ``kind``): ``exhaustive`` runs every
-    one, ``twin_guided`` ranks them on the twin first and measures only the promising ones. Refused configurations
-    are never launched and never count against a budget."""
+    """How the configurations of the sweep are chosen (grid/search/, registered by ``kind``; docs/search.md):
+    ``exhaustive`` runs every one, ``twin_guided`` ranks them on the twin, learns the twin's error per flag value from
+    what it measures and stops when nothing left is likely to win, ``twin_ranked`` measures in forecast order,
+    ``optuna`` runs Optuna's TPE. Refused configurations are never launched and never count against a budget."""
 
     kind: str = "exhaustive"
     max_launches: int | None = Field(None, ge=1, description="launches at most (refusals are not launches)")
@@ -222,9 +223,9 @@ class SearchSpec(_Spec):
                                            "what launching every configuration not refused would take (exhaustive)")
     try_known_failures: bool = Field(False, description="run configurations the failure table says fail here first, "
                                                         "not last (and not skip them when a budget runs out)")
-    twin_error: float = Field(0.074, ge=0, description="relative error of the twin's score (twin_guided); default: "
+    twin_error: float = Field(0.074, ge=0, description="relative error of the twin's score (twin_guided, twin_ranked); default: "
                               "held-out output tok/s geometric-mean error, docs/twin.md")
-    spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
+    spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided, twin_ranked); "
                           "default: grid.report.select.TIE_PERCENT")
     tolerance: float = Field(0.03, ge=0, description="twin_guided stops when no configuration left is likely to beat "
                              "the best measured score by more than this (relative)")

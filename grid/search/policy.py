@@ -3,14 +3,19 @@ say which to run next, and stop.
 
 * ``exhaustive``: every configuration, in order (refused ones first: recorded without a launch; known failures last,
   or first with ``try_known_failures``); budgets (``max_launches``, ``max_gpu_hours``) still stop it.
-* ``twin_guided``: configurations the twin expects to run, best forecast first; after each measurement, the next
-  candidate runs only if it could still beat the best measured score by more than the spread: its forecast, scaled
-  by the measured/forecast ratio of the configurations measured so far (the twin's bias on this model and hardware),
-  widened by ``z`` times ``twin_error`` (``z`` grows with the number of candidates, :class:`TwinGuided`), must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
+* ``twin_guided`` (:class:`TwinGuided`): configurations the twin expects to run, the highest expected improvement
+  per GPU-second first, under a model of the twin's error per flag value learned from the measured/forecast residuals
+  (grid/search/residuals.py); stops when the probability that one left beats the best measured score by more than
+  ``tolerance`` is below ``risk`` (docs/search.md).
+* ``twin_ranked`` (:class:`TwinRanked`): configurations the twin expects to run, best forecast first; after each
+  measurement, the next candidate runs only if it could still beat the best measured score by more than the spread:
+  its forecast, scaled by the measured/forecast ratio of the configurations measured so far (the twin's bias on this
+  model and hardware), widened by ``z`` times ``twin_error`` (``z`` grows with the number of candidates,
+  :class:`TwinRanked`), must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
   objective). Known failures run only when nothing else is left and no budget stops it, or first with
   ``try_known_failures``.
 
-Refused configurations are issued first by both (they cost nothing: ``Engine.refuse`` records them) and are never
+Refused configurations are issued first by all (they cost nothing: ``Engine.refuse`` records them) and are never
 counted against a budget. ``next()`` returns a config hash, :data:`WAIT` (a decision needs a result still running)
 or :data:`DONE`; ``skipped`` maps every configuration left out to the reason.
 """

@@ -7,7 +7,7 @@ spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concur
 modelled. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are not modelled:
 their prompts are known only when the load runs).
 
-Used by the pre-run cost estimate (grid/search/cost.py) and by the ``twin_guided`` search (grid/search/twin_guided.py).
+Used by the pre-run cost estimate (grid/search/plan.py) and by the twin-based searches (grid/search/policy.py).
 """
 
 from __future__ import annotations
