@@ -170,6 +170,17 @@ SETTINGS: dict[str, Setting] = {
         _s("stream_interval", int, "--stream-interval", "decode steps per streamed chunk", minimum=1),
         _s("decode_log_interval", int, "--decode-log-interval", "decode steps per log line", minimum=1),
         _s("random_seed", int, "--random-seed", "sampling seed"),
+        # pipeline parallelism and speculative decoding (the twin models them: grid/twin/pipeline.py, speculative.py)
+        _s("pp_size", int, "--pp-size", "pipeline parallel size (stages of consecutive layers)", minimum=1),
+        _s("disable_overlap_schedule", bool, "--disable-overlap-schedule",
+           "turn off the overlap scheduler (required with pp_size > 1)"),
+        _s("speculative_algorithm", str, "--speculative-algorithm", "speculative decoding: EAGLE, EAGLE3, NEXTN, ..."),
+        _s("speculative_num_steps", int, "--speculative-num-steps", "draft steps per verify", minimum=1),
+        _s("speculative_eagle_topk", int, "--speculative-eagle-topk", "draft branching per step", minimum=1),
+        _s("speculative_num_draft_tokens", int, "--speculative-num-draft-tokens", "tokens verified per iteration",
+           minimum=1),
+        _s("disaggregation_mode", str, "--disaggregation-mode", "prefill/decode disaggregation role (null = off)"),
+        _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1),
     ]
 }
 

@@ -78,7 +78,8 @@ def single_stream_step_s(spec, flags: list[str], version: str, context_tokens: i
     try:
         args = cli.parse_args(["--model-path", "m", *flags], version)
         cli.resolve_args(args, spec.model)
-        perf = PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+        perf = PerfModel(spec.model, spec.hardware, cfg)
         return perf.decode_step_s(1, context_tokens)
     except (SystemExit, ValueError, AssertionError):
         return None

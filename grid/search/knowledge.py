@@ -50,7 +50,8 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
     try:
         args = cli.parse_args(["--model-path", "m", *to_argv(settings, parse_version(version))], version)
         cli.resolve_args(args, spec.model)
-        return PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+        return PerfModel(spec.model, spec.hardware, cfg)
     except (SystemExit, ValueError, AssertionError, KeyError):
         return None
 

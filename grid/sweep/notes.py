@@ -111,7 +111,8 @@ def first_wave_ttft_s(spec: RunSpec, plan: TrialPlan, version: str, requests: in
     try:
         args = cli.parse_args(["--model-path", "m", *to_argv(plan.settings, parse_version(version))], version)
         cli.resolve_args(args, spec.model)
-        perf = PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+        perf = PerfModel(spec.model, spec.hardware, cfg)
     except (SystemExit, ValueError, AssertionError):
         return None
     wave = [(0.0, TwinRequest(rid=str(i), input_tokens=plan.load.input_len, max_new_tokens=1))

@@ -238,3 +238,32 @@ def test_twin_guided_cheaper_first_lower_is_better_and_budget():
     z = TwinGuided([Candidate("x", forecast=5.0, settings={"f": 1}), Candidate("k", known_to_fail=True, forecast=9.0,
                                                                               settings={"f": 2})], Budget())
     assert drain(z, {}) == ["x", "k"]
+
+
+def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):
+    """predict.py simulates one wave of a closed loop and shares waves between configurations the simulation cannot
+    tell apart (MoE flags reaching the same kernels, memory fractions whose KV pool does not bind); both are exact."""
+    from grid.search import predict
+    from grid.search.knowledge import twin_model
+    from grid.twin.scheduler import TwinRequest
+    from grid.twin.simulate import simulate
+
+    spec = spec_for(["+sweep=joint", "sweep.grid.mem_fraction_static=[0.80,0.92]",
+                     "sweep.grid.moe_runner_backend=[auto,flashinfer_cutlass]", "sweep.grid.torch_compile=[false]",
+                     "sweep.grid.chunked_prefill_size=[8192]", "sweep.grid.schedule_policy=[fcfs]",
+                     "sweep.grid.cuda_graph_max_bs=[32]"], tmp_path)
+    plans = expand(spec)
+    version = get_engine(spec).version()
+    assert len(plans) == 4
+    predict._WAVES.clear()
+    load = plans[0].load
+    for plan in plans:
+        perf = twin_model(spec, plan.settings, version)
+        rows = predict._point_rows(spec, plan, perf)
+        for row, level in zip(rows, load.concurrency):
+            n = load.prompts_for(float(level))
+            full = simulate(perf, [(0.0, TwinRequest(str(i), load.input_len, load.output_len)) for i in range(n)],
+                            max_concurrency=int(level))
+            assert row["duration_s"] == pytest.approx(full.duration_s, rel=1e-9)
+            assert sorted(row["ttft_ms"]) == pytest.approx(sorted(1e3 * r.ttft_s for r in full.requests), rel=1e-9)
+    assert len(predict._WAVES) == len(load.concurrency)  # four configurations, one simulation per load point
