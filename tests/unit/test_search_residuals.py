@@ -66,3 +66,14 @@ def test_expected_improvement_and_p_any_beats():
     assert p_any_beats(post, x[:0], logf[:0], 0.03) == 0.0
     exact = Posterior(np.array([0.0]), np.zeros((1, 1)), 0.0, 1.0, 1.0)
     assert p_any_beats(exact, x, logf, 0.03) == 0.0 and p_any_beats(exact, x, logf, -0.03) == 1.0
+
+
+def test_log_evidence_in_weight_space_equals_the_direct_normal_density():
+    settings = [{"a": i % 3, "b": i % 2, "c": i % 5} for i in range(12)]
+    x, _ = one_hot(settings)
+    y = np.array([0.05, -0.02, 0.01, 0.08, -0.04, 0.0, 0.03, -0.07, 0.02, 0.06, -0.01, 0.04])
+    d = np.full(x.shape[1], 0.002)
+    k = x @ np.diag(d) @ x.T + (0.03 ** 2 + 0.01 ** 2 + 1e-9) * np.eye(12)
+    sign, logdet = np.linalg.slogdet(k)
+    direct = -0.5 * y @ np.linalg.solve(k, y) - 0.5 * logdet - 6 * math.log(2 * math.pi)
+    assert log_evidence(x, y, d, 0.03, 0.01) == pytest.approx(direct, abs=1e-8)
