@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.report.select import OBJECTIVES
 from grid.search.plan import build

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from grid.config.schema import RunSpec
 from grid.search.knowledge import twin_model
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 @dataclass(frozen=True)

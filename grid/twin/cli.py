@@ -1,6 +1,6 @@
 """SGLang's ``launch_server`` command line, as each SGLang release has it: built from the catalog.
 
-:func:`build_parser` turns the options the catalog extracted from a release's wheel (grid/engines/catalog,
+:func:`build_parser` turns the options the catalog extracted from a release's wheel (grid/releases/catalog,
 ``data/sglang-<release>.json``) into a plain ``argparse.ArgumentParser`` with the same option strings, dests,
 actions, types, nargs, choices and defaults, so that the twin accepts exactly that release's options and argparse's
 own behaviour is kept: unique prefixes are accepted (``--tp 8``), an unknown flag exits with code 2 and ``... error:
@@ -13,7 +13,7 @@ release calls it ``nsa_prefill_backend`` or not); :func:`parse_args` fills those
 performance model reads is :data:`MODELLED`; every other option is accepted with no effect in the twin
 (:func:`effect`).
 
-After parsing, :func:`check_server_args` applies the launch-time rules SGLang enforces (grid/engines/checks.py
+After parsing, :func:`check_server_args` applies the launch-time rules SGLang enforces (grid/releases/checks.py
 ``RULES``, the table grid checks before launch, plus the checks on options grid does not sweep), raising
 ``ValueError`` / ``AssertionError`` with SGLang's messages, and :func:`to_serving_config` builds the
 :class:`~grid.twin.perf.ServingConfig` the performance model consumes.
@@ -27,7 +27,7 @@ import json
 import re
 from typing import Any, Callable, Sequence
 
-from grid.engines import catalog
+from grid.releases import catalog
 from grid.versions import release_tuple
 
 DEFAULT_VERSION = "0.5.9"
@@ -338,7 +338,7 @@ def _check(fn: Callable[[argparse.Namespace, Version, Any], None]) -> Callable:
 
 
 def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
-    """The parsed arguments as grid's settings (grid/engines/flags.py names), for the shared launch rules."""
+    """The parsed arguments as grid's settings (grid/releases/flags.py names), for the shared launch rules."""
     dp_attn = _dp_attention_on(args)
     return {
         "two_batch_overlap": args.enable_two_batch_overlap, "moe_a2a_backend": args.moe_a2a_backend,
@@ -356,8 +356,8 @@ def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
 
 @_check
 def _shared_rules(args, ver, model):
-    """grid/engines/checks.py ``RULES``: the same table grid checks before launch (one place for launch facts)."""
-    from grid.engines.checks import RULES
+    """grid/releases/checks.py ``RULES``: the same table grid checks before launch (one place for launch facts)."""
+    from grid.releases.checks import RULES
 
     settings = _settings(args, ver)
     for rule in RULES:
@@ -449,7 +449,8 @@ def to_serving_config(args: argparse.Namespace, accept_length: float | None = No
         tp_size=args.tp_size, dp_size=dp, ep_size=args.ep_size,
         mem_fraction_static=args.mem_fraction_static, max_running_requests=args.max_running_requests,
         max_total_tokens=args.max_total_tokens, chunked_prefill_size=chunk, max_prefill_tokens=args.max_prefill_tokens,
-        schedule_policy=args.schedule_policy, cuda_graph=cuda_graph_enabled(args),
+        schedule_policy=args.schedule_policy, schedule_conservativeness=args.schedule_conservativeness,
+        cuda_graph=cuda_graph_enabled(args), piecewise_cuda_graph=bool(args.enable_piecewise_cuda_graph),
         cuda_graph_max_bs=args.cuda_graph_max_bs, torch_compile=args.enable_torch_compile,
         torch_compile_max_bs=args.torch_compile_max_bs, two_batch_overlap=args.enable_two_batch_overlap,
         enable_dp_attention=dp_attn, moe_runner_backend=args.moe_runner_backend,

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from grid.engines.checks import check_config
+from grid.releases.checks import check_config
 from grid.twin import cli
 from grid.twin.failures import find_failures
 from grid.twin.perf import PerfModel, ServingConfig

@@ -4,7 +4,7 @@ import pytest
 
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
-from grid.engines.checks import RULES, check_config
+from grid.releases.checks import RULES, check_config
 from grid.search.knowledge import launch_order
 from grid.search.plan import build, expected_launches
 from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided, TwinRanked
@@ -146,7 +146,8 @@ def test_unknown_search_kind_is_refused(tmp_path):
 
 def test_summary_exact_values_on_recorded_rows():
     from grid.report.select import Verdict
-    from grid.search.summary import SUMMARY_FIELDS, launch_seconds, summarize
+    from grid.search.summary import launch_seconds, summarize
+    from grid.storage.summary import SUMMARY_FIELDS
 
     s = 1_000_000_000
     rows = [  # a refused configuration, one that ran two points (one not run), one that crashed during startup

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grid.engines.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
+from grid.releases.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
 
 #: a2a backends that force ``ep_size := tp_size`` (0.5.9 ``_handle_a2a_moe``, --ep-size;
 #: docs/sources.md#sglang-server-arguments-and-defaults).
@@ -99,7 +99,7 @@ class Rule:
     def source(self, version: Version) -> dict | None:
         """The catalog's refusal entry (``function``, ``kind``, ``message``) of ``version`` this rule reproduces
         (None for a ``requirement``: SGLang has no such argument check)."""
-        from grid.engines import catalog
+        from grid.releases import catalog
 
         if self.stage != "launch":
             return None
