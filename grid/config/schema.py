@@ -226,7 +226,7 @@ class SearchSpec(_Spec):
                                            "what launching every configuration not refused would take (exhaustive)")
     try_known_failures: bool = Field(False, description="run configurations the failure table says fail here first, "
                                                         "not last (and not skip them when a budget runs out)")
-    twin_error: float = Field(0.074, ge=0, description="relative error of the twin's score (twin_guided, twin_ranked); default: "
+    twin_error: float = Field(0.077, ge=0, description="relative error of the twin's score (twin_guided, twin_ranked); default: "
                               "held-out output tok/s geometric-mean error, docs/twin.md")
     spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided, twin_ranked); "
                           "default: grid.report.select.TIE_PERCENT")
