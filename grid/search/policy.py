@@ -234,7 +234,9 @@ class TwinGuided(Policy):
     * **Next**: the configuration with the highest expected improvement over the best measured score per modelled
       GPU-second of its launch (``gpu_s``): the most promising first, the cheaper first at equal promise.
     * **Stop** when the probability that any configuration not launched beats the best measured score by more than
-      ``tolerance`` is below ``risk`` (:func:`grid.search.residuals.p_any_beats`).
+      ``tolerance`` is below ``risk`` (:func:`grid.search.residuals.p_any_beats`), once at least as many
+      configurations have measured a score as the model has terms (one per swept flag value, plus the common one):
+      before that the flag terms are not all identified and the hyperparameters rest on too few residuals.
 
     Configurations without a forecast (the twin sees no load point meeting the SLOs) and known failures run only
     before anything measured a score (or, for known failures, first with ``try_known_failures``). A lower-is-better
@@ -247,6 +249,9 @@ class TwinGuided(Policy):
 
         self.x, self.cols = one_hot([c.settings or {} for c in self.candidates])
         self.k = flag_count(self.cols)
+        # terms the launchable configurations can inform (values found only on refused or known-to-fail ones aside)
+        launchable = [i for i, c in enumerate(self.candidates) if not c.refused and not c.known_to_fail]
+        self.terms = int((self.x[launchable].sum(axis=0) > 0).sum()) if launchable else 0
         self.row = {c.config_hash: i for i, c in enumerate(self.candidates)}
         self.last_p: float | None = None
         self._fitted: tuple | None = None
@@ -327,8 +332,9 @@ class TwinGuided(Policy):
                 self.queue = [c for c in self.queue if c.config_hash not in self.skipped]
                 if not open_:
                     return DONE
-                self.last_p = self.p_left(best, open_)
-                if self.last_p < self.risk:
+                scored = sum(1 for h, v in self.measured.items() if v is not None and h in self.row)
+                self.last_p = self.p_left(best, open_) if scored >= self.terms else None
+                if self.last_p is not None and self.last_p < self.risk:
                     m = self.model()
                     return self._skip_rest(
                         f"P(one of the {len(open_)} left beats the best measured {best:.4g} by more than "

@@ -208,6 +208,9 @@ def test_twin_guided_learns_a_flag_values_bias_and_stops():
     cands, measured = space(lambda s: 0.85 if s["moe"] == "t" else 1.0)  # the twin overrates moe=t by 15%
     extra = [Candidate("r", refused=True), Candidate("k", known_to_fail=True, forecast=200.0, settings={"moe": "a", "cg": 0})]
     p = TwinGuided(cands + extra, Budget(), twin_error=0.074, spread=0.01)
+    # it may stop only once 7 configurations measured a score: the common term and one per runner and graph size (the
+    # refused configuration's unset values are no terms)
+    assert p.terms == 7
     # cheapest first at equal promise (graph size 0 for each runner), then moe=t is learned to be 15% low and its
     # dearer configurations are never launched; the known failure is skipped once a score exists
     assert drain(p, measured) == ["r", "mac0", "mbc0", "mtc0", "mac1", "mbc2", "mbc1", "mac2"]
