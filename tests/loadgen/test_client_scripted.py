@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from grid.loadgen.records import Prompt
+from grid.loadgen.records import TAIL_CANCELLED, Prompt
 from grid.loadgen.runner import LoadPoint, Target, run_load_point
 from grid.metrics.loadpoint import summarize
 from grid.metrics.request import request_metrics
@@ -482,20 +482,36 @@ def test_sync_runner_falls_back_to_asyncio_without_uvloop(event_loop_kind, monke
 
 def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave():
     # every request takes 100 ms; the lone warm-up request measures that, so 4 workers start 25 ms apart, their
-    # first wave (4 requests, prompts 9..12) is warm-up too, and the 8 measured requests start 25 ms apart
+    # first wave (4 requests, prompts 9..12) is warm-up too, the 8 measured requests start 25 ms apart, and the
+    # workers that run out of measured work send tail requests (prompts 13..) until the last measured one ends:
+    # workers 0-2 at +300, +325, +350 ms, cancelled when measured request 7 ends at +375 ms
     def script(i, body):
         return Reply([(0.0, b""), (0.050, gen_event("a", 1)), (0.100, gen_event("ab", 2)), (0.100, DONE)])
 
     point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
     assert point.wave_warmup == 4 and LoadPoint("concurrency", 4, 8).wave_warmup == 0
-    res, srv = run(script, point=point, n=13)
-    assert len(srv.requests) == 13 and len(res.records) == 8 and len(res.warmup_records) == 5
+    assert point.tail_prompts == 8 and LoadPoint("concurrency", 4, 8).tail_prompts == 0
+    res, srv = run(script, point=point, n=21)
+    assert len(res.records) == 8 and len(res.warmup_records) == 5 and len(res.tail_records) == 3
+    assert len(srv.requests) == 16 and res.window_kind == "steady_state"
     assert sorted(r.prompt_index for r in res.warmup_records) == [8, 9, 10, 11, 12]
     assert sorted(r.prompt_index for r in res.records) == list(range(8))
+    assert sorted(r.prompt_index for r in res.tail_records) == [13, 14, 15]
+    assert all(r.error_class == "client_error" and r.error_message == TAIL_CANCELLED for r in res.tail_records)
     wave = sorted(r.send_perf_ns for r in res.warmup_records)[1:]
     gaps_ms = [(b - a) / 1e6 for a, b in zip(wave, wave[1:])]
     assert gaps_ms == pytest.approx([25, 25, 25], abs=TOL)      # not all at once
     sends = sorted(r.send_perf_ns for r in res.records)
     assert res.window_start_perf_ns == min(r.scheduled_perf_ns for r in res.records)
+    assert res.window_end_perf_ns == max(r.end_perf_ns for r in res.records)
     assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([25] * 7, abs=TOL)
     assert min(r.scheduled_offset_ns for r in res.records) == 0
+    assert res.stagger_ns / 1e6 == pytest.approx(100, abs=TOL)
+    tails = sorted(r.send_perf_ns - res.window_start_perf_ns for r in res.tail_records)
+    assert [t / 1e6 for t in tails] == pytest.approx([200, 225, 250], abs=2 * TOL)
+    s = summarize(res)
+    # 4 workers busy all through the 275 ms window, 2 tokens per 100 ms each: 80 tok/s (+-1 token at each edge)
+    assert s["duration_s"] == pytest.approx(0.275, abs=2 * TOL / 1e3)
+    assert s["concurrency_mean"] == pytest.approx(4, abs=0.2) and s["concurrency_peak"] == 4
+    assert s["output_tok_per_s"] == pytest.approx(80, abs=10)
+    assert (s["window_kind"], s["warmup_requests_run"], s["tail_requests_run"]) == ("steady_state", 5, 3)
