@@ -4,7 +4,9 @@
 Each load point is replayed through grid/twin/simulate.py: a concurrency level as a closed loop of
 ``load.prompts_for(level)`` requests of ``load.input_len`` / ``load.output_len`` tokens; a request rate as evenly
 spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
-modelled. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are not modelled:
+modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds two mean request times to the
+point's modelled seconds (its staggered warm-up wave and its tail, grid/loadgen/runner.py) but is scored on the
+closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are not modelled:
 their prompts are known only when the load runs).
 
 Used by the pre-run cost estimate (grid/search/cost.py) and by the ``twin_guided`` search (grid/search/twin_guided.py).
@@ -63,7 +65,9 @@ def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
         ttft = [r.ttft_s * 1000 for r in res.requests]
         e2e = [r.e2e_s * 1000 for r in res.requests]
         tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
+        steady = kind == "concurrency" and load.closed_loop_start == "staggered" and e2e
         rows.append({"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
+                     "overhead_s": 2 * sum(e2e) / len(e2e) / 1000 if steady else 0.0,
                      "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
                      "tpot_median_ms": _percentile(tpot, 50)})
     return rows
@@ -112,4 +116,4 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
         return None
     startup = sum(perf.startup_phases_s().values())
     rows = _point_rows(spec, plan, perf)
-    return Forecast(startup, sum(r["duration_s"] for r in rows), score(spec, rows))
+    return Forecast(startup, sum(r["duration_s"] + r["overhead_s"] for r in rows), score(spec, rows))
