@@ -438,9 +438,9 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
     """A closed loop whose worker k starts ``k * ramp_ns / workers`` ns late; the ``wave`` items go first, as
     warm-up, then ``items`` are measured, then free workers send ``tail`` items (in turn, again from the first when
     they run out, each with a new request index) until the last measured request has ended, when the tail requests
-    still in flight are cancelled. Returns (measured records, warm-up records, tail records, window start, window
-    end): the window starts when the first measured request is scheduled and ends when the last one ends (None when
-    nothing was measured)."""
+    still in flight are cancelled; a worker whose tail request fails sends no more. Returns (measured records,
+    warm-up records, tail records, window start, window end): the window starts when the first measured request is
+    scheduled and ends when the last one ends (None when nothing was measured)."""
     out: list[RequestRecord] = []
     warm: list[RequestRecord] = []
     tails: list[RequestRecord] = []
@@ -482,6 +482,8 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
             await sess.request(rec, prompt)
             in_tail.discard(index)
             {"warm": warm, "measured": out, "tail": tails}[kind].append(rec)
+            if kind == "tail" and rec.status != "ok":
+                return  # cancelled at the end, or failed: a server that fails requests gets no more from this worker
             if kind == "measured":
                 left -= 1
                 if left == 0:

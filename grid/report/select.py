@@ -128,8 +128,8 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
     ``tpot_ms``, ``e2e_ms`` in modelled ms). ``slo``: thresholds in ms and a percentile in (0, 100] (``SLOSpec`` or
     ``grid.metrics.loadpoint.SLO``). Every row gets ``SLO_COLUMNS`` (goodput in req/s over the row's ``duration_s``,
     or from its ``requests_per_s`` for a ``steady_state`` row; attainment fractions, ``slo_met``) and
-    ``SLO_LATENCY_KEYS`` (ms) from ``grid.metrics.loadpoint.slo_values`` over its own requests. A row whose stored requests do not
-    number ``requests_total`` (files lost or damaged) cannot be judged under SLOs: its SLO values are null and
+    ``SLO_LATENCY_KEYS`` (ms) from ``grid.metrics.loadpoint.slo_values`` over its own requests. A row whose stored
+    requests do not number ``requests_total`` (files lost or damaged) cannot be judged under SLOs: its SLO values are null and
     ``slo_unjudged`` says why. The input rows are not modified.
     """
     target = SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile)

@@ -6,8 +6,8 @@ Each load point is replayed through grid/twin/simulate.py: a concurrency level a
 spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
 modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds two mean request times to the
 point's modelled seconds (its staggered warm-up wave and its tail, grid/loadgen/runner.py) but is scored on the
-closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are not modelled:
-their prompts are known only when the load runs).
+closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
+not modelled: their prompts are known only when the load runs).
 
 Used by the pre-run cost estimate (grid/search/cost.py) and by the ``twin_guided`` search (grid/search/twin_guided.py).
 """

@@ -2,9 +2,9 @@
 
 ``record(run_dir, plans, outcomes)`` writes one trial per plan: ``outcomes[i]`` is either a dict of load level ->
 (output tok/s, TPOT median ms, TTFT median ms) for an ``ok`` trial, or a (status, error class, message, log tail)
-tuple for a failed/invalid one. Every ok load point gets 4 requests, the window columns of its load's
-``closed_loop_start`` (steady state: 1 + level warm-up and level tail requests, 2.5 s stagger) (TTFT as given, p99 = 2 x median) and real
-timestamps: launch at t0 + 10 s x index, ready 2 s later, each load point 3 s.
+tuple for a failed/invalid one. Every ok load point gets 4 requests (TTFT as given, p99 = 2 x median), the window
+columns of its load's ``closed_loop_start`` (steady state: 1 + level warm-up and level tail requests, 2.5 s stagger)
+and real timestamps: launch at t0 + 10 s x index, ready 2 s later, each load point 3 s.
 """
 
 from grid.storage.parquet import write_trial

@@ -48,8 +48,8 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
         "- Engine: the embedded SGLang twin (modelled performance; no GPU ran); SGLang release 0.5.9 (engine=sim)",
         "- Workload: random prompts, ISL 32 / OSL 16 tokens (fixed); closed loop at concurrency 1, 4; 2 requests per "
         "stream per point (at least 8), after 1 warm-up request",
-        "- Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): worker k of c "
-        "started k/c of one warm-up request time late; warm-up, outside the window: the lone warm-up request(s), then "
+        "- Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): worker k of "
+        "c started k/c of one warm-up request time late; warm-up, outside the window: the lone warm-up request(s), then "
         "the first staggered wave of c requests; window: first measured send to last measured end, every stream busy "
         "throughout (tail requests kept the load on, then were cancelled); throughputs count tokens by arrival inside "
         "the window",
