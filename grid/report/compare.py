@@ -36,12 +36,16 @@ METRICS: dict[str, tuple[str, bool]] = {
     "ttft_p99_ms": ("TTFT p99 ms", False),
 }
 
-#: Threshold (percent) per metric when no repeated load point measured the spread. Source: grid issue 14's repeats
-#: on the twin: one configuration measured three times differed by up to 2.5 % in output tok/s (TPOT likewise,
-#: taken as 5 % to leave a margin), while closed-loop TTFT at concurrency 64 came in synchronized waves and its
-#: median ranged 4.9-6.9 s (about 40 %) between runs.
+#: Threshold (percent) per metric when no repeated load point measured the spread: the largest run-to-run spread,
+#: (max - min) / mean, that experiments/steady_state.py measured on the twin (GLM-5-NVFP4 on 8x RTX PRO 6000, trtllm
+#: backends, ISL/OSL 256, 2 requests per stream, concurrency 8 and 64, five separate launches with their own prompt
+#: seeds per closed-loop start, on a shared 2-core machine), over both starts and both levels, rounded up to 5 %:
+#: output tok/s 9.1 % (together at 8 streams; steady state 0.3 % there and 6.4 % at 64, 2.7 % without its one run
+#: beside a test run), TPOT median 6.1 %, TPOT p99 9.0 %, TTFT median 72 % and TTFT p99 139 % (steady state at 64
+#: streams: TTFTs of 0.4-2 s, where a client or server stall of a few hundred ms is a large share). Numbers in
+#: docs/loadgen_benchmark.md, "Steady state".
 DEFAULT_THRESHOLD_PERCENT: dict[str, float] = {
-    "output_tok_per_s": 5.0, "tpot_median_ms": 5.0, "tpot_p99_ms": 5.0, "ttft_median_ms": 40.0, "ttft_p99_ms": 40.0,
+    "output_tok_per_s": 10.0, "tpot_median_ms": 10.0, "tpot_p99_ms": 10.0, "ttft_median_ms": 75.0, "ttft_p99_ms": 140.0,
 }
 
 

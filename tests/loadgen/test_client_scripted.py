@@ -515,3 +515,19 @@ def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave()
     assert s["concurrency_mean"] == pytest.approx(4, abs=0.2) and s["concurrency_peak"] == 4
     assert s["output_tok_per_s"] == pytest.approx(80, abs=10)
     assert (s["window_kind"], s["warmup_requests_run"], s["tail_requests_run"]) == ("steady_state", 5, 3)
+
+def test_steady_tail_requests_that_fail_are_not_resent():
+    # measured request 7 takes 300 ms; every tail request (prompts 13..) is refused with HTTP 503 at once: each worker
+    # that runs out of measured work sends one tail request, sees it fail and stops, instead of a hot loop of refusals
+    def script(i, body):
+        if pid(body) >= 13:
+            return Reply(status=503, body=b"overloaded", content_type="text/plain")
+        end = 0.300 if pid(body) == 7 else 0.100
+        return Reply([(0.0, b""), (end / 2, gen_event("a", 1)), (end, gen_event("ab", 2)), (end, DONE)])
+
+    point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
+    res, srv = run(script, point=point, n=21)
+    assert len(res.records) == 8 and all(r.status == "ok" for r in res.records)
+    assert len(res.tail_records) == 3 and all(r.error_class == "http_error" for r in res.tail_records)
+    assert len(srv.requests) == 16
+    assert summarize(res)["tail_requests_run"] == 3
