@@ -21,8 +21,8 @@
 * Steady state (``LoadPoint.steady``, closed loop only): a closed loop whose workers all start at once sends
   synchronized waves (with fixed lengths they finish together and start again together), so TTFT is bimodal and the
   window includes the ramp-down. A steady point measures it the way AIPerf's ``--steady-state`` mode does (a warm-up
-  loop, a measurement loop, a tail loop that keeps the load on until every measured request has finished; AIPerf
-  docs/tutorials/steady-state.md): worker k starts ``k / workers`` of one request time late (the mean send-to-end
+  loop, a measurement loop, a tail loop that keeps the load on until every measured request has finished;
+  https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md): worker k starts ``k / workers`` of one request time late (the mean send-to-end
   time of the warm-up requests, which run alone first), that first, staggered wave of ``workers`` requests is
   warm-up, the next ``num_prompts`` requests are measured, and once the queue is empty each free worker sends *tail*
   requests until the last measured request ends; the tail requests still in flight are then cancelled (the

@@ -18,9 +18,11 @@ Conventions:
     by the arrival time of the event that carried them, inside the window, from every request of the point:
     measured, warm-up and tail (a tail request cancelled at the window's end counts what arrived before; any other
     failed request counts nothing). This is AIPerf's ``--steady-state`` definition ("only tokens emitted during the
-    measurement window are counted", docs/tutorials/steady-state.md) and GuideLLM's (``output_tokens_per_second``
-    from each request's token timings inside the window after warm-up and before cool-down,
-    src/guidellm/benchmark/schemas/metrics.py; ``TransientPhaseConfig``, schemas/base.py). Output tokens: an
+    measurement window are counted", NVIDIA AIPerf's steady-state tutorial,
+    https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md) and GuideLLM's
+    (``output_tokens_per_second`` from each request's token timings inside the window after warm-up and before
+    cool-down, https://github.com/vllm-project/guidellm src/guidellm/benchmark/schemas/metrics.py;
+    ``TransientPhaseConfig``, schemas/base.py). Output tokens: an
     ``ok`` streamed request's per-event counts, re-spread to its reported total as for ITL
     (``grid.metrics.request.spread_tokens``); a non-streamed one counts at its end. Input tokens count when the
     request's first token arrives (its prefill is done then). ``requests_per_s``: ``ok`` requests that ended
@@ -32,8 +34,9 @@ Conventions:
   TTFT is not bimodal with fixed lengths).
 * Latency statistics (mean, median, p90, p95, p99, max; ``numpy.percentile`` with linear interpolation) are over
   ``ok`` requests; ITL pools every per-token ITL of every ``ok`` request.
-* Concurrency uses every measured request's lifetime [send, end) (failed ones too: they held a connection):
-  mean = sum of lifetimes / window (Little's law), peak = the sweep-line maximum of overlapping lifetimes.
+* Concurrency (``all_requests``; ``steady_state``: above) uses every measured request's lifetime [send, end)
+  (failed ones too: they held a connection): mean = sum of lifetimes / window (Little's law), peak = the sweep-line
+  maximum of overlapping lifetimes.
 * SLOs: a request is *good* when it is ``ok`` and meets every given threshold (TPOT of a 1-token output counts as
   met). ``goodput`` = good / duration; ``slo_attainment`` = good / all measured requests; per-metric attainment
   likewise. ``slo_met``: for every given metric, at least ``percentile`` % of all measured requests meet it (failed
