@@ -481,12 +481,12 @@ def test_sync_runner_falls_back_to_asyncio_without_uvloop(event_loop_kind, monke
 
 
 def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave():
-    # every request takes 100 ms; the lone warm-up request measures that, so 4 workers start 25 ms apart, their
-    # first wave (4 requests, prompts 9..12) is warm-up too, the 8 measured requests start 25 ms apart, and the
+    # every request takes 200 ms; the lone warm-up request measures that, so 4 workers start 50 ms apart, their
+    # first wave (4 requests, prompts 9..12) is warm-up too, the 8 measured requests start 50 ms apart, and the
     # workers that run out of measured work send tail requests (prompts 13..) until the last measured one ends:
-    # workers 0-2 at +300, +325, +350 ms, cancelled when measured request 7 ends at +375 ms
+    # workers 0-2 at +600, +650, +700 ms, cancelled when measured request 7 ends at +750 ms
     def script(i, body):
-        return Reply([(0.0, b""), (0.050, gen_event("a", 1)), (0.100, gen_event("ab", 2)), (0.100, DONE)])
+        return Reply([(0.0, b""), (0.100, gen_event("a", 1)), (0.200, gen_event("ab", 2)), (0.200, DONE)])
 
     point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
     assert point.wave_warmup == 4 and LoadPoint("concurrency", 4, 8).wave_warmup == 0
@@ -500,21 +500,22 @@ def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave()
     assert all(r.error_class == "client_error" and r.error_message == TAIL_CANCELLED for r in res.tail_records)
     wave = sorted(r.send_perf_ns for r in res.warmup_records)[1:]
     gaps_ms = [(b - a) / 1e6 for a, b in zip(wave, wave[1:])]
-    assert gaps_ms == pytest.approx([25, 25, 25], abs=TOL)      # not all at once
+    assert gaps_ms == pytest.approx([50, 50, 50], abs=2 * TOL)      # not all at once
     sends = sorted(r.send_perf_ns for r in res.records)
     assert res.window_start_perf_ns == min(r.scheduled_perf_ns for r in res.records)
     assert res.window_end_perf_ns == max(r.end_perf_ns for r in res.records)
-    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([25] * 7, abs=TOL)
+    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([50] * 7, abs=2 * TOL)
     assert min(r.scheduled_offset_ns for r in res.records) == 0
-    assert res.stagger_ns / 1e6 == pytest.approx(100, abs=TOL)
+    assert res.stagger_ns / 1e6 == pytest.approx(200, abs=2 * TOL)
     tails = sorted(r.send_perf_ns - res.window_start_perf_ns for r in res.tail_records)
-    assert [t / 1e6 for t in tails] == pytest.approx([200, 225, 250], abs=2 * TOL)
+    assert [t / 1e6 for t in tails] == pytest.approx([400, 450, 500], abs=3 * TOL)
     s = summarize(res)
-    # 4 workers busy all through the 275 ms window, 2 tokens per 100 ms each: 80 tok/s (+-1 token at each edge)
-    assert s["duration_s"] == pytest.approx(0.275, abs=2 * TOL / 1e3)
+    # 4 workers busy all through the 550 ms window, 2 tokens per 200 ms each: 40 tok/s (+-1 token at each edge)
+    assert s["duration_s"] == pytest.approx(0.550, abs=3 * TOL / 1e3)
     assert s["concurrency_mean"] == pytest.approx(4, abs=0.2) and s["concurrency_peak"] == 4
-    assert s["output_tok_per_s"] == pytest.approx(80, abs=10)
+    assert s["output_tok_per_s"] == pytest.approx(40, abs=5)
     assert (s["window_kind"], s["warmup_requests_run"], s["tail_requests_run"]) == ("steady_state", 5, 3)
+
 
 def test_steady_tail_requests_that_fail_are_not_resent():
     # measured request 7 takes 300 ms; every tail request (prompts 13..) is refused with HTTP 503 at once: each worker
