@@ -22,17 +22,21 @@
   synchronized waves (with fixed lengths they finish together and start again together), so TTFT is bimodal and the
   window includes the ramp-down. A steady point measures it the way AIPerf's ``--steady-state`` mode does (a warm-up
   loop, a measurement loop, a tail loop that keeps the load on until every measured request has finished;
-  https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md): worker k starts ``k / workers`` of one request time late (the mean send-to-end
-  time of the warm-up requests, which run alone first), that first, staggered wave of ``workers`` requests is
-  warm-up, the next ``num_prompts`` requests are measured, and once the queue is empty each free worker sends *tail*
-  requests until the last measured request ends; the tail requests still in flight are then cancelled (the
-  connection is closed, which aborts the request in SGLang and in the twin). The measured window runs from the
-  first measured send to the last measured end: every worker is busy throughout, so the load is at its target
-  concurrency for the whole window and every measured request ran under it. Warm-up wave request j uses prompt
-  ``prompts[(num_prompts + warmup_requests + j) % len(prompts)]`` and tail request j (``tail_prompts`` of them,
-  reused in turn when more are needed) ``prompts[(num_prompts + warmup_requests + wave_warmup + j) %
-  len(prompts)]``; their records are ``warmup_records`` and ``tail_records``. ``grid.metrics.loadpoint.summarize``
-  counts the tokens of every request by arrival inside the window (``window_kind="steady_state"``).
+  https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md), with the workers' phases spread
+  evenly over one request time *at the target concurrency*: every worker starts at once with a warm-up request, and
+  worker k's (of c) asks for ``ceil(output_len x (k + 1) / c)`` tokens, so under the same load the first wave ends
+  one worker after another, spread over the time one full request takes at that load (a stagger in time, by the
+  lone warm-up request's duration, spreads them over the *unloaded* request time only: at 64 streams less than half
+  the cycle, and the requests then arrive in bursts). The next ``num_prompts`` requests are measured; once they are
+  all handed out each free worker sends *tail* requests until the last measured request ends, and the tail requests
+  still in flight are then cancelled (the connection is closed, which aborts the request in SGLang and in the twin).
+  The measured window runs from the first measured send to the last measured end: every worker is busy throughout,
+  so the load is at its target concurrency for the whole window and every measured request ran under it. Warm-up
+  wave request j uses prompt ``prompts[(num_prompts + warmup_requests + j) % len(prompts)]`` (its output length
+  shortened as above) and tail request j (``tail_prompts`` of them, reused in turn when more are needed)
+  ``prompts[(num_prompts + warmup_requests + wave_warmup + j) % len(prompts)]``; their records are
+  ``warmup_records`` and ``tail_records``. ``grid.metrics.loadpoint.summarize`` counts the tokens of every request by
+  arrival inside the window (``window_kind="steady_state"``).
 * Measured request i uses ``prompts[i % len(prompts)]``; warm-up request j uses ``prompts[(num_prompts + j) %
   len(prompts)]``, so pass ``num_prompts + warmup_requests`` prompts to keep warm-up prompts out of the measured set.
 * Timeouts are in real seconds: ``read_timeout_s`` is the longest silence (no bytes) a response may have;
@@ -47,6 +51,7 @@ nanoseconds are never scaled.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -95,7 +100,7 @@ class LoadPoint:
     seed: int = 0
     max_concurrency: int | None = None
     offsets_s: tuple[float, ...] | None = field(default=None, repr=False)
-    steady: bool = False  # closed loop: staggered starts and a first wave of warm-up in the running loop
+    steady: bool = False  # closed loop: a warm-up wave of spread lengths, then measured requests, then a tail
 
     @property
     def wave_warmup(self) -> int:
@@ -104,8 +109,8 @@ class LoadPoint:
 
     @property
     def tail_prompts(self) -> int:
-        """Distinct prompts for the tail requests of a steady point (two per worker: with staggered phases a worker
-        runs out of measured work at most about one request time before the last measured request ends)."""
+        """Distinct prompts for the tail requests of a steady point (two per worker: with spread phases a worker runs
+        out of measured work at most about one request time before the last measured request ends)."""
         return 2 * int(self.value) if self.steady and self.kind == "concurrency" else 0
 
     def __post_init__(self) -> None:
@@ -142,7 +147,6 @@ class LoadPointResult:
     #: tokens by arrival inside the window (warm-up and tail requests included), see grid.metrics.loadpoint
     window_kind: str = "all_requests"
     tail_records: list[RequestRecord] = field(default_factory=list)  # steady points: load kept on, not measured
-    stagger_ns: int = 0  # steady points: the request time the workers' starts were spread over (real ns)
 
 
 class _Session:
@@ -381,15 +385,13 @@ async def run_load_point(
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
             tail: list[RequestRecord] = []
             t1: int | None = None
-            ramp_ns = 0
             if closed and point.wave_warmup:
-                done = [r for r in warm if r.status == "ok" and r.end_perf_ns and r.send_perf_ns]
-                ramp_ns = (sum(r.end_perf_ns - r.send_perf_ns for r in done) // len(done)) if done else 0
                 base = point.num_prompts + point.warmup_requests
-                wave = [(base + j, prompts[(base + j) % n]) for j in range(point.wave_warmup)]
+                wave = [(base + j, _shortened(prompts[(base + j) % n], j + 1, point.wave_warmup))
+                        for j in range(point.wave_warmup)]
                 base += point.wave_warmup
                 tails = [(base + j, prompts[(base + j) % n]) for j in range(point.tail_prompts)]
-                records, more_warm, tail, t0, t1 = await _steady_loop(sess, wave, items, tails, workers, ramp_ns)
+                records, more_warm, tail, t0, t1 = await _steady_loop(sess, wave, items, tails, workers)
                 warm += more_warm
             elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
@@ -411,7 +413,7 @@ async def run_load_point(
         records=records, window_start_perf_ns=t0, window_end_perf_ns=end if t1 is None else t1,
         time_scale=target.time_scale, warmup_records=warm,
         stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
-        window_kind="steady_state" if t1 is not None else "all_requests", tail_records=tail, stagger_ns=ramp_ns,
+        window_kind="steady_state" if t1 is not None else "all_requests", tail_records=tail,
     )
 
 
@@ -432,10 +434,15 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
     return out
 
 
+def _shortened(prompt: Prompt, k: int, of: int) -> Prompt:
+    """``prompt`` asking for ``ceil(output_len x k / of)`` tokens (at least 1): warm-up request k of a steady wave."""
+    return dataclasses.replace(prompt, output_len=max(1, -(-prompt.output_len * k // of)))
+
+
 async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: list[tuple[int, Prompt]],
-                       tail: list[tuple[int, Prompt]], workers: int, ramp_ns: int
+                       tail: list[tuple[int, Prompt]], workers: int
                        ) -> tuple[list[RequestRecord], list[RequestRecord], list[RequestRecord], int, int | None]:
-    """A closed loop whose worker k starts ``k * ramp_ns / workers`` ns late; the ``wave`` items go first, as
+    """A closed loop of ``workers`` workers started at once; the ``wave`` items go first (one per worker), as
     warm-up, then ``items`` are measured, then free workers send ``tail`` items (in turn, again from the first when
     they run out, each with a new request index) until the last measured request has ended, when the tail requests
     still in flight are cancelled; a worker whose tail request fails sends no more. Returns (measured records,
@@ -460,10 +467,8 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
         index, prompt = tail[j % len(tail)]
         return (index if j < len(tail) else top + j), prompt
 
-    async def worker(k: int) -> None:
+    async def worker() -> None:
         nonlocal left
-        if ramp_ns and k:
-            await asyncio.sleep(k * ramp_ns / workers / 1e9)
         while True:
             nxt = next(queue, None)
             if nxt is None:
@@ -491,7 +496,7 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
                     for i in list(in_tail):
                         sess.cancel(i, "client_error", TAIL_CANCELLED)
 
-    await asyncio.gather(*(worker(k) for k in range(min(workers, len(wave) + len(items)))))
+    await asyncio.gather(*(worker() for _ in range(min(workers, len(wave) + len(items)))))
     t0 = start[0] if start else time.perf_counter_ns()
     for rec in out:
         rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0

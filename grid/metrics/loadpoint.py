@@ -13,7 +13,7 @@ Conventions:
   - ``all_requests`` (closed loops started together, open loops, traces): the measured requests whole, as SGLang's
     bench_serving and vLLM's benchmark client do (python/sglang/benchmark/serving.py ``calculate_metrics``: tokens
     of the completed requests / first send to last end). A closed loop's window then includes its ramp-down.
-  - ``steady_state`` (closed loops with staggered starts, warm-up and tail, ``grid.loadgen.runner``): every worker
+  - ``steady_state`` (closed loops with a spread warm-up wave and a tail, ``grid.loadgen.runner``): every worker
     is busy from the window's start to its end, so the window is at the target concurrency throughout. Tokens count
     by the arrival time of the event that carried them, inside the window, from every request of the point:
     measured, warm-up and tail (a tail request cancelled at the window's end counts what arrived before; any other
@@ -109,13 +109,11 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
      "all_requests: throughputs count the measured requests whole; steady_state: the window is at the target "
      "concurrency throughout and tokens count by arrival inside it (grid/metrics/loadpoint.py)"),
     ("warmup_requests_run", "int64", "requests",
-     "requests run before the window and not measured: load.warmup_requests, plus the staggered first wave of a "
-     "steady_state point"),
+     "requests run before the window and not measured: load.warmup_requests, plus the first wave (one per stream, "
+     "output lengths spread over 1/c .. 1 of output_len) of a steady_state point"),
     ("tail_requests_run", "int64", "requests",
      "steady_state: requests sent after the measured ones to keep the load on until they ended (cancelled then); "
      "0 otherwise"),
-    ("stagger_s", "float64", "s",
-     "steady_state: the warm-up request time the workers' starts were spread over, modelled seconds; null otherwise"),
     ("requests_per_s", "float64", "req/s",
      "ok requests / duration_s (steady_state: ok requests of the point that ended inside the window)"),
     ("input_tok_per_s", "float64", "tok/s",
@@ -364,7 +362,6 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     out["window_kind"] = result.window_kind
     out["warmup_requests_run"] = len(result.warmup_records)
     out["tail_requests_run"] = len(result.tail_records)
-    out["stagger_s"] = result.stagger_ns * ts / 1e9 if steady else None
     rate = None
     if steady and records:
         rate = _steady_window(result, out, start, end, window, duration_s)

@@ -39,11 +39,12 @@ def start_line(start: str) -> str:
     """How the closed-loop points started and which window they were measured over (grid/loadgen/runner.py,
     grid/metrics/loadpoint.py)."""
     if start == "staggered":
-        return ("Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): worker "
-                "k of c started k/c of one warm-up request time late; warm-up, outside the window: the lone warm-up "
-                "request(s), then the first staggered wave of c requests; window: first measured send to last "
-                "measured end, every stream busy throughout (tail requests kept the load on, then were cancelled); "
-                "throughputs count tokens by arrival inside the window")
+        return ("Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): "
+                "warm-up, outside the window: the lone warm-up request(s), then a first wave of one request per "
+                "stream, stream k of c asking for (k+1)/c of the output length, so the streams' phases spread over "
+                "one loaded request time; window: first measured send to last measured end, every stream busy "
+                "throughout (tail requests kept the load on, then were cancelled); throughputs count tokens by "
+                "arrival inside the window")
     return ("Closed-loop load: all workers at once (load.closed_loop_start=together): window from the first send to "
             "the last end, requests counted whole, ramp-down included; with fixed lengths the requests run in "
             "synchronized waves, which makes TTFT percentiles jump between runs")
@@ -56,7 +57,7 @@ def _span(values: list, fmt: str = "{:g}") -> str:
 
 def window_line(rows: list[Mapping[str, Any]]) -> str | None:
     """What the steady-state windows of the measured closed-loop points were (their ``window_kind``,
-    ``duration_s``, ``warmup_requests_run``, ``tail_requests_run``, ``stagger_s`` columns); None without any."""
+    ``duration_s``, ``warmup_requests_run``, ``tail_requests_run`` columns); None without any."""
     steady = [r for r in rows if r.get("window_kind") == "steady_state" and r.get("duration_s") is not None]
     if not steady:
         return None
@@ -68,9 +69,6 @@ def window_line(rows: list[Mapping[str, Any]]) -> str | None:
     tail = [r["tail_requests_run"] for r in steady if r.get("tail_requests_run") is not None]
     if tail:
         parts.append(f"{_span(tail)} tail requests per point after the measured ones")
-    stagger = [r["stagger_s"] for r in steady if r.get("stagger_s") is not None]
-    if stagger:
-        parts.append(f"starts spread over one request time of {_span(stagger, '{:.3g}')} s")
     return "Measured windows: " + ", ".join(parts) + " (modelled time)"
 
 

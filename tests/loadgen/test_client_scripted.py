@@ -480,40 +480,43 @@ def test_sync_runner_falls_back_to_asyncio_without_uvloop(event_loop_kind, monke
     assert issubclass(loop_type, asyncio.BaseEventLoop) and "uvloop" not in loop_type.__module__
 
 
-def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave():
-    # every request takes 200 ms; the lone warm-up request measures that, so 4 workers start 50 ms apart, their
-    # first wave (4 requests, prompts 9..12) is warm-up too, the 8 measured requests start 50 ms apart, and the
-    # workers that run out of measured work send tail requests (prompts 13..) until the last measured one ends:
-    # workers 0-2 at +600, +650, +700 ms, cancelled when measured request 7 ends at +750 ms
-    def script(i, body):
-        return Reply([(0.0, b""), (0.100, gen_event("a", 1)), (0.200, gen_event("ab", 2)), (0.200, DONE)])
+def tokens_at_50ms(i, body):
+    """A reply of as many tokens as the request asks for (max_new_tokens), one every 50 ms."""
+    n = body["sampling_params"]["max_new_tokens"]
+    return Reply([(0.0, b"")] + [(0.050 * (k + 1), gen_event("a" * (k + 1), k + 1)) for k in range(n)]
+                 + [(0.050 * n, DONE)])
 
+
+def test_steady_closed_loop_spreads_phases_and_measures_after_the_first_wave():
+    # 4 workers, requests of 4 tokens 50 ms apart (200 ms); the first wave (prompts 9..12) asks for 1, 2, 3, 4 tokens,
+    # so the workers' first measured requests go out 50 ms apart (at +50, +100, +150, +200 ms), the 8 measured
+    # requests keep that spread, and the workers that run out of measured work send tail requests (prompts 13..)
+    # until the last measured one ends: workers 0-2 at +450, +500, +550 ms, cancelled when request 7 ends at +600 ms
     point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
     assert point.wave_warmup == 4 and LoadPoint("concurrency", 4, 8).wave_warmup == 0
     assert point.tail_prompts == 8 and LoadPoint("concurrency", 4, 8).tail_prompts == 0
-    res, srv = run(script, point=point, n=21)
+    res, srv = run(tokens_at_50ms, point=point, n=21, output_len=4)
     assert len(res.records) == 8 and len(res.warmup_records) == 5 and len(res.tail_records) == 3
     assert len(srv.requests) == 16 and res.window_kind == "steady_state"
     assert sorted(r.prompt_index for r in res.warmup_records) == [8, 9, 10, 11, 12]
+    wave = sorted((r for r in res.warmup_records if r.prompt_index > 8), key=lambda r: r.prompt_index)
+    assert [r.max_tokens for r in wave] == [1, 2, 3, 4] and [r.output_tokens for r in wave] == [1, 2, 3, 4]
     assert sorted(r.prompt_index for r in res.records) == list(range(8))
+    assert all(r.output_tokens == 4 for r in res.records)
     assert sorted(r.prompt_index for r in res.tail_records) == [13, 14, 15]
     assert all(r.error_class == "client_error" and r.error_message == TAIL_CANCELLED for r in res.tail_records)
-    wave = sorted(r.send_perf_ns for r in res.warmup_records)[1:]
-    gaps_ms = [(b - a) / 1e6 for a, b in zip(wave, wave[1:])]
-    assert gaps_ms == pytest.approx([50, 50, 50], abs=2 * TOL)      # not all at once
     sends = sorted(r.send_perf_ns for r in res.records)
     assert res.window_start_perf_ns == min(r.scheduled_perf_ns for r in res.records)
     assert res.window_end_perf_ns == max(r.end_perf_ns for r in res.records)
-    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([50] * 7, abs=2 * TOL)
+    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([50] * 7, abs=3 * TOL)
     assert min(r.scheduled_offset_ns for r in res.records) == 0
-    assert res.stagger_ns / 1e6 == pytest.approx(200, abs=2 * TOL)
     tails = sorted(r.send_perf_ns - res.window_start_perf_ns for r in res.tail_records)
     assert [t / 1e6 for t in tails] == pytest.approx([400, 450, 500], abs=3 * TOL)
     s = summarize(res)
-    # 4 workers busy all through the 550 ms window, 2 tokens per 200 ms each: 40 tok/s (+-1 token at each edge)
+    # 4 workers busy all through the 550 ms window, a token every 50 ms each: 80 tok/s (+-1 token at each edge)
     assert s["duration_s"] == pytest.approx(0.550, abs=3 * TOL / 1e3)
     assert s["concurrency_mean"] == pytest.approx(4, abs=0.2) and s["concurrency_peak"] == 4
-    assert s["output_tok_per_s"] == pytest.approx(40, abs=5)
+    assert s["output_tok_per_s"] == pytest.approx(80, abs=8)
     assert (s["window_kind"], s["warmup_requests_run"], s["tail_requests_run"]) == ("steady_state", 5, 3)
 
 

@@ -1,7 +1,7 @@
 """Steady-state windows (window_kind steady_state) on a constructed closed loop with exact integer timestamps.
 
 Two workers, every request 100 ms long: TTFT 10 ms, then one token every 10 ms (10 tokens, the last at +100 ms,
-which is also its end), the next send 1 ms after the previous end. Worker 1 starts 50 ms late (the stagger).
+which is also its end), the next send 1 ms after the previous end; worker 1's phase is 50 ms behind worker 0's.
 
     worker 0: warm-up w0 [0, 100]   m0 [101, 201]   m2 [202, 302]   tail t0 [303, 352] cancelled
     worker 1:   warm-up w1 [50, 150]   m1 [151, 251]   m3 [252, 352]
@@ -49,8 +49,7 @@ def loop() -> LoadPointResult:
     warm = [req(100, 0, warmup=True), req(101, 50, warmup=True)]
     tail = [cancelled_tail(200, 303, 352)]
     return LoadPointResult(records=measured, window_start_perf_ns=T0 + 101 * MS, window_end_perf_ns=T0 + 352 * MS,
-                           time_scale=1.0, warmup_records=warm, window_kind="steady_state", tail_records=tail,
-                           stagger_ns=100 * MS)
+                           time_scale=1.0, warmup_records=warm, window_kind="steady_state", tail_records=tail)
 
 
 def test_tokens_count_by_arrival_inside_the_window():
@@ -69,7 +68,7 @@ def test_tokens_count_by_arrival_inside_the_window():
 def test_steady_window_throughput_concurrency_exact():
     s = summarize(loop())
     assert s["window_kind"] == "steady_state"
-    assert (s["warmup_requests_run"], s["tail_requests_run"], s["stagger_s"]) == (2, 1, 0.1)
+    assert (s["warmup_requests_run"], s["tail_requests_run"]) == (2, 1)
     assert s["duration_s"] == pytest.approx(0.251)
     # 5 + 4 x 10 + 4 output tokens; 5 prefills (m0..m3, t0) of 8 input tokens
     assert s["output_tok_per_s"] == pytest.approx(49 / 0.251)
@@ -93,7 +92,7 @@ def test_the_same_records_counted_whole_read_lower():
     whole = LoadPointResult(records=res.records, window_start_perf_ns=res.window_start_perf_ns,
                             window_end_perf_ns=res.window_end_perf_ns, time_scale=1.0)
     s = summarize(whole)
-    assert s["window_kind"] == "all_requests" and s["stagger_s"] is None and s["tail_requests_run"] == 0
+    assert s["window_kind"] == "all_requests" and s["tail_requests_run"] == 0
     assert s["output_tok_per_s"] == pytest.approx(40 / 0.251)
     assert s["requests_per_s"] == pytest.approx(4 / 0.251)
     assert s["concurrency_mean"] == pytest.approx(400 / 251)

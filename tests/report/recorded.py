@@ -3,7 +3,7 @@
 ``record(run_dir, plans, outcomes)`` writes one trial per plan: ``outcomes[i]`` is either a dict of load level ->
 (output tok/s, TPOT median ms, TTFT median ms) for an ``ok`` trial, or a (status, error class, message, log tail)
 tuple for a failed/invalid one. Every ok load point gets 4 requests (TTFT as given, p99 = 2 x median), the window
-columns of its load's ``closed_loop_start`` (steady state: 1 + level warm-up and level tail requests, 2.5 s stagger)
+columns of its load's ``closed_loop_start`` (steady state: 1 + level warm-up and level tail requests)
 and real timestamps: launch at t0 + 10 s x index, ready 2 s later, each load point 3 s.
 """
 
@@ -32,8 +32,7 @@ def record(run_dir, plans, outcomes, engine="sim", version="0.5.9", command="pyt
             steady = plan.load.closed_loop_start == "staggered"
             for idx, (level, (tok, tpot, ttft)) in enumerate(outcome.items()):
                 start = T0 + 10 * S * i + (2 + 3 * idx) * S
-                window = ({"window_kind": "steady_state", "warmup_requests_run": 1 + level, "tail_requests_run": level,
-                           "stagger_s": 2.5} if steady else {"window_kind": "all_requests", "warmup_requests_run": 1,
+                window = ({"window_kind": "steady_state", "warmup_requests_run": 1 + level, "tail_requests_run": level} if steady else {"window_kind": "all_requests", "warmup_requests_run": 1,
                                                               "tail_requests_run": 0})
                 points.append(load_point_row(
                     {"requests_total": 4, "completed": 4, "failed": 0, "duration_s": 30.0, "output_tok_per_s": tok,
