@@ -1,8 +1,8 @@
 """Run-to-run spread of one closed-loop load point on the twin, all-at-once vs steady state (benchmark script).
 
 For each closed-loop start (``together``: all workers at once, requests counted whole; ``staggered``: grid's steady
-state, grid/loadgen/runner.py + grid/metrics/loadpoint.py), launch the twin ``--runs`` times exactly as the main job
-does (GLM-5-NVFP4, TP8, 8x RTX PRO 6000 in a VM, trtllm NSA backends, no CUDA graphs, the twin's clock 20x, the
+state, phases spread by a warm-up wave of spread output lengths, grid/loadgen/runner.py, grid/metrics/loadpoint.py),
+launch the twin ``--runs`` times exactly as the main job does (GLM-5-NVFP4, TP8, 8x RTX PRO 6000 in a VM, trtllm NSA backends, no CUDA graphs, the twin's clock 20x, the
 main job's ``time_scale: auto``), each run with its own prompt seed (as two separate grid runs would be), and measure
 one load point per level: ISL 256 / OSL 256 fixed, ``--per-stream`` requests per stream after one warm-up request.
 
@@ -11,7 +11,11 @@ one load point per level: ISL 256 / OSL 256 fixed, ``--per-stream`` requests per
 Prints per run: output tok/s, mean concurrency, TTFT p10/p50/p90 and the largest gap between consecutive sorted
 TTFTs (a bimodal TTFT has one gap of seconds between its two modes), TPOT p50; then per start and level the spread
 over the runs, (max - min) / mean in percent, of each metric ``grid.report.compare`` compares. That spread is where
-``grid.report.compare.DEFAULT_THRESHOLD_PERCENT`` comes from.
+``grid.report.compare.DEFAULT_THRESHOLD_PERCENT`` comes from. Last, the twin's own model replays both schedules in
+virtual time (grid/twin/simulate.py: no HTTP, no clock), as the reference the measured output tok/s can be held
+against: ``together`` as the burst's whole-request rate, ``staggered`` as the tokens of every request inside the
+steady window, each request's tokens after its first spread evenly up to its end (simulate keeps no per-token
+times). ``--model-only`` prints just that.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync  # noqa: 
 from grid.metrics.loadpoint import summarize  # noqa: E402
 from grid.metrics.request import request_metrics  # noqa: E402
 from grid.server.session import ServerSession  # noqa: E402
+from grid.twin.perf import PerfModel, ServingConfig  # noqa: E402
+from grid.twin.scheduler import TwinRequest  # noqa: E402
+from grid.twin.simulate import simulate  # noqa: E402
 
 SETTINGS = {"tp_size": 8, "mem_fraction_static": 0.85, "cuda_graph": False, "dsa_prefill_backend": "trtllm",
             "dsa_decode_backend": "trtllm", "kv_cache_dtype": "bfloat16"}
@@ -85,14 +92,46 @@ def one_run(model: ModelSpec, hw: HardwareSpec, start: str, levels: list[int], p
     return out
 
 
+def modelled(model: ModelSpec, hw: HardwareSpec, level: int, per_stream: int) -> tuple[float, float]:
+    """(together, steady) output tok/s of the twin's model in virtual time (module docstring)."""
+    cfg = ServingConfig(tp_size=8, mem_fraction_static=0.85, cuda_graph=False, dsa_prefill_backend="trtllm",
+                        dsa_decode_backend="trtllm", kv_cache_dtype="bfloat16")
+    perf = PerfModel(model, hw, cfg)
+    n = level * per_stream
+    together = simulate(perf, [(0.0, TwinRequest(f"m{i}", ISL, OSL)) for i in range(n)], max_concurrency=level)
+    wave = [(0.0, TwinRequest(f"w{k}", ISL, -(-OSL * (k + 1) // level))) for k in range(level)]
+    rest = [(1e-9, TwinRequest(f"m{i}", ISL, OSL)) for i in range(n)]
+    tail = [(2e-9, TwinRequest(f"t{i}", ISL, OSL)) for i in range(2 * level)]
+    res = simulate(perf, wave + rest + tail, max_concurrency=level)
+    measured = [r for r in res.requests if r.rid.startswith("m")]
+    start = min(r.arrival_s for r in measured)
+    end = max(r.arrival_s + r.e2e_s for r in measured)
+    tokens = 0.0
+    for r in res.requests:
+        first, last = r.arrival_s + r.ttft_s, r.arrival_s + r.e2e_s
+        if r.output_tokens < 1:
+            continue
+        tokens += 1 if start <= first <= end else 0
+        lo, hi = max(first, start), min(last, end)
+        if last > first and hi > lo:
+            tokens += (r.output_tokens - 1) * (hi - lo) / (last - first)
+    return together.output_throughput, tokens / (end - start)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", type=int, nargs="+", default=[64])
     ap.add_argument("--per-stream", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--starts", nargs="+", default=["together", "staggered"])
+    ap.add_argument("--model-only", action="store_true")
     args = ap.parse_args()
     model, hw = specs()
+    if args.model_only:
+        for level in args.levels:
+            together, steady = modelled(model, hw, level, args.per_stream)
+            print(f"twin model, virtual time, {level} streams: together {together:.1f} tok/s, steady {steady:.1f} tok/s")
+        return
     rows: list[dict] = []
     print(f"{'start':>9} {'seed':>4} {'c':>3} | {'out tok/s':>9} {'conc':>5} | {'TTFT p10':>8} {'p50':>7} {'p90':>7} "
           f"{'max gap':>7} ms | {'TPOT p50':>8} ms | window s")
@@ -115,6 +154,10 @@ def main() -> None:
                 v = [r[m] for r in mine]
                 cells.append(f"{(max(v) - min(v)) / statistics.fmean(v) * 100:15.1f}")
             print(f"{start:>9} {level:>3} | " + " ".join(cells))
+    print()
+    for level in args.levels:
+        together, steady = modelled(model, hw, level, args.per_stream)
+        print(f"twin model, virtual time, {level} streams: together {together:.1f} tok/s, steady {steady:.1f} tok/s")
 
 
 if __name__ == "__main__":

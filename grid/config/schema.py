@@ -92,9 +92,9 @@ class LoadSpec(_Spec):
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
     closed_loop_start: Literal["staggered", "together"] = Field(
-        "staggered", description="staggered: steady state: closed-loop workers spread over one request time, their "
-        "first wave warm-up, tail requests keep the load on until the measured ones end, tokens counted by arrival "
-        "inside that window (grid/loadgen/runner.py, grid/metrics/loadpoint.py); together: all workers at once, "
+        "staggered", description="staggered: steady state: a warm-up wave whose output lengths spread the streams' "
+        "phases over one request time, tail requests keep the load on until the measured ones end, tokens counted by "
+        "arrival inside that window (grid/loadgen/runner.py, grid/metrics/loadpoint.py); together: all workers at once, "
         "requests counted whole from the first send to the last end (SGLang's bench_serving)")
     repeats: int = Field(1, ge=1, le=50, description="measure every load point this many times (rows by "
                          "repeat_index); >= 2 measures the spread the report decides ties by")

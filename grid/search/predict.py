@@ -5,7 +5,7 @@ Each load point is replayed through grid/twin/simulate.py: a concurrency level a
 ``load.prompts_for(level)`` requests of ``load.input_len`` / ``load.output_len`` tokens; a request rate as evenly
 spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
 modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds two mean request times to the
-point's modelled seconds (its staggered warm-up wave and its tail, grid/loadgen/runner.py) but is scored on the
+point's modelled seconds (its warm-up wave and its tail, grid/loadgen/runner.py) but is scored on the
 closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
 not modelled: their prompts are known only when the load runs).
 

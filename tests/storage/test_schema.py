@@ -197,7 +197,8 @@ points, if a run holds any (the same `config_hash`, `point_kind` and `point_valu
 `python -m grid.compare` measures the spread from.
 
 The measured window of a load point (`window_kind`): closed loops measured in steady state (`steady_state`, the
-default `load.closed_loop_start=staggered`) run a staggered warm-up wave, the measured requests, then tail requests
+default `load.closed_loop_start=staggered`) run a warm-up wave whose output lengths spread the streams' phases over one
+request time, the measured requests, then tail requests
 that keep every stream busy until the last measured request ends; the window is the first measured send to that end,
 and throughputs count tokens by the arrival time of their event inside it, from every request of the point (AIPerf's
 `--steady-state`: "only tokens emitted during the measurement window are counted",
@@ -205,8 +206,8 @@ https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md; Guid
 over each request's token timings between warm-up and cool-down, https://github.com/vllm-project/guidellm
 `src/guidellm/benchmark/schemas/metrics.py`). `all_requests` (closed loops started together, open loops, traces) counts
 the measured requests whole from the first send to the last end, as SGLang's bench_serving does
-(python/sglang/benchmark/serving.py `calculate_metrics`). `warmup_requests_run`, `tail_requests_run` and `stagger_s`
-say what ran around the window; per-request latencies always come from the measured requests (the `requests` table).
+(python/sglang/benchmark/serving.py `calculate_metrics`). `warmup_requests_run` and `tail_requests_run` say what ran
+around the window; per-request latencies always come from the measured requests (the `requests` table).
 
 """
 

@@ -1,8 +1,8 @@
 """Why closed loops are measured in steady state: on the twin's own model (virtual time, no clock error), a closed
 loop whose workers start together with fixed lengths gives a bimodal TTFT, and grid's steady schedule does not.
 
-The steady schedule replays grid/loadgen/runner.py: one lone warm-up request times a request (R); worker k of c
-starts k/c x R late with a warm-up request; then the measured requests; then tail requests (which keep the load on;
+The steady schedule replays grid/loadgen/runner.py: every worker starts at once with a warm-up request, worker k of
+c asking for (k+1)/c of the output length; then the measured requests; then tail requests (which keep the load on;
 the simulation lets them finish, the runner cancels them: only the measured requests' TTFTs are compared).
 GLM-5-NVFP4 on 8x RTX PRO 6000 (VM), trtllm backends, no CUDA graphs, ISL/OSL 256, 64 streams, 2 measured
 requests per stream, as experiments/steady_state.py measures it on the running twin and as grid issue 14 saw it
@@ -31,8 +31,8 @@ def perf() -> PerfModel:
                                    cuda_graph=False, kv_cache_dtype="bfloat16"))
 
 
-def req(name: str) -> TwinRequest:
-    return TwinRequest(name, LEN, LEN)
+def req(name: str, out: int = LEN) -> TwinRequest:
+    return TwinRequest(name, LEN, out)
 
 
 def largest_gap_share(ttft_s: list[float]) -> float:
@@ -47,11 +47,10 @@ def test_together_ttft_is_bimodal_steady_is_not():
     together = simulate(p, [(0.0, req(f"m{i}")) for i in range(n)], max_concurrency=STREAMS)
     ttft_together = [r.ttft_s for r in together.requests]
 
-    lone = simulate(p, [(0.0, req("w"))]).requests[0].e2e_s
-    wave = [(k * lone / STREAMS, req(f"w{k}")) for k in range(STREAMS)]
-    after = (STREAMS - 1) * lone / STREAMS  # queued behind the wave; each goes when a worker frees up
+    wave = [(0.0, req(f"w{k}", -(-LEN * (k + 1) // STREAMS))) for k in range(STREAMS)]
+    after = 1e-9  # queued behind the wave; each goes when a worker frees up
     measured = [(after, req(f"m{i}")) for i in range(n)]
-    tail = [(after, req(f"t{i}")) for i in range(STREAMS)]
+    tail = [(2 * after, req(f"t{i}")) for i in range(STREAMS)]
     steady = simulate(p, wave + measured + tail, max_concurrency=STREAMS)
     ttft_steady = [r.ttft_s for r in steady.requests if r.rid.startswith("m")]
     assert len(ttft_steady) == n
