@@ -23,7 +23,7 @@ import statistics
 import time
 
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.search.plan import build
 from grid.search.policy import DONE, WAIT, Budget, Exhaustive

@@ -56,7 +56,7 @@ def simulated(model: ModelSpec, hw: HardwareSpec, streams: int) -> dict:
 def measured(model: ModelSpec, hw: HardwareSpec, scale: float, streams: int, workdir: Path) -> dict:
     import json
 
-    from grid.engines.flags import to_argv
+    from grid.releases.flags import to_argv
 
     model_dir = workdir / "model"
     model_dir.mkdir(exist_ok=True)

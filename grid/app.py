@@ -22,7 +22,8 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from grid.config.schema import ConfigError, RunSpec, load_run_spec
+from grid.compose import load_run_spec
+from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import EngineUnavailable, engine_class
 
 

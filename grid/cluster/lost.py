@@ -46,7 +46,7 @@ def node_alive(node_id: str | None, wait_s: float = 0.0) -> bool:
 def node_lost_rows(spec, plan, marker: dict, message: str) -> list[dict]:
     """The load-point rows of a configuration whose node was lost: every point ``not_run``, trial ``skipped`` /
     ``node_lost``, with the node it ran on. Pure."""
-    from grid.sweep.measure import load_points
+    from grid.plan import load_points
 
     base = dict(run_name=spec.name, trial_id=marker.get("trial_id"), config_hash=plan.config_hash,
                 config_json=plan.config_json, label=plan.label, engine=spec.engine.kind, model=spec.model.name,

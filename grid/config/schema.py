@@ -1,8 +1,11 @@
 """The run's typed, validated configuration, built once at the entry point from the composed Hydra config.
 
-``load_run_spec(plain_dict)`` turns the resolved config (``OmegaConf.to_container(cfg, resolve=True)``) into a
-frozen ``RunSpec``. Every error names the key and, where there is a closed set, the allowed values; it is raised
-before any server launches. Nothing here imports omegaconf or Ray.
+``parse_run_spec(plain_dict)`` turns the resolved config (``OmegaConf.to_container(cfg, resolve=True)``) into a
+frozen ``RunSpec``; ``check_settings``, ``check_dataset_api`` and ``check_writable`` check it against SGLang's
+releases, the load generator and the file system. grid.compose ``load_run_spec`` runs them all, with the checks
+against the objectives, searches and engines that register above this package. Every error names the key and,
+where there is a closed set, the allowed values; it is raised before any server launches. Nothing here imports
+omegaconf or Ray, nor any grid package but grid.releases and grid.loadgen.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
                       model_validator)
 
 from grid.config.specs import HardwareSpec, ModelSpec
-from grid.engines.flags import SettingError, check_setting, parse_version
+from grid.releases.flags import SettingError, check_setting, parse_version
 
 
 class ConfigError(ValueError):
@@ -287,28 +290,22 @@ def _format_validation(err: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
-    """Build and validate the RunSpec from the resolved config dict. Raises ``ConfigError``."""
+def parse_run_spec(cfg: dict[str, Any]) -> RunSpec:
+    """The RunSpec of the resolved config dict, checked field by field (types, ranges, unknown keys with the closest
+    known one). Raises ``ConfigError``. The checks against what other packages register (objectives, searches,
+    engines) are grid.compose ``load_run_spec``, which calls this first."""
     cfg = dict(cfg)
     cfg.pop("hydra", None)
     try:
-        spec = RunSpec.model_validate(cfg)
+        return RunSpec.model_validate(cfg)
     except ValidationError as err:
         raise ConfigError(_format_validation(err)) from None
-    from grid.report.select import OBJECTIVES  # the registry lives with the objectives; imported late (it imports us)
 
-    if spec.objective.kind not in OBJECTIVES:
-        raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
-                          f"{', '.join(sorted(OBJECTIVES))}")
-    from grid.search import SEARCHES
 
-    if spec.search.kind not in SEARCHES:
-        raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
-    if spec.search.kind == "optuna":
-        import importlib.util
-
-        if importlib.util.find_spec("optuna") is None:
-            raise ConfigError("search.kind=optuna needs Optuna: pip install -e '.[optuna]' (or choose search=twin_guided)")
+def check_settings(spec: RunSpec) -> None:
+    """Check every server setting of the run (``server``, ``sweep.base``, ``sweep.grid``, ``sweep.configs``) and
+    every sweep load override against ``spec.version`` (grid.releases.flags ``check_setting``). Raises
+    ``ConfigError`` naming the key and the allowed values."""
     version = parse_version(spec.version)
     try:
         for key, value in spec.server.items():
@@ -329,15 +326,9 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
                         check_setting(key, value, version)
     except SettingError as err:
         raise ConfigError(str(err)) from None
-    _check_dataset_api(spec)
-    if spec.engine.kind == "sglang" and not spec.model.path:
-        raise ConfigError("model.path: required with engine=sglang (a local checkpoint directory or HF id), "
-                          "e.g. engine=sglang model.path=/models/GLM-5-NVFP4")
-    _check_writable(spec.run_dir)
-    return spec
 
 
-def _check_dataset_api(spec: RunSpec) -> None:
+def check_dataset_api(spec: RunSpec) -> None:
     """Refuse a dataset that cannot produce the prompts ``engine.api`` takes (e.g. token ids for chat messages), for
     the run's load and every sweep entry's. Raises ``ConfigError`` naming both keys and the datasets that fit."""
     from grid.loadgen.client import ENDPOINTS
@@ -368,7 +359,8 @@ def _load_override(base: LoadSpec, override: Any, key: str = "sweep.configs[].lo
         raise ConfigError(f"{key}." + _format_validation(err)) from None
 
 
-def _check_writable(run_dir: str) -> None:
+def check_writable(run_dir: str) -> None:
+    """Refuse a run directory whose nearest existing folder cannot be written. Raises ``ConfigError``."""
     path = Path(run_dir)
     probe = path
     while not probe.exists():

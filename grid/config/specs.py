@@ -77,6 +77,12 @@ class ModelSpec(_Frozen):
     )
     dsa: DsaSpec | None = None
     mtp_layers: int = 0
+    sliding_window: int = Field(0, ge=0, description="tokens a sliding-window layer attends to (gpt-oss 128); 0 = none")
+    sliding_window_layers: int = Field(0, ge=0, description="how many of num_layers use the sliding window")
+    linear_attention_layers: int = Field(
+        0, ge=0, description="how many of num_layers are linear-attention (Gated DeltaNet) layers without a KV cache")
+    linear_state_bytes: int = Field(
+        0, ge=0, description="recurrent + convolution state per request over all linear-attention layers, bytes")
     source: str = ""
 
     @property

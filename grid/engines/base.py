@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from grid.config.schema import RunSpec
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 class EngineUnavailable(RuntimeError):
@@ -72,6 +72,12 @@ class Engine(ABC):
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.notes: list[str] = []   # things the user should know about how commands were planned
+
+    @classmethod
+    def check_spec(cls, spec: RunSpec) -> None:
+        """Refuse a run this engine cannot plan, before anything launches (grid.compose ``load_run_spec`` asks the
+        engine of ``engine.kind``; default: nothing to refuse). Raises ``grid.config.schema.ConfigError`` naming the
+        key."""
 
     @abstractmethod
     def version(self) -> str:

@@ -22,7 +22,7 @@ from typing import ClassVar
 from urllib.parse import urlparse
 
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take

@@ -5,10 +5,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
-from grid.engines.checks import refuse as _refuse
-from grid.engines.flags import parse_version, to_argv
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
+from grid.releases.checks import refuse as _refuse
+from grid.releases.flags import parse_version, to_argv
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 
@@ -16,7 +17,14 @@ _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 @register
 class SGLangEngine(Engine):
     kind = "sglang"
-    refuse = _refuse  # pre-launch checks against the version (grid/engines/checks.py)
+    refuse = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
+
+    @classmethod
+    def check_spec(cls, spec: RunSpec) -> None:
+        """SGLang loads a checkpoint: ``model.path`` is required. Raises ``ConfigError``."""
+        if not spec.model.path:
+            raise ConfigError("model.path: required with engine=sglang (a local checkpoint directory or HF id), "
+                              "e.g. engine=sglang model.path=/models/GLM-5-NVFP4")
 
     def _installed_version(self) -> str | None:
         python = self.spec.engine.python

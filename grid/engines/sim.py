@@ -11,16 +11,16 @@ import sys
 from pathlib import Path
 
 from grid.engines.base import Engine, LaunchPlan, register
-from grid.engines.checks import refuse as _refuse
-from grid.engines.flags import parse_version, to_argv
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
+from grid.releases.checks import refuse as _refuse
+from grid.releases.flags import parse_version, to_argv
 
 
 @register
 class SimEngine(Engine):
     kind = "sim"
     twin = True
-    refuse = _refuse  # pre-launch checks against the version (grid/engines/checks.py)
+    refuse = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
 
     def version(self) -> str:
         return self.spec.engine.version or "0.5.9"
@@ -78,7 +78,8 @@ def single_stream_step_s(spec, flags: list[str], version: str, context_tokens: i
     try:
         args = cli.parse_args(["--model-path", "m", *flags], version)
         cli.resolve_args(args, spec.model)
-        perf = PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+        perf = PerfModel(spec.model, spec.hardware, cfg)
         return perf.decode_step_s(1, context_tokens)
     except (SystemExit, ValueError, AssertionError):
         return None

@@ -25,7 +25,8 @@ from statistics import fmean
 from typing import Any
 
 from grid.metrics.confidence import interval, overlaps
-from grid.report.select import fmt_delta, fmt_score, level_name
+from grid.plan import level_name
+from grid.report.select import fmt_delta, fmt_score
 
 #: Compared metrics: column -> (name, higher is better).
 METRICS: dict[str, tuple[str, bool]] = {

@@ -123,7 +123,7 @@ def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | N
         lines.append(f"Requests measured per load point: {min(counts)}" +
                      (f"-{max(counts)}" if max(counts) != min(counts) else ""))
     scales = _distinct(r.get("time_scale") for r in rows)
-    if engine == "sim":
+    if engine_class(engine).twin:
         scale = _levels(scales) if scales else str(spec.engine.time_scale)
         startup = spec.engine.startup_time_scale
         lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ("
@@ -141,7 +141,7 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     engine=openai (grid did not launch that server)."""
     from grid.engines.sglang import SGLangEngine
     from grid.report.render import deploy_command
-    from grid.sweep.space import TrialPlan
+    from grid.plan import TrialPlan
 
     if engine_class(spec.engine.kind).external or not verdict.rows:
         return None
@@ -184,7 +184,7 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
     """The known failure modes (grid/twin/failures.py, each with its source) whose conditions hold for ``verdict``'s
     configuration on this model and hardware and whose effect matches its recorded error class; [] when none does
     or the configuration cannot be parsed for its version."""
-    from grid.engines.flags import parse_version, to_argv
+    from grid.releases.flags import parse_version, to_argv
     from grid.twin import cli
     from grid.twin.failures import find_failures
     from grid.twin.perf import PerfModel

@@ -23,7 +23,8 @@ from typing import Any
 from grid.report.explain import FailureGroup
 from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front
 from grid.report.render import POINT_COLUMNS, fmt, short_diagnosis
-from grid.report.select import Verdict, level_name
+from grid.plan import level_name
+from grid.report.select import Verdict
 
 KIND_AXIS = {"concurrency": "concurrency (requests in flight)", "rate": "request rate (req/s, modelled)"}
 LOG_TAIL_LINES = 40  # lines of a failure group's server log shown in the page

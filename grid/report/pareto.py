@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from grid.report.select import OBJECTIVES, fmt_score, level_name
+from grid.plan import level_name
+from grid.report.select import OBJECTIVES, fmt_score
 
 #: Latency metrics a front is drawn for: load-point column -> its name in the report (modelled ms).
 LATENCY_METRICS: dict[str, str] = {

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
+from grid.plan import level_name
 from grid.server.logparse import error_headline
 
 
@@ -64,18 +65,6 @@ register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPO
                    noun="median TPOT"))
 
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
-
-
-def level_name(row: Mapping[str, Any]) -> str:
-    """A load point's level as users set it: ``concurrency 8``, ``1.5 req/s`` (``inf req/s``: all at once), or
-    ``level 8`` when the row does not say which kind it is."""
-    value = row["point_value"]
-    kind = row.get("point_kind")
-    if kind == "concurrency":
-        return f"concurrency {value:g}"
-    if kind == "rate":
-        return f"{value:g} req/s"
-    return f"level {value:g}"
 
 
 def _pct_label(percentile: float) -> str:

@@ -1,7 +1,7 @@
 """What grid knows about a configuration before launching it (pure): refused (the hardware or SGLang cannot run it)
 or known to fail here (a row of the twin's failure table applies), and the launch order that follows.
 
-* **refused**: ``Engine.refuse`` (grid/engines/checks.py ``RULES``: SGLang's argument checks and the kernels'
+* **refused**: ``Engine.refuse`` (grid/releases/checks.py ``RULES``: SGLang's argument checks and the kernels'
   hardware requirements). Never launched, never counted against a budget; recorded ``invalid`` / ``refused``.
 * **known to fail**: a row of grid/twin/failures.py ``FAILURE_TABLE`` matches the configuration on this model,
   hardware and SGLang release (NaN output, a startup crash or hang, an out-of-memory). It is launched all the same
@@ -19,7 +19,7 @@ from typing import Any
 
 from grid.config.schema import RunSpec
 from grid.engines.base import engine_class
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 @dataclass(frozen=True)
 class Known:
@@ -43,14 +43,15 @@ class Known:
 def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
     """The twin's ``PerfModel`` of ``settings`` on ``spec``'s model and hardware at SGLang ``version``; None when the
     twin's argument checks refuse them (SGLang would too)."""
-    from grid.engines.flags import parse_version, to_argv
+    from grid.releases.flags import parse_version, to_argv
     from grid.twin import cli
     from grid.twin.perf import PerfModel
 
     try:
         args = cli.parse_args(["--model-path", "m", *to_argv(settings, parse_version(version))], version)
         cli.resolve_args(args, spec.model)
-        return PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+        return PerfModel(spec.model, spec.hardware, cfg)
     except (SystemExit, ValueError, AssertionError, KeyError):
         return None
 

@@ -17,7 +17,7 @@ from grid.search import SEARCHES
 from grid.search.knowledge import Known, assess
 from grid.search.policy import Budget, Candidate, Policy
 from grid.search.predict import Forecast, forecast
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 @dataclass

@@ -14,12 +14,13 @@ Used by the pre-run cost estimate (grid/search/cost.py) and by the ``twin_guided
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from grid.config.schema import RunSpec
 from grid.search.knowledge import twin_model
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,12 @@ def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
         reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len)
                 for i in range(n)]
         if kind == "concurrency":
-            res = simulate(perf, [(0.0, r) for r in reqs], max_concurrency=int(level))
+            c = int(level)
+            waves = n // c if c > 0 and n % c == 0 else 1
+            key = (*_wave_key(perf, c * (load.input_len + load.output_len), c), c, load.input_len, load.output_len)
+            if key not in _WAVES:  # identical requests in a closed loop started together: identical waves
+                _WAVES[key] = simulate(perf, [(0.0, r) for r in reqs[: n // waves]], max_concurrency=c)
+            res = _repeat(_WAVES[key], waves)
         else:
             gap = 0.0 if not math.isfinite(level) else 1.0 / level
             res = simulate(perf, [(i * gap, r) for i, r in enumerate(reqs)], max_concurrency=load.max_concurrency)
@@ -71,6 +77,36 @@ def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
                      "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
                      "tpot_median_ms": _percentile(tpot, 50)})
     return rows
+
+
+#: Simulated waves by (configuration, concurrency, lengths). A closed loop of ``waves x c`` identical requests
+#: started together runs ``waves`` identical waves (each request of a wave finishes on the same step, and its
+#: successor starts then), so one wave is simulated and repeated. Waves are shared between configurations that
+#: the simulation cannot tell apart: the MoE runner flag is keyed as the kernel class it resolves to
+#: (``PerfModel.moe_runner_class``, the only thing the performance model reads of it), and the memory fraction as
+#: the KV pool and running-request cap it yields, each capped at what the wave can use (``c`` requests of
+#: ``input + output`` tokens; a larger pool or cap never binds). tests/unit/test_search.py checks the shortcut
+#: against a full simulation.
+_WAVES: dict[tuple, object] = {}
+_WAVES_MAX = 4096
+
+
+def _wave_key(perf, tokens: int, requests: int) -> tuple:
+    cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None)
+    if len(_WAVES) > _WAVES_MAX:
+        _WAVES.clear()
+    return (type(perf).__name__, perf.model.name, perf.hardware.name, cfg,
+            min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
+
+
+def _repeat(res, waves: int):
+    """``res`` (one wave's ``SimResult``) as ``waves`` back-to-back waves: the same per-request timings repeated,
+    ``waves`` times the duration."""
+    if waves <= 1:
+        return res
+    from grid.twin.simulate import SimResult
+
+    return SimResult(requests=list(res.requests) * waves, duration_s=res.duration_s * waves, steps=res.steps * waves)
 
 
 def _meets(row: dict, slo, reqs_ok: list[bool]) -> bool:

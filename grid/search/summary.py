@@ -8,6 +8,8 @@
 * ``objective``, ``search``: the objective kind and search kind;
 * ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
   refused before launch, those the failure table says fail here, and those the search left out.
+
+Its keys, with types and units, are listed once in grid/storage/summary.py ``SUMMARY_FIELDS`` (docs/schema.md).
 """
 
 from __future__ import annotations
@@ -15,30 +17,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Iterable, Mapping
-
-
-#: Every key of summary.json: (key, JSON type, unit, meaning). docs/schema.md shows this table.
-SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
-    ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),
-    ("gpu_seconds", "float", "GPU-s", "sum over launches of recorded startup (the twin's modelled startup when the "
-     "server never became ready) plus the modelled duration of each load point run, times hardware.gpu_count"),
-    ("best_label", "string", "", "label of the best configuration (null: none ranked)"),
-    ("best_value", "float", "objective's unit", "its score under the objective"),
-    ("objective", "string", "", "objective.kind"),
-    ("search", "string", "", "search.kind"),
-    ("configurations", "int", "", "configurations in the sweep"),
-    ("refused", "int", "", "configurations refused before launch (recorded invalid / refused, no launch)"),
-    ("known_to_fail", "int", "", "configurations a failure-table row says fail on this hardware"),
-    ("not_run", "int", "", "configurations the search chose not to launch (search.json says why)"),
-)
-
-
-def describe_summary() -> str:
-    """Markdown table of summary.json's keys."""
-    out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
-           "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
-    out += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SUMMARY_FIELDS]
-    return "\n".join(out) + "\n"
 
 
 def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, float] | None = None) -> dict[str, float]:

@@ -402,7 +402,7 @@ def describe_schema() -> str:
             desc = meta["description"].replace("|", "\\|")
             out.append(f"| `{f.name}` | {f.type} | {meta['unit']} | {desc} |")
         out.append("")
-    from grid.search.summary import describe_summary
+    from grid.storage.summary import describe_summary
     from grid.storage.vocabulary import describe_vocabulary
 
     return "\n".join(out) + "\n" + describe_summary() + "\n" + describe_vocabulary()

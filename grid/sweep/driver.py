@@ -29,7 +29,8 @@ from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.storage.parquet import recorded_hashes, set_aside_corrupt
 from grid.sweep.notes import known_notes, plan_notes
-from grid.sweep.space import TrialPlan, expand
+from grid.plan import TrialPlan
+from grid.sweep.space import expand
 
 #: Ray/Tune settings grid runs with (a user's own value wins): the classic Tune output, no usage stats, trials in the
 #: driver's working directory, experiment state saved every 5 s, every worker's log lines shown.

@@ -21,7 +21,7 @@ from grid.loadgen.dataset import DatasetArgs, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, summarize
-from grid.report.select import level_name
+from grid.plan import TrialPlan, level_name, load_points
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
@@ -29,7 +29,6 @@ from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
 from grid.sweep.samplers import SamplerContext, make_samplers
-from grid.sweep.space import TrialPlan
 
 log = logging.getLogger("grid.measure")
 
@@ -47,28 +46,6 @@ CHECK_TIMEOUT_S = 20.0
 CHECK_MIN_REAL_S = 2.0
 CHECK_INPUT_TOKENS = 16
 CHECK_OUTPUT_TOKENS = 4
-
-
-def load_points(plan: TrialPlan) -> list[LoadPoint]:
-    """The trial's load points in order: concurrency levels, request rates, then trace replays (open-loop points
-    carry ``load.max_concurrency``), and that sequence ``load.repeats`` times over (point ``i`` belongs to repeat
-    ``i // (len(points) / repeats)``). Point ``i`` is seeded ``load.seed * 1000 + i``: identical across
-    configurations, and each repeat draws its own prompts (the spread covers the prompts as well as the timing)."""
-    load = plan.load
-    steady = load.closed_loop_start == "staggered"
-    levels: list[tuple[str, float, int, dict[str, Any]]] = [
-        ("concurrency", float(c), load.prompts_for(c), {"steady": steady}) for c in load.concurrency]
-    levels += [("rate", float(r), load.prompts_for(r), {"arrival": load.arrival, "burstiness": load.burstiness,
-                                                       "max_concurrency": load.max_concurrency})
-               for r in load.request_rate]
-    if load.trace_points:
-        offsets = build_dataset(load.dataset, DatasetArgs(0, 1, 1, 1.0, 1, 0, load.dataset_path)).offsets_s or ()
-        num = min(load.num_prompts or len(offsets), len(offsets))
-        levels += [("trace", float(s), num, {"max_concurrency": load.max_concurrency,
-                                             "offsets_s": tuple(offsets[:num])}) for s in load.trace_points]
-    return [LoadPoint(kind, value, num, warmup_requests=load.warmup_requests,
-                      seed=load.seed * 1000 + r * len(levels) + i, **extra)
-            for r in range(load.repeats) for i, (kind, value, num, extra) in enumerate(levels)]
 
 
 def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:

@@ -12,8 +12,8 @@ import math
 
 from grid.config.schema import RunSpec
 from grid.engines.base import engine_class
-from grid.engines.flags import catalog_note
-from grid.sweep.space import TrialPlan
+from grid.releases.flags import catalog_note
+from grid.plan import TrialPlan
 
 
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
@@ -64,7 +64,7 @@ def unmodelled_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> str 
     not model (grid/twin/cli.py ``MODELLED``): those configurations measure the same modelled server."""
     if not engine_class(spec.engine.kind).twin:
         return None
-    from grid.engines.flags import SETTINGS, parse_version
+    from grid.releases.flags import SETTINGS, parse_version
     from grid.twin.cli import effect
 
     try:
@@ -102,7 +102,7 @@ def first_wave_ttft_s(spec: RunSpec, plan: TrialPlan, version: str, requests: in
     """The longest TTFT (modelled s) of ``requests`` requests of ``plan.load.input_len`` tokens that reach the twin
     at once (the first wave of a closed loop at that concurrency), from the twin's performance model and scheduler in
     virtual time (grid/twin/simulate.py); None when the twin would refuse the configuration."""
-    from grid.engines.flags import parse_version, to_argv
+    from grid.releases.flags import parse_version, to_argv
     from grid.twin import cli
     from grid.twin.perf import PerfModel
     from grid.twin.scheduler import TwinRequest
@@ -111,7 +111,8 @@ def first_wave_ttft_s(spec: RunSpec, plan: TrialPlan, version: str, requests: in
     try:
         args = cli.parse_args(["--model-path", "m", *to_argv(plan.settings, parse_version(version))], version)
         cli.resolve_args(args, spec.model)
-        perf = PerfModel(spec.model, spec.hardware, cli.to_serving_config(args))
+        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+        perf = PerfModel(spec.model, spec.hardware, cfg)
     except (SystemExit, ValueError, AssertionError):
         return None
     wave = [(0.0, TwinRequest(rid=str(i), input_tokens=plan.load.input_len, max_new_tokens=1))

@@ -6,7 +6,7 @@ import time
 
 from ray import tune
 
-from grid.report.select import level_name
+from grid.plan import level_name
 
 
 def _fmt(v, unit: str = "", nd: int = 1) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 from urllib.parse import urlparse
 
+from grid.engines.base import engine_class
 from grid.server.logparse import parse_batch_line, peak_gen_throughput
 from grid.storage.schema import GPU_TELEMETRY_COLUMNS, SERVER_METRICS_COLUMNS, sampled_rows, server_log_rows
 
@@ -45,7 +46,8 @@ def say_once(key: str, message: str) -> None:
 
 @dataclass(frozen=True)
 class SamplerContext:
-    """What a sampler may need about the trial. ``server`` has the ServerSession interface."""
+    """What a sampler may need about the trial. ``server`` has the ServerSession interface; ``engine`` is the engine
+    kind (``engine.kind``)."""
 
     server: Any
     base_url: str
@@ -197,7 +199,8 @@ class ServerMetricsSampler(PeriodicSampler):
 
 @register("gpu_telemetry")
 def _gpu_telemetry(ctx: SamplerContext) -> Sampler | None:
-    if ctx.engine == "sim":
+    engine = engine_class(ctx.engine)
+    if engine.twin:  # the twin serves the telemetry its performance model implies
         from grid.telemetry.modelled import ModelledReader, modelled_topology
 
         reader = ModelledReader(ctx.base_url, ctx.api_key)
@@ -208,7 +211,7 @@ def _gpu_telemetry(ctx: SamplerContext) -> Sampler | None:
             return None
         return GpuTelemetrySampler(ctx, reader, topo)
     host = urlparse(ctx.base_url).hostname or ""
-    if ctx.engine != "sglang" and host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+    if engine.external and host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         say_once("gpu_telemetry:remote", f"GPU telemetry not recorded: the server at {ctx.base_url} is not on this "
                                          "node, so this node's NVML would not describe it")
         return None

@@ -10,27 +10,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from grid import twin
 from grid.config.schema import ConfigError, LoadSpec, RunSpec, _load_override
+from grid.engines.base import engine_class
+from grid.plan import TrialPlan
 
 RESERVED_KEYS = ("label", "load")
-
-
-@dataclass(frozen=True)
-class TrialPlan:
-    """One server configuration to launch and the load to run against it."""
-
-    index: int
-    settings: dict[str, Any]     # every setting passed to the server (None entries removed)
-    load: LoadSpec
-    label: str                   # short human name: the settings that vary across the sweep
-    config_hash: str             # 12 hex chars of sha256 over everything that changes a result (see config_hash)
-
-    @property
-    def config_json(self) -> str:
-        return json.dumps(self.settings, sort_keys=True)
 
 
 #: Fields of the model and hardware specs that do not enter the identity: ``source`` is the citation of the facts
@@ -52,15 +39,14 @@ def config_identity(spec: RunSpec, settings: dict[str, Any], load: LoadSpec) -> 
 
     The engine (``ENGINE_FIELDS_IN_IDENTITY``; ``version`` as resolved: ``RunSpec.version``), every field of the
     model and hardware specs (their facts, not only their names; ``source`` excepted), the server settings, the
-    load (every LoadSpec field) and, for the twin (``engine.kind=sim``), ``grid.twin.MODEL_VERSION``.
+    load (every LoadSpec field) and, for the twin (an engine whose ``Engine.twin`` is set: ``engine.kind=sim``),
+    ``grid.twin.MODEL_VERSION``.
     """
-    from grid.twin import MODEL_VERSION
-
     engine = {k: getattr(spec.engine, k) for k in ENGINE_FIELDS_IN_IDENTITY}
     engine["version"] = spec.version
     return {
         "engine": engine,
-        "twin_model_version": MODEL_VERSION if spec.engine.kind == "sim" else None,
+        "twin_model_version": twin.MODEL_VERSION if engine_class(spec.engine.kind).twin else None,
         "model": _spec_identity(spec.model),
         "hardware": _spec_identity(spec.hardware),
         "settings": settings,

@@ -24,7 +24,7 @@ from grid.config.schema import RunSpec
 from grid.engines.base import engine_class, get_engine
 from grid.sweep.measure import measure_trial
 from grid.server.infra import InfrastructureLost
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 ACTOR_LOST_ATTEMPTS = 2  # attempts per trial when the node's actor is lost (the first + one on a new actor)
 

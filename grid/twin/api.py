@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from grid.engines import catalog
+from grid.releases import catalog
 from grid.twin import logs, textgen
 from grid.twin.metrics import CONTENT_TYPE
 

@@ -1,6 +1,6 @@
 """SGLang's ``launch_server`` command line, as each SGLang release has it: built from the catalog.
 
-:func:`build_parser` turns the options the catalog extracted from a release's wheel (grid/engines/catalog,
+:func:`build_parser` turns the options the catalog extracted from a release's wheel (grid/releases/catalog,
 ``data/sglang-<release>.json``) into a plain ``argparse.ArgumentParser`` with the same option strings, dests,
 actions, types, nargs, choices and defaults, so that the twin accepts exactly that release's options and argparse's
 own behaviour is kept: unique prefixes are accepted (``--tp 8``), an unknown flag exits with code 2 and ``... error:
@@ -13,7 +13,7 @@ release calls it ``nsa_prefill_backend`` or not); :func:`parse_args` fills those
 performance model reads is :data:`MODELLED`; every other option is accepted with no effect in the twin
 (:func:`effect`).
 
-After parsing, :func:`check_server_args` applies the launch-time rules SGLang enforces (grid/engines/checks.py
+After parsing, :func:`check_server_args` applies the launch-time rules SGLang enforces (grid/releases/checks.py
 ``RULES``, the table grid checks before launch, plus the checks on options grid does not sweep), raising
 ``ValueError`` / ``AssertionError`` with SGLang's messages, and :func:`to_serving_config` builds the
 :class:`~grid.twin.perf.ServingConfig` the performance model consumes.
@@ -22,11 +22,12 @@ After parsing, :func:`check_server_args` applies the launch-time rules SGLang en
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 from typing import Any, Callable, Sequence
 
-from grid.engines import catalog
+from grid.releases import catalog
 from grid.versions import release_tuple
 
 DEFAULT_VERSION = "0.5.9"
@@ -80,6 +81,7 @@ MODELLED: frozenset[str] = frozenset({
     "enable_priority_scheduling", "schedule_conservativeness", "page_size", "stream_interval",
     "enable_torch_compile", "torch_compile_max_bs", "enable_two_batch_overlap", "moe_runner_backend",
     "moe_a2a_backend", "attention_backend", "disable_radix_cache", "speculative_algorithm", "enable_mixed_chunk",
+    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
     "disable_overlap_schedule", "nnodes", "load_format",
     *(d for dests, _ in CANONICAL.values() for d in dests),
 })
@@ -219,6 +221,13 @@ def build_parser(version: str = DEFAULT_VERSION) -> argparse.ArgumentParser:
     return parser
 
 
+@functools.lru_cache(maxsize=64)
+def _parser(version: str) -> argparse.ArgumentParser:
+    """:func:`build_parser`, built once per version string (parsing does not change a parser; building one takes
+    ~25 ms, which dominated ranking a large configuration space)."""
+    return build_parser(version)
+
+
 def _expand_config(argv: list[str]) -> list[str]:
     """``--config file.yaml``: the YAML's options are merged into argv (CLI values win, as SGLang's ConfigArgumentMerger)."""
     if "--config" not in argv:
@@ -249,7 +258,7 @@ def parse_args(argv: Sequence[str], version: str = DEFAULT_VERSION) -> argparse.
     The returned namespace has the release's dests, the twin's :data:`CANONICAL` names, ``_deprecations`` (warning
     lines) and ``_version``.
     """
-    args = build_parser(version).parse_args(_expand_config(list(argv)))
+    args = _parser(version).parse_args(_expand_config(list(argv)))
     args.__dict__.setdefault("_deprecations", [])
     args._version = version
     for name, (dests, default) in CANONICAL.items():
@@ -329,7 +338,7 @@ def _check(fn: Callable[[argparse.Namespace, Version, Any], None]) -> Callable:
 
 
 def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
-    """The parsed arguments as grid's settings (grid/engines/flags.py names), for the shared launch rules."""
+    """The parsed arguments as grid's settings (grid/releases/flags.py names), for the shared launch rules."""
     dp_attn = _dp_attention_on(args)
     return {
         "two_batch_overlap": args.enable_two_batch_overlap, "moe_a2a_backend": args.moe_a2a_backend,
@@ -341,17 +350,18 @@ def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
         "quantization": args.quantization, "moe_runner_backend": args.moe_runner_backend,
         "kv_cache_dtype": args.kv_cache_dtype, "dsa_prefill_backend": args.dsa_prefill_backend,
         "dsa_decode_backend": args.dsa_decode_backend,
+        "nnodes": args.nnodes, "disaggregation_mode": getattr(args, "disaggregation_mode", None),
     }
 
 
 @_check
 def _shared_rules(args, ver, model):
-    """grid/engines/checks.py ``RULES``: the same table grid checks before launch (one place for launch facts)."""
-    from grid.engines.checks import RULES
+    """grid/releases/checks.py ``RULES``: the same table grid checks before launch (one place for launch facts)."""
+    from grid.releases.checks import RULES
 
     settings = _settings(args, ver)
     for rule in RULES:
-        if rule.stage != "launch":  # a kernel requirement: SGLang starts and dies later (the failure table's row)
+        if rule.stage not in ("launch", "twin"):  # a kernel requirement: SGLang starts and dies later (failure row)
             continue
         why = rule.refuses(settings, ver, model, getattr(args, "_hardware", None))
         if why is not None:
@@ -409,8 +419,26 @@ def cuda_graph_enabled(args: argparse.Namespace) -> bool:
                 or args.cuda_graph_backend_decode == "disabled")
 
 
-def to_serving_config(args: argparse.Namespace):
-    """The :class:`grid.twin.perf.ServingConfig` for resolved ``args``."""
+#: The acceptance length of speculative decoding (tokens per verify iteration) is not a server flag but a property of
+#: the draft head and the text: the twin takes it from this environment variable (grid/twin/speculative.py).
+ENV_SPEC_ACCEPT_LENGTH = "GRID_TWIN_SPEC_ACCEPT_LENGTH"
+
+
+def accept_length_from(env: dict) -> float | None:
+    """``GRID_TWIN_SPEC_ACCEPT_LENGTH`` from ``env`` as a float (None when unset). Raises ``ValueError`` naming the
+    variable for a value that is not a number."""
+    raw = env.get(ENV_SPEC_ACCEPT_LENGTH)
+    if raw in (None, ""):
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_SPEC_ACCEPT_LENGTH} must be a number (tokens per verify iteration), not {raw!r}")
+
+
+def to_serving_config(args: argparse.Namespace, accept_length: float | None = None):
+    """The :class:`grid.twin.perf.ServingConfig` for resolved ``args``; ``accept_length``: speculative decoding's
+    tokens per verify iteration (:func:`accept_length_from`)."""
     from grid.twin.perf import ServingConfig
 
     ver = parse_version(args._version)
@@ -430,4 +458,9 @@ def to_serving_config(args: argparse.Namespace):
         kv_cache_dtype=args.kv_cache_dtype, disable_radix_cache=args.disable_radix_cache,
         context_length=args.context_length, stream_interval=args.stream_interval,
         decode_log_interval=args.decode_log_interval, page_size=args.page_size, version=args._version,
+        pp_size=args.pp_size, speculative_algorithm=getattr(args, "speculative_algorithm", None),
+        speculative_num_steps=getattr(args, "speculative_num_steps", None),
+        speculative_eagle_topk=getattr(args, "speculative_eagle_topk", None),
+        speculative_num_draft_tokens=getattr(args, "speculative_num_draft_tokens", None),
+        speculative_accept_length=accept_length,
     )

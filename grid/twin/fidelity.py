@@ -103,7 +103,7 @@ def workload(run: dict[str, Any], seed: int = 0) -> tuple[list[tuple[float, Twin
 
         reqs = [(draw(w["mean_input"]), draw(w["mean_output"])) for _ in range(n)]
     else:
-        raise ValueError(f"run {run['id']!r}: workload kind {w['kind']!r} not one of ['random', 'sharegpt']")
+        raise ValueError(f"run {run['id']!r}: workload kind {w['kind']!r} not one of ['random', 'sharegpt', 'decode']")
     rate = w.get("request_rate")
     t, out = 0.0, []
     for k, (i, o) in enumerate(reqs):
@@ -127,13 +127,26 @@ def measure(run: dict[str, Any], res: SimResult) -> dict[str, dict[str, float]]:
     }
 
 
+def decode_only(run: dict[str, Any], perf: PerfModel) -> dict[str, dict[str, float]]:
+    """A decode-only sweep point (``workload: {kind: decode, concurrency: c, context: k}``: ``c`` requests decoding
+    together, each holding ``k`` tokens of context, as voipmonitor/rtx6kpro's ``llm_decode_bench.py`` measures):
+    ``output_tok_per_s`` = c / one decode step, ``tpot_ms`` = the step."""
+    w = run["workload"]
+    c, k = int(w["concurrency"]), int(w.get("context", 0))
+    step = perf.decode_step_s(c, c * (k + 1))
+    return {"output_tok_per_s": {"": c / step}, "tpot_ms": {"mean": 1e3 * step, "median": 1e3 * step}}
+
+
 def evaluate(runs: list[dict[str, Any]] | None = None) -> list[Row]:
     """Replay every run and return one ``Row`` per published metric."""
     rows: list[Row] = []
     for run in runs if runs is not None else load_runs():
         perf = perf_for(run)
-        reqs, conc = workload(run)
-        values = measure(run, simulate(perf, reqs, max_concurrency=conc))
+        if run["workload"]["kind"] == "decode":
+            values = decode_only(run, perf)
+        else:
+            reqs, conc = workload(run)
+            values = measure(run, simulate(perf, reqs, max_concurrency=conc))
         for metric, spec in run["metrics"].items():
             stat = spec.get("stat", "")
             rows.append(Row(run["id"], run["split"], run["source"], run.get("engine", ""), run.get("condition", ""),

@@ -195,6 +195,13 @@ class ServingConfig:
     decode_log_interval: int = 40
     page_size: int | None = None
     version: str = "0.5.9"
+    # --- issue 15: pipeline parallelism (grid/twin/pipeline.py) and speculative decoding (grid/twin/speculative.py)
+    pp_size: int = 1
+    speculative_algorithm: str | None = None  # EAGLE | EAGLE3 | NEXTN
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_accept_length: float | None = None  # tokens per verify iteration (an input; see speculative.py)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -333,6 +340,14 @@ class _Bytes:
 
 class PerfModel:
     """Resolved server settings and modelled step times for one (model, hardware, flags) triple."""
+
+    def __new__(cls, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig):
+        # issue 15 hook: grid/twin/extensions.py picks pipeline.py / speculative.py / attention.py when they apply
+        if cls is PerfModel:
+            from grid.twin.extensions import perf_class
+
+            cls = perf_class(cfg, model)
+        return super().__new__(cls)
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig) -> None:
         self.model = model

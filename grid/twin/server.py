@@ -697,7 +697,10 @@ def main(argv: list[str] | None = None) -> int:
     from grid.twin.failures import find_failures
     from grid.twin.perf import PerfModel
 
-    cfg = cli.to_serving_config(args)
+    try:
+        cfg = cli.to_serving_config(args, cli.accept_length_from(os.environ))
+    except ValueError as e:
+        return _fail(raw, "ValueError", str(e))
     try:
         perf = PerfModel(model, hardware, cfg)
     except (ValueError, AssertionError) as e:

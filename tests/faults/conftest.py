@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.server.session import ServerSession
 from grid.sweep.measure import measure_trial

@@ -6,8 +6,8 @@ import pytest
 
 from grid.config.schema import ObjectiveSpec, SLOSpec
 from grid.metrics.loadpoint import SLO
-from grid.report.select import (OBJECTIVES, _failure_reason, fmt_delta, fmt_scores, level_name, rank, rejudge,
-                                rising_note, slo_text)
+from grid.plan import level_name
+from grid.report.select import OBJECTIVES, _failure_reason, fmt_delta, fmt_scores, rank, rejudge, rising_note, slo_text
 
 THROUGHPUT = OBJECTIVES["max_output_throughput"]
 

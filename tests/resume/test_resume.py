@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.server.process import group_alive
 from grid.sweep.driver import plan_run
 

@@ -200,6 +200,10 @@ def test_one_constant_set_vm_vs_bare_metal():
 HELD_OUT = {
     "ix870-c8", "ix870-c16", "ix870-c32", "ix870-c64", "dc-h200-70b-tp4-rps4", "dc-h200-70b-tp4-burst",
     "dc-h200-70b-tp8-burst", "tt340-qwen3moe-a100-isl2048",
+    # issue 15 mechanisms, no constant fitted: pipeline parallelism, speculative decoding (MTP)
+    "sonar1447-a100-qwen3moe-pp2", *(f"e1-glm5-mtp-c{c}" for c in (1, 2, 4, 8, 16, 32, 64)),
+    "achatbot183-gptoss20b-h100-c32",  # sliding-window attention
+    *(f"pr10404-h200-qwen3next-tp{tp}" for tp in (2, 4, 8)),  # hybrid linear attention
 }
 # Rows each prefill / front-end constant was fitted on (grid/twin/perf.py docstring):
 FITTED_ON = {

@@ -278,6 +278,25 @@ def test_launch_check_exits_1(tmp_path):
     assert "ValueError: When enabling two batch overlap, moe_a2a_backend cannot be 'none'." in t.log()
 
 
+def test_twin_refuses_tp_across_nodes_and_serves_speculative_and_pipeline(tmp_path):
+    (tmp_path / "nodes").mkdir()
+    t = TwinProc(tmp_path / "nodes", ["--tp-size", "2", "--nnodes", "2"], scale=50.0)
+    assert t.proc.wait(20) == 1
+    t.stop()
+    assert "ValueError: the twin cannot model --nnodes 2 (tensor parallelism across nodes" in t.log()
+    for name, args in (("spec", ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+                                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]),
+                       ("pp", ["--pp-size", "2", "--disable-overlap-schedule"])):
+        (tmp_path / name).mkdir()
+        t = TwinProc(tmp_path / name, args, scale=50.0)
+        try:
+            assert t.wait_ready(20)[-1] == 200, t.log()
+            status, body = t.request("POST", "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 8}})
+            assert status == 200 and json.loads(body)["meta_info"]["completion_tokens"] == 8
+        finally:
+            t.stop()
+
+
 def test_failure_mode_from_table_exits_before_bind(tmp_path):
     # --mem-fraction-static 0.1 leaves no KV pool after 16 GB of weights: failures.py row kv_pool_not_enough_memory
     t = TwinProc(tmp_path, ["--mem-fraction-static", "0.1"], scale=50.0)

@@ -1,4 +1,4 @@
-"""The committed SGLang catalog (grid/engines/catalog/data, extracted from the released wheels) and everything derived
+"""The committed SGLang catalog (grid/releases/catalog/data, extracted from the released wheels) and everything derived
 from it agree: grid's validation and rendering, the twin's argparse, routes, metric names and log lines, and the
 hand-written launch rules. Nothing is downloaded: the tests read the committed data."""
 
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from grid.engines import catalog
-from grid.engines.checks import RULES, Hardware, check_config
-from grid.engines.flags import SETTINGS, SettingError, check_setting, parse_version, to_argv, unknown_flags
+from grid.releases import catalog
+from grid.releases.checks import RULES, Hardware, check_config
+from grid.releases.flags import SETTINGS, SettingError, check_setting, parse_version, to_argv, unknown_flags
 from grid.twin import cli
 
 RELEASES = [f"0.5.{n}" for n in range(9, 24)]

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from grid.config.specs import ModelSpec
-from grid.engines.checks import check_config
-from grid.engines.flags import parse_version, to_argv
+from grid.releases.checks import check_config
+from grid.releases.flags import parse_version, to_argv
 from grid.twin import cli
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

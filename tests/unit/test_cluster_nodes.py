@@ -10,7 +10,7 @@ from grid.cluster.node import hardware_mismatch, hw_resource, node_hardware, pic
 from grid.config.schema import RaySpec
 from grid.status import clear_running, main, mark_running, read_status, render, write_plan
 from grid.storage.schema import LOAD_POINTS_SCHEMA
-from grid.sweep.space import TrialPlan
+from grid.plan import TrialPlan
 
 
 def node(i, *hw):

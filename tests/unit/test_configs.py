@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.sweep.space import expand
@@ -92,7 +92,7 @@ def test_bad_input_is_refused_with_key(overrides, message, tmp_path):
 
 
 def test_versions_outside_the_catalog_get_a_note():
-    from grid.engines.flags import NEWEST_KNOWN, catalog_note
+    from grid.releases.flags import NEWEST_KNOWN, catalog_note
 
     assert catalog_note("0.5.9") is None and catalog_note(NEWEST_KNOWN) is None
     assert catalog_note(f"{NEWEST_KNOWN}.post1") is None

@@ -1,6 +1,6 @@
 import pytest
 
-from grid.engines.flags import SettingError, check_setting, parse_version, to_argv
+from grid.releases.flags import SettingError, check_setting, parse_version, to_argv
 
 
 def test_parse_version():

@@ -4,7 +4,7 @@ import socket
 
 import pyarrow.parquet as pq
 
-from grid.config.compose import compose_spec
+from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.server.session import ServerSession
 from grid.storage.parquet import read_table, recorded_hashes
@@ -86,7 +86,7 @@ def test_every_point_failing_fails_the_trial_with_the_requests_error(tmp_path):
 
 
 def test_repeats_measure_every_level_again_with_its_own_repeat_index(tmp_path):
-    from grid.sweep.measure import load_points
+    from grid.plan import load_points
 
     spec = spec_for(tmp_path, "load.repeats=2", "load.concurrency=[1,2]", "load.min_prompts=2")
     plan = expand(spec)[0]

@@ -4,7 +4,7 @@ import pytest
 
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
-from grid.engines.checks import RULES, check_config
+from grid.releases.checks import RULES, check_config
 from grid.search.knowledge import launch_order
 from grid.search.plan import build, expected_launches
 from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided
@@ -135,7 +135,8 @@ def test_unknown_search_kind_is_refused(tmp_path):
 
 def test_summary_exact_values_on_recorded_rows():
     from grid.report.select import Verdict
-    from grid.search.summary import SUMMARY_FIELDS, launch_seconds, summarize
+    from grid.search.summary import launch_seconds, summarize
+    from grid.storage.summary import SUMMARY_FIELDS
 
     s = 1_000_000_000
     rows = [  # a refused configuration, one that ran two points (one not run), one that crashed during startup
@@ -182,3 +183,32 @@ def test_resume_takes_recorded_configurations_out_and_counts_their_scores():
     assert drain(p, {"b": 99.5}) == ["b"]
     assert p.budget.launches == 1 and p.best() == 100.0
     assert set(p.skipped) == {"lo"}
+
+
+def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):
+    """predict.py simulates one wave of a closed loop and shares waves between configurations the simulation cannot
+    tell apart (MoE flags reaching the same kernels, memory fractions whose KV pool does not bind); both are exact."""
+    from grid.search import predict
+    from grid.search.knowledge import twin_model
+    from grid.twin.scheduler import TwinRequest
+    from grid.twin.simulate import simulate
+
+    spec = spec_for(["+sweep=joint", "sweep.grid.mem_fraction_static=[0.80,0.92]",
+                     "sweep.grid.moe_runner_backend=[auto,flashinfer_cutlass]", "sweep.grid.torch_compile=[false]",
+                     "sweep.grid.chunked_prefill_size=[8192]", "sweep.grid.schedule_policy=[fcfs]",
+                     "sweep.grid.cuda_graph_max_bs=[32]"], tmp_path)
+    plans = expand(spec)
+    version = get_engine(spec).version()
+    assert len(plans) == 4
+    predict._WAVES.clear()
+    load = plans[0].load
+    for plan in plans:
+        perf = twin_model(spec, plan.settings, version)
+        rows = predict._point_rows(spec, plan, perf)
+        for row, level in zip(rows, load.concurrency):
+            n = load.prompts_for(float(level))
+            full = simulate(perf, [(0.0, TwinRequest(str(i), load.input_len, load.output_len)) for i in range(n)],
+                            max_concurrency=int(level))
+            assert row["duration_s"] == pytest.approx(full.duration_s, rel=1e-9)
+            assert sorted(row["ttft_ms"]) == pytest.approx(sorted(1e3 * r.ttft_s for r in full.requests), rel=1e-9)
+    assert len(predict._WAVES) == len(load.concurrency)  # four configurations, one simulation per load point

@@ -3,7 +3,7 @@ rendered command line is one the twin's per-version parser accepts without a dep
 
 import pytest
 
-from grid.engines.flags import deprecated_flags, parse_version, to_argv, unknown_flags
+from grid.releases.flags import deprecated_flags, parse_version, to_argv, unknown_flags
 from grid.twin import cli
 
 SWEEP = {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "mem_fraction_static": 0.85,

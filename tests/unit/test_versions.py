@@ -2,7 +2,7 @@
 
 import pytest
 
-from grid.engines.flags import parse_version as catalog_version
+from grid.releases.flags import parse_version as catalog_version
 from grid.twin.cli import parse_version as twin_cli_version
 from grid.twin.perf import version_tuple as twin_perf_version
 from grid.versions import release_tuple

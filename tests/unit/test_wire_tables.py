@@ -106,8 +106,7 @@ def test_load_settings_for_caps_and_datasets(tmp_path):
 
 
 def test_trial_load_points_carry_the_cap_and_the_trace(tmp_path):
-    from grid.sweep.measure import load_points
-    from grid.sweep.space import TrialPlan
+    from grid.plan import TrialPlan, load_points
 
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(json.dumps({"timestamp": t, "input_length": 4, "output_length": 2})

@@ -3,7 +3,7 @@
 A sweep names settings (``dsa_decode_backend``, ``cuda_graph``, ``mem_fraction_static`` ...); this module is the one
 place that knows which flag spells each setting in a given SGLang release. Which flags a release has, and which values
 each accepts, is not written here: it is read from the catalog extracted from that release's wheel
-(grid/engines/catalog, ``python -m grid.engines.catalog.generate``). What stays hand-written is the small table
+(grid/releases/catalog, ``python -m grid.releases.catalog.generate``). What stays hand-written is the small table
 :data:`SETTINGS`: for each setting, the flags that have spelled it over the releases, newest spelling first
 (``--dsa-decode-backend`` / ``--nsa-decode-backend``). A setting renders as the first of its flags the release
 declares without deprecation, else the first it declares at all; a release that declares none of them gets the newest
@@ -13,7 +13,7 @@ Two settings render specially, from what the catalog says the release has: ``cud
 ``--cuda-graph-backend-{decode,prefill} disabled`` where those flags exist (0.5.14+) and ``--disable-cuda-graph``
 before; ``enable_dp_attention`` with ``dp_size=N`` is ``--attn-dp-size N`` where that flag exists (0.5.22+) and
 ``--dp-size N --enable-dp-attention`` before. Versions between two catalogued releases take the older release's
-entry; the combinations SGLang refuses at launch live in grid/engines/checks.py.
+entry; the combinations SGLang refuses at launch live in grid/releases/checks.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from grid.engines import catalog
+from grid.releases import catalog
 from grid.versions import release_tuple
 
 Version = tuple[int, ...]
@@ -33,7 +33,7 @@ def parse_version(text: str) -> Version:
     return release_tuple(text)
 
 
-#: The releases the catalog covers (grid/engines/catalog/data); others are planned as the nearest.
+#: The releases the catalog covers (grid/releases/catalog/data); others are planned as the nearest.
 OLDEST_KNOWN, NEWEST_KNOWN = catalog.oldest(), catalog.newest()
 
 
@@ -47,7 +47,7 @@ def catalog_note(version: str) -> str | None:
     if v > parse_version(NEWEST_KNOWN) and v[:3] != parse_version(NEWEST_KNOWN):
         return (f"SGLang {version} is newer than the newest release grid's flag catalog knows ({NEWEST_KNOWN}): "
                 f"flags and allowed values are planned as for {NEWEST_KNOWN}; a renamed flag shows up as a "
-                "failed launch (python -m grid.engines.catalog.generate refreshes the catalog)")
+                "failed launch (python -m grid.releases.catalog.generate refreshes the catalog)")
     if v < parse_version(OLDEST_KNOWN):
         return (f"SGLang {version} is older than the oldest release grid's flag catalog knows ({OLDEST_KNOWN}): "
                 f"flags are planned as for {OLDEST_KNOWN}")
@@ -170,6 +170,17 @@ SETTINGS: dict[str, Setting] = {
         _s("stream_interval", int, "--stream-interval", "decode steps per streamed chunk", minimum=1),
         _s("decode_log_interval", int, "--decode-log-interval", "decode steps per log line", minimum=1),
         _s("random_seed", int, "--random-seed", "sampling seed"),
+        # pipeline parallelism and speculative decoding (the twin models them: grid/twin/pipeline.py, speculative.py)
+        _s("pp_size", int, "--pp-size", "pipeline parallel size (stages of consecutive layers)", minimum=1),
+        _s("disable_overlap_schedule", bool, "--disable-overlap-schedule",
+           "turn off the overlap scheduler (required with pp_size > 1)"),
+        _s("speculative_algorithm", str, "--speculative-algorithm", "speculative decoding: EAGLE, EAGLE3, NEXTN, ..."),
+        _s("speculative_num_steps", int, "--speculative-num-steps", "draft steps per verify", minimum=1),
+        _s("speculative_eagle_topk", int, "--speculative-eagle-topk", "draft branching per step", minimum=1),
+        _s("speculative_num_draft_tokens", int, "--speculative-num-draft-tokens", "tokens verified per iteration",
+           minimum=1),
+        _s("disaggregation_mode", str, "--disaggregation-mode", "prefill/decode disaggregation role (null = off)"),
+        _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1),
     ]
 }
 

@@ -1,6 +1,6 @@
 """Import one module of an unpacked SGLang release with its heavy dependencies replaced by stub modules.
 
-Used only by the catalog generator (``python -m grid.engines.catalog.generate``), never at run time. SGLang's
+Used only by the catalog generator (``python -m grid.releases.catalog.generate``), never at run time. SGLang's
 ``sglang.srt.server_args`` builds its command line from plain Python (argparse, dataclasses and, from 0.5.20, msgspec),
 but the module imports torch, transformers, triton and SGLang's own kernels to reach helpers it does not call while the
 parser is built. A meta-path finder answers every such import with a :class:`StubModule` whose attributes are

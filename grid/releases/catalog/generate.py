@@ -1,9 +1,9 @@
-"""Refresh the SGLang catalog from the released wheels: ``python -m grid.engines.catalog.generate``.
+"""Refresh the SGLang catalog from the released wheels: ``python -m grid.releases.catalog.generate``.
 
 For every SGLang release from :data:`FIRST_RELEASE` to the newest on the package index (``pip index versions sglang``)
 it downloads the wheel without dependencies (``pip download --no-deps sglang==X -d .cache/sglang-wheels``; the newest
 post-release of each release, e.g. 0.5.10.post1), unpacks only its ``.py`` files into a temporary folder, and writes
-``grid/engines/catalog/data/sglang-<release>.json`` (see grid/engines/catalog/extract.py for what is read). Each wheel
+``grid/releases/catalog/data/sglang-<release>.json`` (see grid/releases/catalog/extract.py for what is read). Each wheel
 is read in its own Python process, so one release's stubbed imports cannot leak into the next. Wheels stay in the
 git-ignored cache folder; neither they nor SGLang's code are committed, only the extracted facts.
 
@@ -11,7 +11,7 @@ Options::
 
     --releases 0.5.9 0.5.23     only these releases (default: FIRST_RELEASE .. newest)
     --cache DIR                 wheel cache (default .cache/sglang-wheels)
-    --out DIR                   where the JSON files go (default: grid/engines/catalog/data)
+    --out DIR                   where the JSON files go (default: grid/releases/catalog/data)
 
 msgspec must be installed (``pip install msgspec``): 0.5.20+ build ServerArgs as msgspec-validated dataclasses.
 """
@@ -74,7 +74,7 @@ def out_path(out: Path, version: str) -> Path:
 
 
 def _one(wheel: Path, out: Path) -> None:
-    from grid.engines.catalog.extract import dumps, release_record
+    from grid.releases.catalog.extract import dumps, release_record
 
     with tempfile.TemporaryDirectory(prefix="sglang-catalog-") as tmp:
         record = release_record(wheel, Path(tmp))
@@ -85,7 +85,7 @@ def _one(wheel: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m grid.engines.catalog.generate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m grid.releases.catalog.generate", description=__doc__.split("\n")[0])
     ap.add_argument("--releases", nargs="*", help="releases to refresh (default: all from %s)" % FIRST_RELEASE)
     ap.add_argument("--cache", type=Path, default=CACHE_DIR)
     ap.add_argument("--out", type=Path, default=DATA_DIR)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for version in versions:
         wheel = download(version, args.cache)
-        proc = subprocess.run([sys.executable, "-m", "grid.engines.catalog.generate", "--one", str(wheel),
+        proc = subprocess.run([sys.executable, "-m", "grid.releases.catalog.generate", "--one", str(wheel),
                                "--out", str(args.out)])
         if proc.returncode:
             failed.append(version)

@@ -4,7 +4,7 @@ Each function takes the folder the wheel's ``.py`` files were unpacked into (``r
 JSON-able data; no SGLang prose (help texts, docstrings) is kept, only names, types, choices, defaults, route paths,
 metric names, the scheduler's log-line templates and the messages of launch-time refusals.
 
-- :func:`server_options`: imports ``sglang.srt.server_args`` with stubbed heavy dependencies (grid/engines/catalog/
+- :func:`server_options`: imports ``sglang.srt.server_args`` with stubbed heavy dependencies (grid/releases/catalog/
   stubs.py) and calls ``ServerArgs.add_cli_args`` on a fresh ``argparse.ArgumentParser`` (issue 9). When the import
   fails, :func:`ast_options` reads the literal ``add_argument`` calls instead (types and computed choices are then
   missing, and the data says ``"extracted_by": "ast"``).
@@ -27,7 +27,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from grid.engines.catalog.stubs import stubbed_release
+from grid.releases.catalog.stubs import stubbed_release
 
 #: argparse's own action classes -> the short names the catalog uses.
 _ACTIONS = {

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grid.engines.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
+from grid.releases.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
 
 #: a2a backends that force ``ep_size := tp_size`` (0.5.9 ``_handle_a2a_moe``, --ep-size;
 #: docs/sources.md#sglang-server-arguments-and-defaults).
@@ -99,7 +99,7 @@ class Rule:
     def source(self, version: Version) -> dict | None:
         """The catalog's refusal entry (``function``, ``kind``, ``message``) of ``version`` this rule reproduces
         (None for a ``requirement``: SGLang has no such argument check)."""
-        from grid.engines import catalog
+        from grid.releases import catalog
 
         if self.stage != "launch":
             return None
@@ -213,6 +213,37 @@ def _megamoe(s: dict[str, Any], model: Any) -> tuple | None:
     return () if s.get("moe_a2a_backend") == "megamoe" else None
 
 
+# --- what the twin cannot represent (stage "twin"; issue 15) -----------------------------------------------------
+#: Architectures with sliding-window attention with sinks (gpt-oss) or hybrid linear attention (Qwen3-Next / Qwen3.5
+#: Gated DeltaNet layers): grid/twin/attention.py models them when the model description sets ``sliding_window`` /
+#: ``linear_attention_layers``; without those the twin's KV and attention costs would be wrong, so it refuses.
+SLIDING_WINDOW_ARCHS = ("GptOssForCausalLM",)
+HYBRID_LINEAR_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                       "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
+#: The public-number searches behind each twin refusal (docs/twin.md "What the twin refuses").
+TWIN_SEARCHES = "docs/twin.md#what-the-twin-refuses"
+
+
+def _cross_node(s: dict[str, Any], model: Any) -> tuple | None:
+    n = int(s.get("nnodes") or 1)
+    return (n,) if n > 1 else None
+
+
+def _pd(s: dict[str, Any], model: Any) -> tuple | None:
+    mode = s.get("disaggregation_mode")
+    return (mode,) if mode not in (None, "null") else None
+
+
+def _arch_without_window(s: dict[str, Any], model: Any) -> tuple | None:
+    arch = getattr(model, "architecture", None)
+    return (arch,) if arch in SLIDING_WINDOW_ARCHS and not getattr(model, "sliding_window", 0) else None
+
+
+def _arch_without_linear_layers(s: dict[str, Any], model: Any) -> tuple | None:
+    arch = getattr(model, "architecture", None)
+    return (arch,) if arch in HYBRID_LINEAR_ARCHS and not getattr(model, "linear_attention_layers", 0) else None
+
+
 _FI_CUTLASS_Q = ("modelopt_fp4", "modelopt_fp8", None)
 _FI_TRTLLM_Q = ("modelopt_fp4", "fp8", "modelopt_fp8", "compressed-tensors", None)
 _NSA = "_handle_model_specific_adjustments / _set_default_nsa_kv_cache_dtype"
@@ -319,6 +350,33 @@ RULES: list[Rule] = [
          "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); "
          "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes",
          hardware=CUDA, stage="requirement"),
+    # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
+    # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
+    Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",
+         lambda s, m: () if int(s.get("pp_size") or 1) > 1 and not s.get("disable_overlap_schedule") else None,
+         "check_server_args / check_pipeline_parallel_compat"),
+    # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
+    # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
+    Rule("twin_cross_node_tp", "0.5.9", None,
+         "the twin cannot model --nnodes {} (tensor parallelism across nodes over Ethernet or InfiniBand): a search "
+         "of SGLang/vLLM issues for multi-node TP benchmarks found no measurement stating model, dataset and network "
+         "(only sglang#3172: ~7 tok/s, TP16 on 2 nodes, no model or dataset); searches: " + TWIN_SEARCHES,
+         _cross_node, TWIN_SEARCHES, stage="twin"),
+    Rule("twin_pd_disaggregation", "0.5.9", None,
+         "the twin cannot model --disaggregation-mode {} (prefill/decode disaggregation: KV transfer between "
+         "servers and the router are not modelled, and the published 1P1D runs found (sglang PR #4880 on A10, "
+         "#24488 on H200) use hardware or models the twin has no description of); searches: " + TWIN_SEARCHES,
+         _pd, TWIN_SEARCHES, stage="twin"),
+    Rule("twin_sliding_window", "0.5.9", None,
+         "the twin cannot model {} without its window (sliding-window attention with sinks: set sliding_window and "
+         "sliding_window_layers in the model description, as conf/model/gpt_oss_20b.yaml does, or KV capacity and "
+         "attention cost would be wrong); searches: " + TWIN_SEARCHES,
+         _arch_without_window, TWIN_SEARCHES, stage="twin"),
+    Rule("twin_hybrid_linear_attention", "0.5.9", None,
+         "the twin cannot model {} without its linear-attention layers (hybrid linear attention: Gated DeltaNet layers "
+         "keep a fixed-size state instead of a KV cache; set linear_attention_layers and linear_state_bytes in the "
+         "model description, as conf/model/qwen3_next_80b_a3b.yaml does); searches: " + TWIN_SEARCHES,
+         _arch_without_linear_layers, TWIN_SEARCHES, stage="twin"),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
          "SM100/103/107 only)", _trtllm_dsa,
@@ -328,12 +386,13 @@ RULES: list[Rule] = [
 
 
 def check_config(settings: dict[str, Any], version: str | Version, model: Any = None,
-                 hardware: Any = None) -> list[str]:
+                 hardware: Any = None, twin: bool = False) -> list[str]:
     """Every reason SGLang ``version`` would refuse ``settings`` at launch (empty: it would start).
 
     ``model`` is a ``ModelSpec`` (or anything with ``quantization`` and ``dsa``) for the model-dependent rules;
     ``hardware`` a ``HardwareSpec`` (``sm_version``; ``vendor`` when it has one, else NVIDIA) for the
-    hardware-dependent ones (None: unknown, so SM-range rules do not refuse).
+    hardware-dependent ones (None: unknown, so SM-range rules do not refuse). ``twin``: the server is the twin, so
+    the rules of stage ``"twin"`` (what the twin cannot represent) apply too.
     Raises ``ValueError`` for a version string that is not an SGLang version.
     """
     ver = parse_version(version) if isinstance(version, str) else tuple(version)
@@ -350,6 +409,8 @@ def check_config(settings: dict[str, Any], version: str | Version, model: Any = 
     if bad:
         reasons.append(f"unrecognized arguments: {' '.join(bad)} (SGLang {'.'.join(map(str, ver))})")
     for rule in RULES:
+        if rule.stage == "twin" and not twin:
+            continue
         why = rule.refuses(known, ver, model, hardware)
         if why is not None:
             reasons.append(why)
@@ -364,9 +425,12 @@ def refuse(engine: Any, trial: Any) -> str | None:
     version = engine.version()
     spec = engine.spec
     hardware = getattr(spec, "hardware", None)
-    reasons = check_config(trial.settings, version, getattr(spec, "model", None), hardware)
+    reasons = check_config(trial.settings, version, getattr(spec, "model", None), hardware,
+                           twin=bool(getattr(engine, "twin", False)))
     if not reasons:
         return None
+    if any(rule.stage == "twin" and reasons[0].startswith(rule.message.split("{}")[0]) for rule in RULES):
+        return reasons[0]
     for rule in RULES:  # a kernel's hardware requirement: say which hardware and where the fact comes from
         if rule.stage == "requirement" and reasons[0] == rule.message:
             where = f"{getattr(hardware, 'name', 'this hardware')} (SM{getattr(hardware, 'sm_version', '?')})"

@@ -1,7 +1,7 @@
 """The SGLang catalog: what each SGLang release accepts and serves, read from its released wheel.
 
 ``data/sglang-<release>.json`` holds, per release (0.5.9 .. newest; refreshed by ``python -m
-grid.engines.catalog.generate``, see README "Refreshing the SGLang catalog"):
+grid.releases.catalog.generate``, see README "Refreshing the SGLang catalog"):
 
 - ``options``: every option of ``ServerArgs.add_cli_args`` (flags, dest, action, type name, nargs, choices, default,
   required, deprecated);
@@ -9,9 +9,9 @@ grid.engines.catalog.generate``, see README "Refreshing the SGLang catalog"):
 - ``metrics``: the Prometheus metric names of the metrics collector modules;
 - ``log_formats``: the pieces of the scheduler's ``Prefill batch`` / ``Decode batch`` messages;
 - ``refusals``: the messages of the raises/asserts in the server-argument checks (to check the hand-written launch
-  rules of grid/engines/checks.py against).
+  rules of grid/releases/checks.py against).
 
-Everything grid knows about a release's command line (grid/engines/flags.py), and the twin's argparse
+Everything grid knows about a release's command line (grid/releases/flags.py), and the twin's argparse
 (grid/twin/cli.py), is derived from this data. A version between two catalogued releases is answered by the older
 one; a version newer than the newest by the newest (with a note, :func:`catalog_note`).
 """
@@ -106,7 +106,7 @@ def releases() -> tuple[str, ...]:
     """The catalogued releases, oldest first (``("0.5.9", "0.5.10", ...)``)."""
     names = [p.name[len("sglang-"):-len(".json")] for p in DATA_DIR.glob("sglang-*.json")]
     if not names:
-        raise FileNotFoundError(f"no SGLang catalog data in {DATA_DIR}; run python -m grid.engines.catalog.generate")
+        raise FileNotFoundError(f"no SGLang catalog data in {DATA_DIR}; run python -m grid.releases.catalog.generate")
     return tuple(sorted(names, key=_release_key))
 
 
@@ -118,7 +118,7 @@ def _release_exact(name: str) -> Release:
 def release(version: str | tuple[int, ...]) -> Release:
     """The catalog entry answering for ``version`` (``"0.5.13.post1"`` or ``(0, 5, 13)``): the newest catalogued
     release not newer than it; the oldest for older versions. Raises ``ValueError`` for a text that is no version."""
-    from grid.engines.flags import parse_version
+    from grid.releases.flags import parse_version
 
     ver = parse_version(version) if isinstance(version, str) else tuple(version)
     known = releases()

@@ -1,0 +1,62 @@
+"""The run's configuration at the entry point: the composed Hydra config -> a RunSpec checked against everything grid
+knows, before any server launches.
+
+``load_run_spec(plain_dict)`` (grid/app.py calls it with the config ``python -m grid.run`` composed) checks the
+fields (grid.config.schema ``parse_run_spec``), then the kinds other packages register (``objective.kind``:
+grid.report.select ``OBJECTIVES``; ``search.kind``: grid.search ``SEARCHES``; the engine's own checks:
+``Engine.check_spec``), the settings against the SGLang release, the dataset against the API, and the run directory.
+It lives above every package it asks, so that grid.config itself imports none of them.
+
+``compose_spec(overrides, run_dir)``: what ``python -m grid.run OVERRIDES hydra.run.dir=RUN_DIR`` would run,
+without the command line, for tests, benchmark scripts and notebooks."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from grid.config.schema import ConfigError, RunSpec, check_dataset_api, check_settings, check_writable, parse_run_spec
+from grid.engines.base import engine_class
+from grid.report.select import OBJECTIVES
+from grid.search import SEARCHES
+
+
+def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
+    """Build and validate the RunSpec from the resolved config dict. Raises ``ConfigError`` naming the key and, where
+    there is a closed set, the allowed values."""
+    spec = parse_run_spec(cfg)
+    if spec.objective.kind not in OBJECTIVES:
+        raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
+                          f"{', '.join(sorted(OBJECTIVES))}")
+    if spec.search.kind not in SEARCHES:
+        raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
+    if spec.search.kind == "optuna" and importlib.util.find_spec("optuna") is None:
+        raise ConfigError("search.kind=optuna needs Optuna: pip install -e '.[optuna]' (or choose search=twin_guided)")
+    check_settings(spec)
+    check_dataset_api(spec)
+    engine_class(spec.engine.kind).check_spec(spec)
+    check_writable(spec.run_dir)
+    return spec
+
+
+#: The Hydra config directory grid.run composes from (grid/run.py ``config_path="../conf"``).
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_spec(overrides: Sequence[str], run_dir: str | Path) -> RunSpec:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax, e.g. ``+sweep=mem_fraction``) and ``run_dir`` as
+    the run directory (``${hydra:runtime.output_dir}``), then validate it. Raises Hydra's errors for overrides it
+    cannot apply and ``grid.config.schema.ConfigError`` for invalid values, naming the key."""
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        cfg = compose("config", overrides=[*overrides, f"hydra.runtime.output_dir={run_dir}"],
+                      return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))

@@ -1,0 +1,27 @@
+"""The keys of ``summary.json`` (written by grid/search/summary.py), listed with the other stored columns so that
+docs/schema.md documents every file a run writes (``grid.storage.schema.describe_schema``)."""
+
+from __future__ import annotations
+
+#: Every key of summary.json: (key, JSON type, unit, meaning). docs/schema.md shows this table.
+SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),
+    ("gpu_seconds", "float", "GPU-s", "sum over launches of recorded startup (the twin's modelled startup when the "
+     "server never became ready) plus the modelled duration of each load point run, times hardware.gpu_count"),
+    ("best_label", "string", "", "label of the best configuration (null: none ranked)"),
+    ("best_value", "float", "objective's unit", "its score under the objective"),
+    ("objective", "string", "", "objective.kind"),
+    ("search", "string", "", "search.kind"),
+    ("configurations", "int", "", "configurations in the sweep"),
+    ("refused", "int", "", "configurations refused before launch (recorded invalid / refused, no launch)"),
+    ("known_to_fail", "int", "", "configurations a failure-table row says fail on this hardware"),
+    ("not_run", "int", "", "configurations the search chose not to launch (search.json says why)"),
+)
+
+
+def describe_summary() -> str:
+    """Markdown table of summary.json's keys."""
+    out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
+           "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
+    out += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SUMMARY_FIELDS]
+    return "\n".join(out) + "\n"
