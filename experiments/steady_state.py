@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grid.config.specs import HardwareSpec, ModelSpec  # noqa: E402
-from grid.engines.flags import to_argv  # noqa: E402
+from grid.releases.flags import to_argv  # noqa: E402
 from grid.loadgen.dataset import random_prompts  # noqa: E402
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync  # noqa: E402
 from grid.metrics.loadpoint import summarize  # noqa: E402
