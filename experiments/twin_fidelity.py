@@ -2,6 +2,7 @@
 
     python experiments/twin_fidelity.py            # every row of grid/twin/calibration_rows.yaml
     python experiments/twin_fidelity.py --markdown # the table as docs/twin.md shows it
+    python experiments/twin_fidelity.py --write-uncertainty  # also rewrite grid/twin/uncertainty_table.yaml
 
 Rows marked ``held_out`` were named before any constant was fitted; see docs/twin.md.
 """
@@ -11,12 +12,17 @@ from __future__ import annotations
 import argparse
 import time
 
-from grid.twin.fidelity import evaluate, summary
+import yaml
+
+from grid.twin.fidelity import evaluate, summary, uncertainty_cells
+from grid.twin.uncertainty import TABLE_FILE
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the rows as a Markdown table")
+    ap.add_argument("--write-uncertainty", action="store_true",
+                    help=f"write the spread table grid.twin.uncertainty reads ({TABLE_FILE.name})")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = evaluate()
@@ -40,6 +46,16 @@ def main() -> None:
     for (split, metric), (n, g) in summary(rows).items():
         print(f"  {split:9s} {metric:17s} {100 * g:5.1f}%  ({n})")
     print(f"({len(rows)} rows replayed in {elapsed:.1f} s)")
+    cells = uncertainty_cells(rows)
+    print()
+    print("relative spread (RMS of twin/published - 1) by metric / model kind / GPU family:")
+    for key, cell in cells.items():
+        print(f"  {key:36s} {100 * cell['rms_rel_error']:5.1f}%  ({cell['rows']})")
+    if args.write_uncertainty:
+        header = ("# Written by `python experiments/twin_fidelity.py --write-uncertainty` from the replay of\n"
+                  "# grid/twin/calibration_rows.yaml (fitted + held-out rows); read by grid.twin.uncertainty.\n")
+        TABLE_FILE.write_text(header + yaml.safe_dump({"cells": cells}, sort_keys=True))
+        print(f"wrote {TABLE_FILE}")
 
 
 if __name__ == "__main__":

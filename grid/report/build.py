@@ -83,7 +83,8 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
-        notes=context.base_warnings(spec) + relevance.notes(verdicts) + accuracy_notes(spec, rows) + notes,
+        notes=context.base_warnings(spec) + relevance.notes(verdicts) + accuracy_notes(spec, rows)
+        + context.twin_spread_note(spec, verdicts) + notes,
         command=context.real_command(spec, best) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),

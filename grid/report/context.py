@@ -14,7 +14,7 @@ from grid.config.schema import RunSpec
 from grid.engines.base import engine_class
 from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
-from grid.report.select import TIE_PERCENT, Verdict, slo_text
+from grid.report.select import OBJECTIVES, TIE_PERCENT, Verdict, slo_text
 
 ENGINE_WORDS = {
     "sim": "the embedded SGLang twin (modelled performance; no GPU ran)",
@@ -152,6 +152,42 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     engine = SGLangEngine(spec.model_copy(update={"engine": engine_spec, "model": model}))
     plan = TrialPlan(0, settings_of(verdict), spec.load, verdict.label, verdict.config_hash)
     return deploy_command(engine.launch_plan(plan, 30000).command)
+
+
+#: The objective's metric -> the metric of grid.twin.uncertainty that bounds the twin's error on it (goodput has none).
+TWIN_UNCERTAINTY_METRIC = {"output_tok_per_s": "output_tok_per_s", "tpot_median_ms": "tpot_ms"}
+
+
+def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
+    """With the twin (``engine.kind=sim``): when the best configuration is ahead of the runner-up by less than the
+    twin's calibration spread for the objective's metric on this kind of model and GPU
+    (``grid.twin.uncertainty.uncertainty``: RMS relative error over the published rows of docs/twin.md), one line
+    saying that the decision rests on a difference smaller than that spread. Errors the two configurations share
+    cancel in a ranking, so this flags decisions to confirm on GPUs rather than overturning them. Empty for real
+    servers, for objectives without a twin metric (goodput), and when fewer than two configurations scored."""
+    from grid.twin.uncertainty import gpu_family, uncertainty
+
+    if not engine_class(spec.engine.kind).twin:
+        return []
+    obj = OBJECTIVES[spec.objective.kind]
+    metric = TWIN_UNCERTAINTY_METRIC.get(obj.metric)
+    scored = [v for v in verdicts if v.score is not None]
+    if metric is None or len(scored) < 2 or spec.hardware.sm_version < 80:
+        return []
+    best, second = scored[0], scored[1]
+    if not best.score:
+        return []
+    gap = abs(best.score - second.score) / abs(best.score)
+    moe = spec.model.is_moe
+    family = gpu_family(spec.hardware.sm_version)
+    sigma = uncertainty(metric, moe=moe, gpu=family)
+    if gap >= sigma:
+        return []
+    return [f"The best configuration is ahead of the next ({second.label}) by {gap * 100:.1f}%, less than the "
+            f"twin's calibration spread for {metric} on {'MoE' if moe else 'dense'} models on {family} GPUs "
+            f"({sigma * 100:.0f}% RMS over its published calibration rows, docs/twin.md): the decision rests on a "
+            "modelled difference the twin has not shown it resolves in absolute terms; measure both on GPUs to "
+            "confirm it."]
 
 
 def base_warnings(spec: RunSpec) -> list[str]:

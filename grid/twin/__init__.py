@@ -5,4 +5,4 @@
 #: measures (a constant of grid/twin/perf.py, a scheduling rule, a failure mode), so that a resumed run measures
 #: such configurations again instead of mixing results of two models. Real servers (``engine=sglang|openai``) do
 #: not carry it.
-MODEL_VERSION = "1"
+MODEL_VERSION = "2"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50

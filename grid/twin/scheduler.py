@@ -8,9 +8,18 @@ Each ``step`` picks the next batch the way SGLang's scheduler loop does and retu
 * **Admission** takes requests from the waiting queue in policy order while: running + new < max_running_requests;
   the new tokens fit the prefill budget (``chunked_prefill_size``, or ``max_prefill_tokens`` with chunking disabled;
   the first request may exceed ``max_prefill_tokens`` when chunking is off, as in SGLang); and KV fits. KV admission
-  reserves ``input + ceil(max_new_tokens * NEW_TOKEN_RATIO)`` per running request (SGLang's ``new_token_ratio``
-  estimate, initial 0.7 at schedule_conservativeness 1.0). A request longer than the chunk budget is prefilled in
-  chunks over consecutive prefill steps; its first token comes with its last chunk.
+  reserves ``held + ceil(min(remaining, CLIP_MAX_NEW_TOKENS) * new_token_ratio)`` per running request. A request
+  longer than the chunk budget is prefilled in chunks over consecutive prefill steps; its first token comes with its
+  last chunk. With DP attention each attention-DP rank chunks its own requests with ``chunked_prefill_size / dp``
+  (``PerfModel`` divides it, as SGLang does): one step takes up to that share per request and ``dp`` shares in all.
+* **New-token ratio** (``NewTokenRatio``, SGLang ``new_token_ratio``): starts at ``0.7 x schedule_conservativeness``,
+  falls by ``(init - min) / 600`` after every decode step that needs no retraction down to ``init x 0.14``, and is
+  reset to ``init`` when the server goes idle. So under a long burst admission grows more optimistic until the KV
+  pool fills; a retraction then sets it to ``(decoded + 20 x running) / sum(max_new_tokens)`` of the batch that is
+  left (capped at 1). Constants: SGLang ``environ.py`` ``SGLANG_INIT_NEW_TOKEN_RATIO`` 0.7,
+  ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR`` 0.14, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS`` 600,
+  ``SGLANG_RETRACT_DECODE_STEPS`` 20, ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` 4096 (older releases: the same
+  defaults in ``global_config.py``); the update rule is ``Scheduler.update_running_batch`` / ``retract_decode``.
 * **Decode** runs one iteration over every running request. If the KV pool cannot hold one more token per request,
   the request admitted last is retracted (its KV freed, it returns to the front of the queue and is re-prefilled with
   its generated tokens as prefix), like SGLang's ``retract_decode``.
@@ -27,7 +36,35 @@ from dataclasses import dataclass
 
 from grid.twin.perf import PerfModel
 
-NEW_TOKEN_RATIO = 0.7  # SGLang init_new_token_ratio at schedule_conservativeness 1.0
+NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO: init_new_token_ratio at schedule_conservativeness 1.0
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+
+
+@dataclass
+class NewTokenRatio:
+    """SGLang's estimate of the share of ``max_new_tokens`` a running request will still generate (module docstring).
+
+    ``current`` is dimensionless in [min, 1]; ``conservativeness`` is ``--schedule-conservativeness`` (>= 0)."""
+
+    init: float
+    min: float
+    decay: float
+    current: float
+
+    @classmethod
+    def for_conservativeness(cls, conservativeness: float = 1.0) -> "NewTokenRatio":
+        init = min(NEW_TOKEN_RATIO * conservativeness, 1.0)
+        low = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        return cls(init=init, min=low, decay=(init - low) / NEW_TOKEN_RATIO_DECAY_STEPS, current=init)
+
+    def decay_step(self) -> None:
+        self.current = max(self.current - self.decay, self.min)
+
+    def reset(self) -> None:
+        self.current = self.init
 
 
 @dataclass
@@ -80,11 +117,12 @@ class _State:
 
     _gen_in_prefix: int = 0  # generated tokens already folded into prefix by a retraction
 
-    def reserve(self) -> int:
-        """KV tokens held now (or after prefill) plus the estimated share of the tokens still to generate."""
+    def reserve(self, ratio: float = NEW_TOKEN_RATIO) -> int:
+        """KV tokens held now (or after prefill) plus the estimated share ``ratio`` of the tokens still to generate
+        (clipped at ``CLIP_MAX_NEW_TOKENS``, as SGLang's PrefillAdder does)."""
         remaining = max(0, self.req.max_new_tokens - self.generated)  # SGLang does not know the EOS point
         held = self.prefix + (self.generated - self._gen_in_prefix if self.prefilled >= self.prefix else 0)
-        return held + math.ceil(remaining * NEW_TOKEN_RATIO)
+        return held + math.ceil(min(remaining, CLIP_MAX_NEW_TOKENS) * ratio)
 
 
 class Scheduler:
@@ -92,11 +130,16 @@ class Scheduler:
 
     def __init__(self, perf: PerfModel, policy: str | None = None) -> None:
         self.perf = perf
+        self.ratio = NewTokenRatio.for_conservativeness(perf.cfg.schedule_conservativeness)
         self.policy = (policy or perf.cfg.schedule_policy or "fcfs").lower()
         self.capacity = max(1, perf.kv_capacity_tokens * (perf.dp if perf.dp_attention else perf.replicas))
         self.max_running = max(1, perf.max_running_requests * (perf.replicas if perf.replicas > 1 else 1))
+        # With DP attention every attention-DP rank runs its own scheduler with chunked_prefill_size / dp (PerfModel
+        # already divided it): one step of this global scheduler prefills up to that many tokens per request and
+        # dp times that in all (the ranks' batches meet in the MoE layers).
+        self.request_chunk = perf.chunked_prefill_size
         if perf.chunked_prefill_size and perf.chunked_prefill_size > 0:
-            self.prefill_budget = perf.chunked_prefill_size
+            self.prefill_budget = perf.chunked_prefill_size * (perf.dp if perf.dp_attention else 1)
             self.chunking = True
         else:
             self.prefill_budget = perf.max_prefill_tokens
@@ -177,21 +220,23 @@ class Scheduler:
         # a chunked request in progress goes first (SGLang keeps it as chunked_req)
         for st in self.running:
             if st.prefilled < st.prefix:
-                take = min(st.prefix - st.prefilled, budget) if self.chunking else st.prefix - st.prefilled
+                take = min(st.prefix - st.prefilled, budget, self.request_chunk) if self.chunking \
+                    else st.prefix - st.prefilled
                 batch.append((st, take))
                 budget -= take
-        reserved = sum(st.reserve() for st in self.running)
+        ratio = self.ratio.current
+        reserved = sum(st.reserve(ratio) for st in self.running)
         admitted: list[_State] = []
         n_running = len(self.running)
         for st in self._order():
             if budget <= 0 or n_running + len(admitted) >= self.max_running:
                 break
-            need = st.reserve()
+            need = st.reserve(ratio)
             if reserved + need > self.capacity and (self.running or admitted):
                 break
             rest = st.prefix - st.prefilled
             if self.chunking:
-                take = min(rest, budget)
+                take = min(rest, budget, self.request_chunk)
             else:
                 if batch and rest > budget:
                     break
@@ -232,6 +277,7 @@ class Scheduler:
     def _decode_step(self, finished: dict[str, str]) -> Step:
         decoding = [st for st in self.running if st.prefilled >= st.prefix]
         # retract until one more token per request fits (SGLang retract_decode)
+        retracted = False
         while decoding and self.used_tokens() + len(decoding) > self.capacity and len(decoding) > 1:
             victim = max(decoding, key=lambda s: s.admitted_seq)
             decoding.remove(victim)
@@ -241,7 +287,16 @@ class Scheduler:
             victim.prefilled = 0
             self.waiting.append(victim)
             victim.seq = -1 - victim.seq  # front of the fcfs queue
+            retracted = True
+        if retracted:
+            decoded = sum(st.generated for st in decoding)
+            max_new = sum(st.req.max_new_tokens for st in decoding)
+            self.ratio.current = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(decoding)) / max(1, max_new))
+        elif decoding:
+            self.ratio.decay_step()
         if not decoding:
+            if not self.running:
+                self.ratio.reset()  # SGLang resets new_token_ratio when the server goes idle
             return Step(stats=self._stats("idle", 0.0), emitted={}, finished=finished)
         bs = len(decoding)
         ctx = sum(self._kv(st) for st in decoding)

@@ -200,6 +200,8 @@ def test_one_constant_set_vm_vs_bare_metal():
 HELD_OUT = {
     "ix870-c8", "ix870-c16", "ix870-c32", "ix870-c64", "dc-h200-70b-tp4-rps4", "dc-h200-70b-tp4-burst",
     "dc-h200-70b-tp8-burst", "tt340-qwen3moe-a100-isl2048",
+    # added later (the concurrency-4 comment of the same issue), after the new-token-ratio change; nothing fitted
+    "ix870-c4-1k1k", "ix870-c4-1k8k", "ix870-c4-8k1k",
     # issue 15 mechanisms, no constant fitted: pipeline parallelism, speculative decoding (MTP)
     "sonar1447-a100-qwen3moe-pp2", *(f"e1-glm5-mtp-c{c}" for c in (1, 2, 4, 8, 16, 32, 64)),
     "achatbot183-gptoss20b-h100-c32",  # sliding-window attention
@@ -211,7 +213,32 @@ FITTED_ON = {
     "GEMM_ROWS_HALF": {"tt340-qwen3moe-a100-isl1024", "pr5571-h200-dsv3-10k", "a1-a100-8b-rps4"},
     "GEMM_COLS_HALF": {"tt340-qwen3moe-a100-isl1024", "pr5571-h200-dsv3-10k", "pr1060-h100-8b-prefill"},
     "T_FRONTEND_S": {"a1-a100-8b-rps4", "a4-h100-70b-rps4", "tt340-qwen3moe-a100-isl128"},
+    "ETA_FLOPS": {"a3-a100-8b-burst", "a4-h100-70b-burst"},  # decode compute term (grid search 0.45-0.60)
 }
+
+
+# Anchors each decode / memory / startup constant was fitted on (grid/twin/perf.py docstring; names as in ``rows``).
+# The scheduler's new-token-ratio constants are SGLang defaults (environ.py), fitted on nothing.
+ANCHORS_FITTED_ON = {
+    "T_KERNEL_GPU": {f"E1 cutlass c{c} tok/s" for c in (1, 4, 8, 16, 32, 64)} | {"A5 Llama-3-8B H100 bs1 graph ms"},
+    "ETA_MOE['cutlass']": {f"E1 cutlass c{c} tok/s" for c in (1, 4, 8, 16, 32, 64)},
+    "ETA_BW_DENSE": {"A5 Llama-3-8B H100 bs1 graph ms"},
+    "T_OP_CPU_EAGER": {"A5 eager ms"},
+    "B12X_EFF_TFLOPS": {"E1 b12x c64 tok/s"},
+    "ETA_KV": {f"E1 b12x c1 ctx {k}K tok/s" for k in (16, 32, 64, 128)},
+    "ETA_ATTN_PREFILL": {"E1 prefill 64K context tok/s"},
+    "VM allreduce_latency_us": {"seed single stream 2048 out: seconds"},
+    "VM allreduce_bus_gbps": {"seed 64 burst: output tok/s"},
+    "RUNTIME_OVERHEAD_GIB": {"seed KV tokens @0.85", "seed KV tokens @0.92", "glm5.md KV tokens @0.92 bf16"},
+    "WEIGHT_LOAD_GBPS": {"GLM-5 startup weight load s"},
+    "T_CAPTURE_FP4_MOE_LAYER": {"GLM-5 startup graph capture s"},
+}
+
+
+def test_constants_name_existing_anchors(rows):
+    names = {name for name, _, _ in rows}
+    for const, anchors in ANCHORS_FITTED_ON.items():
+        assert anchors <= names, f"{const} names anchors that are not computed: {anchors - names}"
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +274,20 @@ def test_published_rows_within_their_tolerance(published):
     assert all(r.tol is not None for r in scored)
     bad = [(r.run_id, r.metric, r.published, round(r.twin, 2), r.tol) for r in scored if abs(r.error) > r.tol]
     assert not bad, f"outside their tolerance: {bad}"
+
+
+@pytest.mark.integration
+def test_uncertainty_table_is_the_replayed_spread(published):
+    """grid/twin/uncertainty_table.yaml is what a fresh replay of the rows gives (rewrite it with
+    ``python experiments/twin_fidelity.py --write-uncertainty`` after changing the model or the rows)."""
+    import yaml
+
+    from grid.twin.fidelity import uncertainty_cells
+    from grid.twin.uncertainty import TABLE_FILE
+
+    stored = yaml.safe_load(TABLE_FILE.read_text())["cells"]
+    fresh = uncertainty_cells(published)
+    assert stored.keys() == fresh.keys()
+    for key, cell in fresh.items():
+        assert stored[key]["rows"] == cell["rows"], key
+        assert stored[key]["rms_rel_error"] == pytest.approx(cell["rms_rel_error"], abs=0.002), key

@@ -95,13 +95,18 @@ def test_abort():
 
 
 def test_kv_limit_admission_reserves_new_tokens():
-    # 300 + ceil(400 x 0.7) = 580 reserved per request: one fits in 1000 tokens at a time, nothing is retracted
+    # 300 + ceil(400 x 0.7) = 580 reserved per request: r0 runs alone. Each of its 399 decode steps lowers SGLang's
+    # new_token_ratio by (0.7 - 0.098) / 600 (no retraction, no idle step in between), to 0.2997 when r0 finishes:
+    # 300 + ceil(400 x 0.2997) = 420 each, so r1 and r2 are admitted together. They grow to 2 x 500 = 1000 tokens, so
+    # r2 (admitted last) is retracted and re-prefilled later with its 300 + 200 tokens; r3 runs last, alone.
     s = Scheduler(_perf(max_total_tokens=1000, chunked_prefill_size=-1))
     for i in range(4):
         s.add(TwinRequest(f"r{i}", 300, 400), 0.0)
     steps = _drain(s)
+    prefills = [(k, x.stats.new_tokens, sorted(x.emitted)) for k, x in enumerate(steps) if x.stats.kind == "prefill"]
+    assert prefills == [(0, 300, ["r0"]), (400, 600, ["r1", "r2"]), (800, 500, ["r2"]), (1000, 300, ["r3"])]
     assert max(x.stats.used_tokens for x in steps) <= 1000
-    assert max(x.stats.running for x in steps) == 1
+    assert max(x.stats.running for x in steps) == 2
     fin = {k: v for x in steps for k, v in x.finished.items()}
     assert fin == {f"r{i}": "length" for i in range(4)}
     out = {}
@@ -109,6 +114,22 @@ def test_kv_limit_admission_reserves_new_tokens():
         for k, n in x.emitted.items():
             out[k] = out.get(k, 0) + n
     assert out == {f"r{i}": 400 for i in range(4)}
+
+
+def test_new_token_ratio_decays_resets_and_follows_retraction():
+    from grid.twin.scheduler import NewTokenRatio
+
+    r = NewTokenRatio.for_conservativeness(1.0)
+    assert (r.init, r.min) == (0.7, pytest.approx(0.098))
+    for _ in range(600):
+        r.decay_step()
+    assert r.current == pytest.approx(0.098)
+    r.decay_step()
+    assert r.current == pytest.approx(0.098)
+    r.reset()
+    assert r.current == 0.7
+    assert NewTokenRatio.for_conservativeness(2.0).init == 1.0  # capped at 1
+    assert NewTokenRatio.for_conservativeness(0.5).init == 0.35
 
 
 def test_kv_limit_and_retraction():
