@@ -86,7 +86,8 @@ def report(spec: RunSpec, console: Console) -> list:
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted - left_out),
                            len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
-    notes = [n for n in (note, metrics_names_note(rows)) if n] + search_notes(searched, left_out)
+    notes = [n for n in (note, metrics_names_note(rows), early_stop_note(stored, spec.hardware.gpu_count)) if n] \
+        + search_notes(searched, left_out)
     skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
     if skipped_probe:
         notes.append(f"The correctness probe was skipped (probe.enabled=false) for {len(skipped_probe)} "
@@ -119,6 +120,29 @@ def search_notes(searched: dict, left_out: set[str]) -> list[str]:
               f"{'s' if len(labels) != 1 else ''}: {', '.join(sorted(labels))}): {reason}"
               for reason, labels in why.items()]
     return notes
+
+
+def early_stop_note(rows: list[dict], gpu_count: int) -> str | None:
+    """The report's note on early stopping across load levels (grid/search/levels.py): how many load points it
+    skipped, of how many configurations, by rule, and the GPU-seconds saved (the twin's forecast durations times
+    ``gpu_count``); None when it skipped nothing. Pure."""
+    from grid.search.levels import EARLY_STOP_SLO, EARLY_STOP_TWIN
+
+    stopped = [r for r in rows if r.get("status") == "not_run" and r.get("error_class") in (EARLY_STOP_SLO,
+                                                                                              EARLY_STOP_TWIN)]
+    if not stopped:
+        return None
+    by = {c: sum(r["error_class"] == c for r in stopped) for c in (EARLY_STOP_SLO, EARLY_STOP_TWIN)}
+    saved = sum(r.get("forecast_duration_s") or 0.0 for r in stopped) * gpu_count
+    configs = len({r["config_hash"] for r in stopped})
+    rules = "; ".join(text for text in (
+        f"{by[EARLY_STOP_SLO]} after a lower level missed the SLOs" if by[EARLY_STOP_SLO] else "",
+        f"{by[EARLY_STOP_TWIN]} where the twin's upper bound was below the best measured score"
+        if by[EARLY_STOP_TWIN] else "") if text)
+    return (f"Early stopping (search.early_stop) did not run {len(stopped)} load point{'s' if len(stopped) != 1 else ''}"
+            f" of {configs} configuration{'s' if configs != 1 else ''} ({rules}), saving about {saved:.0f} GPU-seconds "
+            "by the twin's forecast; each is recorded not_run with its reason (search.early_stop=false measures "
+            "every level)")
 
 
 def write_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, searched: dict,

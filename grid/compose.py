@@ -34,6 +34,11 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
     if spec.objective.kind not in OBJECTIVES:
         raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
                           f"{', '.join(sorted(OBJECTIVES))}")
+    if spec.objective.kind == "max_capacity":
+        slo = spec.objective.slo
+        if slo.ttft_ms is None and slo.tpot_ms is None and slo.e2e_ms is None:
+            raise ConfigError("objective.kind=max_capacity needs an SLO: set objective.slo.ttft_ms, tpot_ms or e2e_ms "
+                              "(the capacity is the highest request rate at which they hold)")
     if spec.search.kind not in SEARCHES:
         raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
     if spec.search.kind == "optuna" and importlib.util.find_spec("optuna") is None:

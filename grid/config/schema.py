@@ -166,6 +166,10 @@ class ObjectiveSpec(_Spec):
 
     kind: str = "max_output_throughput"
     slo: SLOSpec = Field(default_factory=SLOSpec)
+    capacity_rel_tol: float = Field(0.05, gt=0, le=1, description="max_capacity: the bisection over the request rate "
+                                    "stops when its bracket is within this fraction of its lower end")
+    capacity_max_probes: int = Field(10, ge=2, description="max_capacity: probes (load points) per configuration at "
+                                     "most")
 
 
 class AccuracySpec(_Spec):
@@ -229,6 +233,13 @@ class SearchSpec(_Spec):
     spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
                           "default: grid.report.select.TIE_PERCENT")
     seed: int = Field(0, description="seed of a model-based search's sampler (optuna)")
+    early_stop: bool = Field(True, description="skip a configuration's higher load levels once a lower level missed "
+                             "the SLOs, or where the twin's upper bound is below the best measured score "
+                             "(grid/search/levels.py); false: measure every level")
+    twin_bound_error: float = Field(0.25, ge=0, lt=1, description="the twin's largest relative error below a "
+                                    "measurement, (twin - measured) / measured >= -this: its upper bound is forecast / "
+                                    "(1 - this); default: beyond every output tok/s row of docs/twin.md, the lowest "
+                                    "being -19.6% (held out, sglang PR #10404, Qwen3-Next TP2)")
 
 
 class RunSpec(_Spec):

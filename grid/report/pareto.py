@@ -33,13 +33,16 @@ THROUGHPUT_UNITS: dict[str, str] = {"output_tok_per_s": "output tok/s", "total_t
 
 
 def throughput_metric(objective_kind: str) -> str:
-    """The throughput column the fronts of an objective use: its own score when higher is better (output tok/s for
-    ``max_output_throughput``, goodput req/s for ``max_goodput``), else output tok/s. Raises ``ValueError`` for an
-    unknown kind."""
+    """The throughput column the fronts of an objective use: its own score when higher is better and a throughput
+    (output tok/s for ``max_output_throughput``, goodput req/s for ``max_goodput``), the completed requests per second
+    for ``max_capacity`` (whose score is the offered rate), else output tok/s. Raises ``ValueError`` for an unknown
+    kind."""
     obj = OBJECTIVES.get(objective_kind)
     if obj is None:
         raise ValueError(f"objective.kind={objective_kind!r}; allowed: {', '.join(sorted(OBJECTIVES))}")
-    return obj.metric if obj.higher_is_better else "output_tok_per_s"
+    if obj.higher_is_better and obj.metric in THROUGHPUT_UNITS:
+        return obj.metric
+    return "requests_per_s" if objective_kind == "max_capacity" else "output_tok_per_s"
 
 
 def dominates(a: Mapping[str, Any], b: Mapping[str, Any], x: str, y: str) -> bool:

@@ -63,6 +63,23 @@ register(Objective("max_goodput", "goodput_req_per_s", True, "req/s",
 register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPOT at the lowest load level{meeting}",
                    points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)],
                    noun="median TPOT"))
+# The capacity: the highest open-loop request rate whose load point meets the SLOs. Its probes are chosen by bisection
+# while the trial runs (grid/search/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
+register(Objective("max_capacity", "point_value", True, "req/s",
+                   "highest request rate (open loop, found by bisection){meeting}",
+                   points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity"))
+
+def describe_objectives() -> str:
+    """Markdown table of the registered objectives (:data:`OBJECTIVES`): kind, the load-point column scored,
+    direction, unit, and what it means."""
+    out = ["### objectives", "", "`objective.kind` (conf/objective/, registered in grid/report/select.py). A "
+           "configuration's score is the best of its load points that meet the SLOs; `max_capacity`'s points are "
+           "the probes of a bisection over the request rate (grid/search/levels.py).", "",
+           "| kind | scored column | better | unit | meaning |", "|---|---|---|---|---|"]
+    out += [f"| `{o.kind}` | `{o.metric}` | {'higher' if o.higher_is_better else 'lower'} | {o.unit} | "
+            f"{o.describe.format(meeting=' meeting the SLOs')} |" for o in OBJECTIVES.values()]
+    return "\n".join(out) + "\n"
+
 
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
 
@@ -173,6 +190,16 @@ def _slo_misses(row: dict, slo) -> list[str]:
     return misses
 
 
+def meets_slos(row: Mapping[str, Any], slo) -> bool | None:
+    """Whether a measured load point counts under ``slo`` as :func:`rank` judges it: its status is ``ok`` and each
+    SLO's percentile value (``SLO_LATENCY_KEYS``, on rows from ``summarize`` or :func:`rejudge`) is within its
+    target. None when ``slo`` sets no target. (``slo_met``, the share of requests meeting each target, can differ from
+    this at the edge: a percentile interpolates between requests.)"""
+    if not slo_text(slo):
+        return None
+    return row.get("status") == "ok" and not _slo_misses(dict(row), slo)
+
+
 def _no_score(obj: Objective, slo) -> str:
     if obj.metric == "goodput_req_per_s" and not slo_text(slo):
         return "goodput needs an SLO (set objective.slo.ttft_ms, tpot_ms or e2e_ms)"
@@ -208,6 +235,9 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
         by = f"from {fmt_score(before)} at {level_name(prev)}"
     else:
         return None
+    if obj.metric == "point_value":  # capacity: every probe held the SLOs; the bisection ran out of probes
+        return (f"the SLOs held at every rate probed, up to {level_name(best)}: the capacity may lie beyond; raise "
+                "objective.capacity_max_probes")
     knob = _LOAD_FIELD.get(kind or "", "load.concurrency")
     return (f"{obj.noun} still rising at the highest level tested ({level_name(best)}, {by}): the peak may lie beyond; "
             f"add higher {knob} levels")
@@ -330,7 +360,8 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             level = level_name(row) + _repeat_text(row)
             if row["status"] != "ok":
                 misses.append(f"{level}: {row['status']}"
-                              + (f" ({row['error_class']})" if row.get("error_class") else ""))
+                              + (f" ({row['error_class']}: {row['skip_reason']})" if row.get("skip_reason") else
+                                 f" ({row['error_class']})" if row.get("error_class") else ""))
                 continue
             if row.get("slo_unjudged"):
                 misses.append(f"{level}: {row['slo_unjudged']}")
@@ -369,15 +400,16 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
     if scored:
         top = scored[0]
         top.outcome = "best"
-        top.reason = (f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit} "
-                      f"at {level_name(top.best_point)}")
+        top.reason = f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit}" + (
+            f" at {level_name(top.best_point)}" if obj.metric != "point_value" else "")  # capacity: the level itself
         if top.interval is not None and top.interval.measured:
             top.reason += f" ({spread_text(top.interval, obj.unit)})"
         ties = 0
         for v in scored[1:]:
             delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
             mine, theirs = fmt_scores(v.score, top.score)
-            v.reason = (f"{mine} {obj.unit} at {level_name(v.best_point)} vs best {theirs} "
+            where = f" at {level_name(v.best_point)}" if obj.metric != "point_value" else ""
+            v.reason = (f"{mine} {obj.unit}{where} vs best {theirs} "
                         f"({fmt_delta(delta)})")
             tied, why = is_tie(v.interval, top.interval, delta, obj.unit)
             if tied:

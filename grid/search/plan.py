@@ -78,6 +78,34 @@ def expected_launches(sp: SearchPlan) -> list[str]:
             trial.record(h, None if c.known_to_fail else c.forecast)
 
 
+#: What the pre-run estimate prints, line by line, and how each number is defined. docs/schema.md shows this table.
+COST_FIELDS: tuple[tuple[str, str], ...] = (
+    ("configurations", "configurations of the sweep (grid.sweep.space.expand)"),
+    ("refused before launch", "configurations SGLang's checks or the kernels' hardware requirements refuse "
+     "(grid/search/knowledge.py); never launched"),
+    ("known to fail here", "configurations a failure-table row (grid/twin/failures.py) says fail on this hardware "
+     "and release; run last (first with search.try_known_failures)"),
+    ("launches expected", "the launches the search policy makes when every measurement comes out as the twin "
+     "forecasts and every known failure fails (grid.search.plan.expected_launches)"),
+    ("GPU-hours for the expected launches", "sum over those launches of the twin's modelled startup "
+     "(PerfModel.startup_phases_s) plus the modelled seconds of every load point (grid/search/predict.py; with "
+     "objective max_capacity, the bisection's probes from the twin's bracket), times hardware.gpu_count, / 3600; "
+     "points early stopping may skip are counted (an upper bound)"),
+    ("every launchable configuration", "the same over every configuration not refused (shown when it differs)"),
+)
+
+
+def describe_cost() -> str:
+    """Markdown table of the pre-run cost estimate's numbers (:data:`COST_FIELDS`)."""
+    out = ["### pre-run cost estimate", "", "Printed before a sweep launches anything (also with dry_run=true), e.g. "
+           "`Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail here (last), "
+           "4 launches expected` and `Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load "
+           "model): 2.97 GPU-hours for the expected launches (every launchable configuration: 18.54)` "
+           "(`+sweep=nsa_backends`, grid/search/plan.py `cost_lines`).", "", "| number | definition |", "|---|---|"]
+    out += [f"| {k} | {d} |" for k, d in COST_FIELDS]
+    return "\n".join(out) + "\n"
+
+
 def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     refused = [h for h, k in sp.known.items() if k.refused]
     failing = [h for h, k in sp.known.items() if k.known_to_fail]

@@ -9,7 +9,11 @@ point's modelled seconds (its warm-up wave and its tail, grid/loadgen/runner.py)
 closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
 not modelled: their prompts are known only when the load runs).
 
-Used by the pre-run cost estimate (grid/search/cost.py) and by the ``twin_guided`` search (grid/search/twin_guided.py).
+With objective ``max_capacity`` the load points are the twin's own capacity bisection (:func:`capacity_probes`) and the
+score is the highest rate at which the SLOs held.
+
+Used by the pre-run cost estimate (grid/search/plan.py), the search policies (grid/search/policy.py) and early
+stopping across load levels (:func:`level_forecasts`, grid/search/levels.py).
 """
 
 from __future__ import annotations
@@ -47,36 +51,107 @@ def _percentile(values: list[float], pct: float) -> float:
     return ordered[k]
 
 
-def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
+def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None) -> dict:
+    """One load point replayed on the twin in virtual time: a row with ``duration_s``, ``output_tok_per_s`` and the
+    per-request ``ttft_ms`` / ``tpot_ms`` / ``e2e_ms`` lists (modelled ms). A rate point's arrivals are evenly
+    spaced, or with ``seed`` the load's own schedule (``load.arrival``, grid/loadgen/arrivals.py) with that seed."""
     from grid.twin.scheduler import TwinRequest
     from grid.twin.simulate import simulate
 
-    load = plan.load
-    levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
-    rows = []
-    for kind, level in levels:
-        n = load.prompts_for(level) if math.isfinite(level) else load.prompts_for(load.min_prompts)
-        reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len)
-                for i in range(n)]
-        if kind == "concurrency":
-            c = int(level)
-            waves = n // c if c > 0 and n % c == 0 else 1
-            key = (*_wave_key(perf, c * (load.input_len + load.output_len), c), c, load.input_len, load.output_len)
-            if key not in _WAVES:  # identical requests in a closed loop started together: identical waves
-                _WAVES[key] = simulate(perf, [(0.0, r) for r in reqs[: n // waves]], max_concurrency=c)
-            res = _repeat(_WAVES[key], waves)
+    n = load.prompts_for(level) if math.isfinite(level) else load.prompts_for(load.min_prompts)
+    reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len) for i in range(n)]
+    if kind == "concurrency":
+        c = int(level)
+        waves = n // c if c > 0 and n % c == 0 else 1
+        key = (*_wave_key(perf, c * (load.input_len + load.output_len), c), c, load.input_len, load.output_len)
+        if key not in _WAVES:  # identical requests in a closed loop started together: identical waves
+            _WAVES[key] = simulate(perf, [(0.0, r) for r in reqs[: n // waves]], max_concurrency=c)
+        res = _repeat(_WAVES[key], waves)
+    else:
+        if seed is not None:
+            from grid.loadgen.arrivals import send_offsets
+
+            at = send_offsets(n, level, load.arrival, burstiness=load.burstiness, seed=seed)
         else:
             gap = 0.0 if not math.isfinite(level) else 1.0 / level
-            res = simulate(perf, [(i * gap, r) for i, r in enumerate(reqs)], max_concurrency=load.max_concurrency)
-        ttft = [r.ttft_s * 1000 for r in res.requests]
-        e2e = [r.e2e_s * 1000 for r in res.requests]
-        tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
-        steady = kind == "concurrency" and load.closed_loop_start == "staggered" and e2e
-        rows.append({"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
-                     "overhead_s": 2 * sum(e2e) / len(e2e) / 1000 if steady else 0.0,
-                     "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
-                     "tpot_median_ms": _percentile(tpot, 50)})
-    return rows
+            at = [i * gap for i in range(n)]
+        res = simulate(perf, list(zip(at, reqs)), max_concurrency=load.max_concurrency)
+    ttft = [r.ttft_s * 1000 for r in res.requests]
+    e2e = [r.e2e_s * 1000 for r in res.requests]
+    tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
+    steady = kind == "concurrency" and load.closed_loop_start == "staggered" and e2e
+    return {"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
+            "overhead_s": 2 * sum(e2e) / len(e2e) / 1000 if steady else 0.0,
+            "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
+            "tpot_median_ms": _percentile(tpot, 50)}
+
+
+def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
+    load = plan.load
+    if spec.objective.kind == "max_capacity":
+        return capacity_probes(spec, plan, perf)
+    levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
+    return [_simulate_point(perf, load, kind, level) for kind, level in levels]
+
+
+#: The twin's own capacity bisection: its first probe (req/s; the bisection doubles or halves from there, so the start
+#: costs only virtual-time probes) and its probe limit (enough to double from 1 req/s past 1,000 and then bisect).
+TWIN_CAPACITY_START = 1.0
+TWIN_CAPACITY_MAX_PROBES = 30
+
+
+def capacity_probes(spec: RunSpec, plan: TrialPlan, perf, lo_bound: float = TWIN_CAPACITY_START,
+                    hi_bound: float = TWIN_CAPACITY_START, max_probes: int = TWIN_CAPACITY_MAX_PROBES) -> list[dict]:
+    """A capacity bisection on the twin in virtual time (grid/search/levels.py ``next_rate``, bracket ``lo_bound`` ..
+    ``hi_bound`` req/s, ``objective.capacity_rel_tol``): one row per probe rate, each with ``slo_held``. Probe ``i``
+    sends on the load's arrival schedule seeded ``load.seed * 1000 + i``, as the trial's probe ``i`` does
+    (grid.sweep.measure.level_plan)."""
+    from grid.search.levels import next_rate
+
+    slo = spec.objective.slo
+    rows: list[dict] = []
+    probes: list[tuple[float, bool]] = []
+    while True:
+        rate = next_rate(probes, lo_bound, hi_bound, spec.objective.capacity_rel_tol, max_probes)
+        if rate is None:
+            return rows
+        row = _simulate_point(perf, plan.load, "rate", rate, seed=plan.load.seed * 1000 + len(probes))
+        row["slo_held"] = _meets(row, slo, [])
+        rows.append(row)
+        probes.append((rate, row["slo_held"]))
+
+
+def capacity_bracket(spec: RunSpec, capacity: float) -> tuple[float, float]:
+    """The bracket a measured capacity bisection starts from, around the twin's forecast ``capacity`` (req/s): the
+    measured value is ``capacity / (1 + e)`` .. ``capacity / (1 - e)`` when the twin's relative error is within
+    ``e`` = ``search.twin_bound_error``."""
+    e = spec.search.twin_bound_error
+    return capacity / (1 + e), capacity / (1 - e)
+
+
+def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
+    """(point kind, level) -> ``grid.search.levels.LevelForecast`` of each concurrency level and request rate of
+    ``plan`` (the objective's metric, e.g. output tok/s, and the modelled seconds of its point); {} when the twin
+    refuses the configuration. For early stopping across load levels."""
+    from grid.report.select import OBJECTIVES
+    from grid.search.levels import LevelForecast
+
+    perf = twin_model(spec, plan.settings, version)
+    if perf is None:
+        return {}
+    metric = OBJECTIVES[spec.objective.kind].metric
+    load = plan.load
+    out = {}
+    for kind, level in [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r))
+                                                                               for r in load.request_rate]:
+        row = _simulate_point(perf, load, kind, level)
+        row["goodput_req_per_s"] = _goodput(row, spec.objective.slo)
+        value = row.get(metric)
+        slo = spec.objective.slo
+        given = any(getattr(slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
+        out[(kind, level)] = LevelForecast(None if value is None or isinstance(value, list) or math.isnan(value)
+                                           else float(value), row["duration_s"], _meets(row, slo, []) if given else None)
+    return out
 
 
 #: Simulated waves by (configuration, concurrency, lengths). A closed loop of ``waves x c`` identical requests
@@ -136,6 +211,9 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
 
     obj = OBJECTIVES[spec.objective.kind]
     slo = spec.objective.slo
+    if spec.objective.kind == "max_capacity":
+        held = [r["point_value"] for r in rows if r.get("slo_held")]
+        return max(held) if held else None
     for row in rows:
         row["goodput_req_per_s"] = _goodput(row, slo)
     ok = [r for r in obj.points(rows) if _meets(r, slo, [])] if rows else []
@@ -152,4 +230,9 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
         return None
     startup = sum(perf.startup_phases_s().values())
     rows = _point_rows(spec, plan, perf)
-    return Forecast(startup, sum(r["duration_s"] + r["overhead_s"] for r in rows), score(spec, rows))
+    value = score(spec, rows)
+    if spec.objective.kind == "max_capacity" and value is not None:
+        # what the trial will run: the bisection from the twin's bracket, if the measurements came out as forecast
+        rows = capacity_probes(spec, plan, perf, *capacity_bracket(spec, value),
+                               max_probes=spec.objective.capacity_max_probes)
+    return Forecast(startup, sum(r["duration_s"] + r.get("overhead_s", 0.0) for r in rows), value)

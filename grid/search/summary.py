@@ -7,7 +7,10 @@
 * ``best_label`` / ``best_value``: the ranked best configuration and its score (null when none ranked);
 * ``objective``, ``search``: the objective kind and search kind;
 * ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
-  refused before launch, those the failure table says fail here, and those the search left out.
+  refused before launch, those the failure table says fail here, and those the search left out;
+* ``early_stopped_points`` / ``early_stop_gpu_seconds_saved``: load points early stopping skipped (grid/search/levels.py)
+  and what they would have cost: the twin's forecast of their modelled durations (``forecast_duration_s``) times
+  ``hardware.gpu_count``.
 
 Its keys, with types and units, are listed once in grid/storage/summary.py ``SUMMARY_FIELDS`` (docs/schema.md).
 """
@@ -41,8 +44,11 @@ def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: st
               configurations: int, refused: int = 0, known_to_fail: int = 0, not_run: int = 0,
               modelled_startup_s: Mapping[str, float] | None = None) -> dict:
     """The summary of a run from its load-point rows and the report's verdicts (grid.report.select.rank)."""
+    from grid.search.levels import EARLY_STOP_CLASSES
+
     seconds = launch_seconds(rows, modelled_startup_s)
     best = next((v for v in verdicts if v.outcome == "best"), None)
+    stopped = [r for r in rows if r.get("status") == "not_run" and r.get("error_class") in EARLY_STOP_CLASSES]
     return {
         "launches": len(seconds),
         "gpu_seconds": round(sum(seconds.values()) * gpu_count, 3),
@@ -54,6 +60,9 @@ def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: st
         "refused": refused,
         "known_to_fail": known_to_fail,
         "not_run": not_run,
+        "early_stopped_points": len(stopped),
+        "early_stop_gpu_seconds_saved": round(sum((r.get("forecast_duration_s") or 0.0 for r in stopped), 0.0)
+                                              * gpu_count, 3),
     }
 
 

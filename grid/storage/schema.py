@@ -23,10 +23,10 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 5  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 6  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
-# table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: window_kind, warmup_requests_run and tail_requests_run
-# in load_points (steady-state closed loops)
+# table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
+# 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops)
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -210,6 +210,10 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
      "compute-bound | launch/CPU-overhead-bound | latency-bound | unknown (grid/diagnosis/rules.py); null: nothing "
      "measured"),
     ("bottleneck_evidence", "string", "", "the evidence behind the verdict, then the reason"),
+    ("skip_reason", "string", "", "why a not_run point was skipped by early stopping (error_class early_stop_slo | "
+     "early_stop_twin_bound, grid/search/levels.py); null otherwise"),
+    ("forecast_duration_s", "float64", "s", "a point skipped by early stopping: the twin's forecast of its modelled "
+     "duration (the time saved; summary.json early_stop_gpu_seconds_saved); null otherwise"),
 ]
 
 #: ``parquet/rejudged/rejudged.parquet``: the SLO-dependent values the latest report judged every load point by

@@ -16,6 +16,10 @@ SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("refused", "int", "", "configurations refused before launch (recorded invalid / refused, no launch)"),
     ("known_to_fail", "int", "", "configurations a failure-table row says fail on this hardware"),
     ("not_run", "int", "", "configurations the search chose not to launch (search.json says why)"),
+    ("early_stopped_points", "int", "load points", "load points skipped by early stopping (status not_run, "
+     "error_class early_stop_slo | early_stop_twin_bound)"),
+    ("early_stop_gpu_seconds_saved", "float", "GPU-s", "the twin's forecast of those points' modelled durations "
+     "(forecast_duration_s), times hardware.gpu_count"),
 )
 
 
@@ -23,5 +27,5 @@ def describe_summary() -> str:
     """Markdown table of summary.json's keys."""
     out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
            "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
-    out += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SUMMARY_FIELDS]
+    out += [f"| `{k}` | {t} | {u} | {d.replace('|', chr(92) + '|')} |" for k, t, u, d in SUMMARY_FIELDS]
     return "\n".join(out) + "\n"

@@ -32,7 +32,16 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("load_points.status", "partial", "some requests succeeded, some failed: the failures count against goodput and "
                                       "SLO attainment, and the point does not rank"),
     ("load_points.status", "failed", "no request of the load point succeeded"),
-    ("load_points.status", "not_run", "not measured: the trial ended before it (its `error_class` is the trial's)"),
+    ("load_points.status", "not_run", "not measured: the trial ended before it (its `error_class` is the trial's), "
+                                      "or early stopping skipped it (`error_class` early_stop_slo or "
+                                      "early_stop_twin_bound, `skip_reason`)"),
+    # load_points.error_class of points skipped by early stopping (grid/search/levels.py, search.early_stop)
+    ("load_points.error_class", "early_stop_slo", "not_run: a lower level of the same kind already missed the SLOs "
+                                                  "(latency does not fall as load rises); `skip_reason` names it"),
+    ("load_points.error_class", "early_stop_twin_bound", "not_run: the twin's upper bound at this level (forecast / "
+                                                         "(1 - search.twin_bound_error)) is below the best score "
+                                                         "measured so far, so it cannot win; `skip_reason` gives the "
+                                                         "numbers"),
     # load_points.trial_status
     ("load_points.trial_status", "ok", "the server started, answered the probe and did not break under load; its "
                                        "load points may rank"),

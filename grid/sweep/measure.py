@@ -20,13 +20,15 @@ from grid.engines.base import Engine
 from grid.loadgen.dataset import DatasetArgs, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
-from grid.metrics.loadpoint import SLO, load_point_status, summarize
+from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
+from grid.report.select import meets_slos
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
+from grid.search.levels import Capacity, LevelForecast, Levels
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
 from grid.sweep.samplers import SamplerContext, make_samplers
 
@@ -46,6 +48,63 @@ CHECK_TIMEOUT_S = 20.0
 CHECK_MIN_REAL_S = 2.0
 CHECK_INPUT_TOKENS = 16
 CHECK_OUTPUT_TOKENS = 4
+
+
+def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | None | str = "read") -> Levels:
+    """The trial's load levels (grid/search/levels.py): the fixed points of :func:`load_points`, or with objective
+    ``max_capacity`` the bisection over the request rate, bracketed by the twin's forecast capacity ``c`` widened by
+    its error ``e`` (``search.twin_bound_error``): [c / (1 + e), c / (1 - e)] req/s (without a forecast, from the
+    highest ``load.request_rate``, else 1 req/s). Early stopping (``search.early_stop``) gets the twin's per-level
+    forecasts and ``best``, the best score recorded in the run directory (``"read"``: read it there; None: none).
+    The twin-bound rule applies to higher-is-better objectives the twin forecasts per level (output tok/s, goodput)
+    and never to an external engine (there is no hardware to model)."""
+    from grid.report.select import OBJECTIVES
+    from grid.search.predict import Forecast, capacity_bracket, forecast, level_forecasts
+
+    load = plan.load
+    obj = OBJECTIVES[spec.objective.kind]
+    s = spec.search
+    external = getattr(engine, "external", False)
+    if spec.objective.kind == "max_capacity":
+        f: Forecast | None = None if external else forecast(spec, plan, engine.version())
+        c = f.value if f is not None else None
+        start = max(load.request_rate, default=1.0) if c is None else None
+        lo, hi = (start, start) if c is None else capacity_bracket(spec, c)
+
+        def probe(index: int, rate: float) -> LoadPoint:
+            return LoadPoint("rate", rate, load.prompts_for(rate), warmup_requests=load.warmup_requests,
+                             seed=load.seed * 1000 + index, arrival=load.arrival, burstiness=load.burstiness,
+                             max_concurrency=load.max_concurrency)
+
+        return Levels([], capacity=Capacity(lo, hi, spec.objective.capacity_rel_tol,
+                                            spec.objective.capacity_max_probes, probe))
+    points = load_points(plan)
+    bounded = s.early_stop and not external and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
+    forecasts = level_forecasts(spec, plan, engine.version()) if s.early_stop and not external else {}
+    if not bounded:  # the durations still say what a skipped point saves
+        forecasts = {k: LevelForecast(None, f.duration_s) for k, f in forecasts.items()}
+    elif best == "read":
+        best = recorded_best(spec, exclude=plan.config_hash)
+    return Levels(points, early_stop=s.early_stop, forecasts=forecasts,
+                  best=best if bounded and best != "read" else None, error=s.twin_bound_error, unit=obj.unit,
+                  own_best=load.repeats == 1, metric=obj.metric if bounded else None)
+
+
+#: Objective metrics the twin forecasts per load level (grid.search.predict.level_forecasts) for the twin-bound rule.
+TWIN_BOUND_METRICS = ("output_tok_per_s", "goodput_req_per_s")
+
+
+def recorded_best(spec: RunSpec, exclude: str | None = None) -> float | None:
+    """The best score (higher is better) of the configurations recorded in the run directory, judged as the report
+    judges them (grid.search.measured.scores); None when none scored."""
+    from grid.search.measured import scores
+
+    try:
+        values = [v for h, v in scores(spec).items() if v is not None and h != exclude]
+    except (OSError, ValueError, KeyError) as err:  # nothing readable yet: no best
+        log.debug("no recorded best: %s", err)
+        return None
+    return max(values) if values else None
 
 
 def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:
@@ -268,8 +327,9 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
         **node_columns(node),
         "gpu_uuids": node.get("gpu_uuids"),
     }
-    points = load_points(plan)
-    per_repeat = len(points) // load.repeats
+    levels = level_plan(spec, engine, plan) if result["status"] == "ok" else Levels(load_points(plan),
+                                                                                    early_stop=False)
+    per_repeat = max(1, len(levels.points) // load.repeats)
     rows: list[dict] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict]] = {"requests": []}
@@ -287,13 +347,21 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
     stopped: str | None = None if result["status"] == "ok" else "not_run"
     longest_wait_ms = 0.0        # the longest wait for a token seen so far (modelled ms), for the timeout notes
     noted: set[str] = set()      # timeout notes already given ("fired", "near")
-    for index, point in enumerate(points):
-        row = {**base, "point_index": index, "repeat_index": index // per_repeat, "point_kind": point.kind,
+    for index, point, skip in levels:
+        if stopped is not None and levels.capacity is not None:
+            break  # the server broke: no further probe
+        repeat = 0 if levels.capacity is not None else index // per_repeat  # capacity probes are not repeated
+        row = {**base, "point_index": index, "repeat_index": repeat, "point_kind": point.kind,
                "point_value": point.value,
                "num_prompts": point.num_prompts, "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
             rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
                          "finished_unix_ns": time.time_ns()})
+            continue
+        if skip is not None:
+            log.info("%s: %s not run: %s", plan.label, level_name(row), skip[1])
+            rows.append({**row, "status": "not_run", "error_class": skip[0], "skip_reason": skip[1],
+                         "forecast_duration_s": levels.forecast_s(point), "finished_unix_ns": time.time_ns()})
             continue
         prompts = build_dataset(load.dataset, DatasetArgs(
             point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts, load.input_len,
@@ -315,8 +383,12 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             row.update(columns)
         row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
         row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
-        tables["requests"] += request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
-                                           point_index=index, repeat_index=index // per_repeat)
+        point_requests = request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
+                                      point_index=index, repeat_index=repeat)
+        tables["requests"] += point_requests
+        judged = {**row, **slo_values(point_requests, row.get("duration_s"), slo)}  # as the report will judge it
+        levels.record(point, status, meets_slos(judged, spec.objective.slo),
+                      row.get(levels.metric) if levels.metric else None)
         fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
                                    load.stall_timeout_s, load.read_timeout_s)
         first_error = next((r for r in outcome.records if r.status != "ok"), None)

@@ -188,6 +188,9 @@ def test_every_status_and_class_is_documented():
                                                          "port_in_use", "env_dirty", "garbage_output", "empty_output",
                                                          "nan_output", "probe_error", "all_points_failed"}
     assert produced <= listed["load_points.trial_error_class"]
+    from grid.search.levels import EARLY_STOP_CLASSES
+
+    assert listed["load_points.error_class"] == set(EARLY_STOP_CLASSES)   # a skipped point's class
 
 
 def test_every_infrastructure_class_is_in_the_vocabulary():

@@ -57,7 +57,8 @@ def test_throughput_metric_per_objective():
     assert throughput_metric("max_output_throughput") == "output_tok_per_s"
     assert throughput_metric("max_goodput") == "goodput_req_per_s"
     assert throughput_metric("min_tpot") == "output_tok_per_s"
-    with pytest.raises(ValueError, match="allowed: max_goodput, max_output_throughput, min_tpot"):
+    assert throughput_metric("max_capacity") == "requests_per_s"
+    with pytest.raises(ValueError, match="allowed: max_capacity, max_goodput, max_output_throughput, min_tpot"):
         throughput_metric("fastest")
     # goodput is null on every row: the goodput front has no candidates
     assert fronts(ROWS, "max_goodput")[0].describe() == "TPOT p50 vs goodput req/s: no measured load point"

@@ -29,7 +29,7 @@ def pt(h, idx, level, out, *, label=None, status="ok", trial="ok", kind="concurr
 def test_registry():
     assert {k: (o.metric, o.higher_is_better) for k, o in OBJECTIVES.items()} == {
         "max_output_throughput": ("output_tok_per_s", True), "max_goodput": ("goodput_req_per_s", True),
-        "min_tpot": ("tpot_median_ms", False)}
+        "min_tpot": ("tpot_median_ms", False), "max_capacity": ("point_value", True)}
 
 
 def test_level_names():
@@ -197,3 +197,50 @@ def test_unjudged_points_are_skipped_not_the_rest():
     assert same(v.best_point, rows[1])
     assert v.reason.endswith("; not counted: concurrency 1: SLOs not judged: 1 of its 3 requests are in "
                              "parquet/requests")
+
+
+def test_capacity_ranks_the_highest_rate_that_met_the_slos():
+    # two configurations' bisection probes (p99 TPOT in ms as re-judged), recorded as rate points
+    slo = SLOSpec(tpot_ms=8.0)
+    rows = [pt("a", 0, 4.2, 250.0, kind="rate", tpot=7.8), pt("a", 1, 7.0, 544.0, kind="rate", tpot=10.3),
+            pt("a", 2, 5.6, 265.0, kind="rate", tpot=8.45), pt("a", 3, 4.9, 260.0, kind="rate", tpot=7.9),
+            pt("b", 0, 4.2, 250.0, kind="rate", tpot=7.5), pt("b", 1, 7.0, 500.0, kind="rate", tpot=7.9),
+            pt("b", 2, 9.8, 600.0, kind="rate", tpot=9.0, status="partial", error_class="stall_timeout"),
+            pt("b", 3, 8.4, 580.0, kind="rate", tpot=7.95),
+            pt("b", 4, 1.0, 90.0, tpot=7.0)]                  # a concurrency point: not a rate, not counted
+    best, lost = rank(rows, ObjectiveSpec(kind="max_capacity", slo=slo))
+    assert (best.label, best.score, lost.label, lost.score) == ("B", 8.4, "A", 4.9)
+    assert best.reason.startswith("highest request rate (open loop, found by bisection) meeting the SLOs "
+                                  "(p99 TPOT <= 8 ms): 8.40 req/s; not counted: 9.8 req/s: partial (stall_timeout)")
+    assert lost.reason.startswith("4.90 req/s vs best 8.40 (-41.7%)")
+
+
+def test_points_skipped_by_early_stopping_are_named_with_their_reason():
+    rows = [pt("a", 0, 1, 100.0), pt("a", 1, 8, 700.0),
+            pt("b", 0, 1, 110.0), {**pt("b", 1, 8, None, status="not_run", error_class="early_stop_twin_bound"),
+                                   "skip_reason": "the twin's upper bound here, 400 tok/s (forecast 300 / (1 - 0.25)), "
+                                                  "is below the best measured 700 tok/s"}]
+    best, lost = rank(rows, ObjectiveSpec(kind="max_output_throughput"))
+    assert (best.label, lost.label, lost.score) == ("A", "B", 110.0)
+    assert lost.reason == ("110 tok/s at concurrency 1 vs best 700 (-84.3%); not counted: concurrency 8: not_run "
+                           "(early_stop_twin_bound: the twin's upper bound here, 400 tok/s (forecast 300 / (1 - 0.25)), "
+                           "is below the best measured 700 tok/s)")
+
+
+def test_capacity_with_every_probe_held_says_to_probe_further():
+    rows = [pt("a", i, r, 100.0, kind="rate", tpot=5.0) for i, r in enumerate((4.2, 7.0, 14.0, 28.0))]
+    (best,) = rank(rows, ObjectiveSpec(kind="max_capacity", slo=SLOSpec(tpot_ms=8.0)))
+    assert best.score == 28.0 and best.reason.endswith(
+        "28.0 req/s; the SLOs held at every rate probed, up to 28 req/s: the capacity may lie beyond; raise "
+        "objective.capacity_max_probes")
+
+
+def test_meets_slos_judges_as_rank_does():
+    from grid.report.select import meets_slos
+
+    row = pt("a", 0, 4.2, 250.0, kind="rate", tpot=7.99)
+    assert meets_slos(row, SLOSpec(tpot_ms=8.0)) is True
+    assert meets_slos({**row, "slo_met": False}, SLOSpec(tpot_ms=8.0)) is True      # the percentile decides
+    assert meets_slos(row, SLOSpec(tpot_ms=7.9)) is False
+    assert meets_slos({**row, "status": "partial"}, SLOSpec(tpot_ms=8.0)) is False
+    assert meets_slos(row, SLOSpec()) is None

@@ -218,15 +218,25 @@ def _schema_doc_path():
     return Path(__file__).resolve().parents[2] / "docs" / "schema.md"
 
 
+def schema_doc() -> str:
+    """docs/schema.md: the Arrow schemas, summary.json and the status table (grid.storage.schema.describe_schema),
+    then the objectives (grid.report.select) and the pre-run cost estimate (grid.search.plan), which live above
+    grid.storage."""
+    from grid.report.select import describe_objectives
+    from grid.search.plan import describe_cost
+
+    return SCHEMA_DOC_HEADER + describe_schema() + "\n" + describe_objectives() + "\n" + describe_cost()
+
+
 def write_schema_doc() -> None:
     """Regenerate docs/schema.md from the Arrow schemas."""
-    _schema_doc_path().write_text(SCHEMA_DOC_HEADER + describe_schema())
+    _schema_doc_path().write_text(schema_doc())
 
 
 def test_schema_doc_is_current():
     path = _schema_doc_path()
     assert path.exists(), "docs/schema.md is missing: run write_schema_doc()"
-    assert path.read_text() == SCHEMA_DOC_HEADER + describe_schema(), (
+    assert path.read_text() == schema_doc(), (
         "docs/schema.md is stale: python -c 'from tests.storage.test_schema import write_schema_doc; "
         "write_schema_doc()'")
 

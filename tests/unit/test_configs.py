@@ -81,8 +81,10 @@ def test_ordinary_overrides(tmp_path):
     (["load.concurrency=[0]"], "load.concurrency: every concurrency level must be an integer >= 1, got [0]"),
     (["load.request_rate=[4,-2]"], "load.request_rate: every request rate must be > 0 req/s"),
     (["load.request_rate=[nan]"], "load.request_rate: every request rate must be > 0 req/s"),
-    (["objective.kind=nope"], "objective.kind: unknown objective 'nope'; allowed: max_goodput, max_output_throughput, "
-                              "min_tpot"),
+    (["objective.kind=nope"], "objective.kind: unknown objective 'nope'; allowed: max_capacity, max_goodput, "
+                              "max_output_throughput, min_tpot"),
+    (["objective=max_capacity", "objective.slo.ttft_ms=null", "objective.slo.tpot_ms=null"],
+     "objective.kind=max_capacity needs an SLO: set objective.slo.ttft_ms, tpot_ms or e2e_ms"),
     (["objective.slo.ttft_ms=-1"], "objective.slo.ttft_ms"),
     (["+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[]"], "sweep.grid.mem_fraction_static"),
 ])

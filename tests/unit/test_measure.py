@@ -115,3 +115,77 @@ def test_a_sweep_varying_the_numerics_runs_the_accuracy_prompts(tmp_path):
     assert (rows[0]["accuracy_exact_match"], rows[0]["accuracy_role"]) == (1.0, "differs: kv_cache_dtype")
     acc = read_table(tmp_path, "accuracy").to_pylist()
     assert len(acc) == 20 and all(r["correct"] for r in acc) and acc[0]["prompt_id"] == "add_1"
+
+
+def test_early_stop_skips_the_levels_above_a_missed_slo(tmp_path):
+    from grid.search.predict import level_forecasts
+
+    # p99 TPOT <= 0.5 ms: no level of Llama 3.1 8B on one H100 meets it (the twin's TPOT there is ~6 ms)
+    spec = spec_for(tmp_path, "load.concurrency=[1,2,4]", "load.min_prompts=2", "objective.slo.tpot_ms=0.5")
+    plan, rows, reported = run_one(spec)
+    assert [(r["status"], r["error_class"], r["slo_met"]) for r in rows] == [
+        ("ok", None, False), ("not_run", "early_stop_slo", None), ("not_run", "early_stop_slo", None)]
+    assert len(reported) == 1 and rows[0]["trial_status"] == "ok"
+    assert rows[1]["skip_reason"] == "the SLOs were already missed at concurrency 1; a higher level only adds load"
+    forecasts = level_forecasts(spec, plan, get_engine(spec).version())
+    assert [r["forecast_duration_s"] for r in rows] == [None, forecasts[("concurrency", 2.0)].duration_s,
+                                                        forecasts[("concurrency", 4.0)].duration_s]
+    assert read_table(tmp_path, "requests").num_rows == rows[0]["num_prompts"]  # nothing sent for the skipped ones
+    # search.early_stop=false measures every level
+    spec = spec_for(tmp_path / "off", "load.concurrency=[1,2,4]", "load.min_prompts=2", "objective.slo.tpot_ms=0.5",
+                    "search.early_stop=false")
+    _, rows, _ = run_one(spec)
+    assert [(r["status"], r["slo_met"]) for r in rows] == [("ok", False)] * 3
+
+
+def test_early_stop_skips_a_level_whose_twin_bound_is_below_the_best_recorded(tmp_path):
+    from grid.search.predict import level_forecasts
+    from grid.sweep.measure import recorded_best
+
+    first = spec_for(tmp_path, "load.concurrency=[1,2,8]")
+    _, rows_a, _ = run_one(first)
+    best = recorded_best(first)
+    assert best == max(r["output_tok_per_s"] for r in rows_a)     # its concurrency-8 point, as the report scores it
+    # a second configuration in the same run: its first level always runs; concurrency 2 cannot reach the first
+    # one's best, concurrency 8 can
+    second = spec_for(tmp_path, "load.concurrency=[1,2,8]", "server.mem_fraction_static=0.8")
+    plan, rows_b, _ = run_one(second)
+    f1 = level_forecasts(second, plan, get_engine(second).version())[("concurrency", 2.0)]
+    assert f1.value / 0.75 < best
+    assert [(r["status"], r["error_class"]) for r in rows_b] == [
+        ("ok", None), ("not_run", "early_stop_twin_bound"), ("ok", None)]
+    assert rows_b[1]["skip_reason"] == (
+        f"the twin's upper bound here, {f1.value / 0.75:.4g} tok/s (forecast {f1.value:.4g} / (1 - 0.25)), is below "
+        f"the best measured {best:.4g} tok/s")
+    assert rows_b[1]["forecast_duration_s"] == f1.duration_s
+
+
+def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
+    from grid.report.select import meets_slos, rank, rejudge
+    from grid.search.predict import capacity_bracket, forecast
+    from grid.search.levels import bracket, next_rate
+
+    spec = spec_for(tmp_path, "load.input_len=512", "load.output_len=64", "objective=max_capacity",
+                    "objective.slo.tpot_ms=8", "objective.slo.ttft_ms=null")
+    plan = expand(spec)[0]
+    f = forecast(spec, plan, get_engine(spec).version())
+    assert f.value == 5.25                        # the twin's own bisection in virtual time, from 1 req/s
+    lo, hi = capacity_bracket(spec, f.value)
+    assert (lo, hi) == (4.2, 7.0)                 # 5.25 / 1.25, 5.25 / 0.75
+    plan, rows, _ = run_one(spec)
+    # every recorded point is one probe, each the bisection's next step after the ones before it, judged as the
+    # report judges the recorded requests
+    requests = read_table(tmp_path, "requests").to_pylist()
+    judged = rejudge(rows, requests, spec.objective.slo)
+    probes = [(r["point_value"], meets_slos(r, spec.objective.slo)) for r in judged]
+    assert [r["point_kind"] for r in rows] == ["rate"] * len(rows) and rows[0]["point_value"] == 4.2
+    for i, (rate, _) in enumerate(probes):
+        assert rate == next_rate(probes[:i], lo, hi, 0.05, 10)
+    assert next_rate(probes, lo, hi, 0.05, 10) is None
+    cap, above = bracket(probes)
+    assert len(probes) == 10 or cap is None or above is None or above - cap <= 0.05 * cap
+    # the report's score is the highest rate that held
+    assert {r["repeat_index"] for r in requests} == {0} and {r["repeat_index"] for r in rows} == {0}
+    assert sorted({r["point_index"] for r in requests}) == list(range(len(rows)))
+    verdict = rank(judged, spec.objective)[0]
+    assert verdict.score == cap

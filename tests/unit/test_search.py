@@ -5,8 +5,8 @@ import pytest
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.releases.checks import RULES, check_config
-from grid.search.knowledge import launch_order
-from grid.search.plan import build, expected_launches
+from grid.search.knowledge import launch_order, twin_model
+from grid.search.plan import build, expected_launches, gpu_seconds
 from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided
 from grid.sweep.notes import known_notes
 from grid.sweep.space import expand
@@ -76,6 +76,16 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
     lines = sp.cost_lines(spec)
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 4 launches expected")
+    # the estimate: per launch the twin's startup model (weight load, graph capture...) plus the modelled seconds of
+    # the 4 concurrency levels, times the node's 8 GPUs
+    f = sp.forecasts[expected_launches(sp)[0]]
+    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 111.83)
+    h = expected_launches(sp)[0]
+    perf = twin_model(spec, next(p for p in plans if p.config_hash == h).settings, engine.version())
+    assert f.startup_s == sum(perf.startup_phases_s().values())
+    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 10680.4
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 2.97 "
+                        "GPU-hours for the expected launches (every launchable configuration: 18.54)")
     ex = build(spec.model_copy(update={"search": spec.search.model_copy(update={"kind": "exhaustive"})}), engine,
                plans, engine.version())
     assert len(expected_launches(ex)) == 25
@@ -148,6 +158,11 @@ def test_summary_exact_values_on_recorded_rows():
         {"config_hash": "a", "trial_error_class": None, "status": "not_run", "startup_s": 300.0, "time_scale": 10.0,
          "started_unix_ns": None, "finished_unix_ns": None},
         {"config_hash": "c", "trial_error_class": "startup_exit", "status": "not_run", "startup_s": None},
+        # two points early stopping skipped (the twin forecast 40 s and 12.5 s for them): no load time, GPU-s saved
+        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "error_class": "early_stop_slo",
+         "forecast_duration_s": 40.0, "startup_s": 300.0, "time_scale": 10.0},
+        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "error_class": "early_stop_twin_bound",
+         "forecast_duration_s": 12.5, "startup_s": 300.0, "time_scale": 10.0},
     ]
     assert launch_seconds(rows, {"c": 120.0}) == {"a": 325.0, "c": 120.0}
     verdicts = [Verdict("a", "prefill=trtllm", "best", 1234.5, ""), Verdict("c", "x", "failed", None, "")]
@@ -155,7 +170,8 @@ def test_summary_exact_values_on_recorded_rows():
                     configurations=3, refused=1, known_to_fail=0, not_run=0, modelled_startup_s={"c": 120.0})
     assert out == {"launches": 2, "gpu_seconds": 3560.0, "best_label": "prefill=trtllm", "best_value": 1234.5,
                    "objective": "max_output_throughput", "search": "twin_guided", "configurations": 3,
-                   "refused": 1, "known_to_fail": 0, "not_run": 0}
+                   "refused": 1, "known_to_fail": 0, "not_run": 0, "early_stopped_points": 2,
+                   "early_stop_gpu_seconds_saved": 420.0}
     assert [k for k, *_ in SUMMARY_FIELDS] == list(out)
 
 
@@ -183,6 +199,24 @@ def test_resume_takes_recorded_configurations_out_and_counts_their_scores():
     assert drain(p, {"b": 99.5}) == ["b"]
     assert p.budget.launches == 1 and p.best() == 100.0
     assert set(p.skipped) == {"lo"}
+
+
+def test_the_report_says_what_early_stopping_skipped():
+    from grid.app import early_stop_note
+
+    rows = [{"config_hash": "a", "status": "ok", "error_class": None},
+            {"config_hash": "b", "status": "not_run", "error_class": "early_stop_slo", "forecast_duration_s": 40.0},
+            {"config_hash": "b", "status": "not_run", "error_class": "early_stop_twin_bound",
+             "forecast_duration_s": 12.5},
+            {"config_hash": "c", "status": "not_run", "error_class": "early_stop_twin_bound",
+             "forecast_duration_s": 10.0},
+            {"config_hash": "d", "status": "not_run", "error_class": "startup_exit", "forecast_duration_s": None}]
+    assert early_stop_note(rows, 8) == (
+        "Early stopping (search.early_stop) did not run 3 load points of 2 configurations (1 after a lower level "
+        "missed the SLOs; 2 where the twin's upper bound was below the best measured score), saving about 500 "
+        "GPU-seconds by the twin's forecast; each is recorded not_run with its reason (search.early_stop=false "
+        "measures every level)")
+    assert early_stop_note(rows[:1] + rows[-1:], 8) is None
 
 
 def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):

@@ -55,7 +55,7 @@ def test_rank_refuses_rows_not_judged_for_the_slos():
 
 
 def test_rank_unknown_objective():
-    with pytest.raises(ValueError, match="allowed: max_goodput, max_output_throughput, min_tpot"):
+    with pytest.raises(ValueError, match="allowed: max_capacity, max_goodput, max_output_throughput, min_tpot"):
         rank(ROWS, ObjectiveSpec(kind="fastest"))
 
 
