@@ -4,9 +4,9 @@
 Each load point is replayed through grid/twin/simulate.py: a concurrency level as a closed loop of
 ``load.prompts_for(level)`` requests of ``load.input_len`` / ``load.output_len`` tokens; a request rate as evenly
 spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
-modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds two mean request times to the
-point's modelled seconds (its warm-up wave and its tail, grid/loadgen/runner.py) but is scored on the
-closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
+modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds one mean request time to the
+point's modelled seconds (its warm-up wave, which spreads the streams' phases over one request time; its tail is
+cancelled when the window ends, grid/loadgen/runner.py) but is scored on the closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
 not modelled: their prompts are known only when the load runs).
 
 With objective ``max_capacity`` the load points are the twin's own capacity bisection (:func:`capacity_probes`) and the
@@ -81,7 +81,7 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
     tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
     steady = kind == "concurrency" and load.closed_loop_start == "staggered" and e2e
     return {"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
-            "overhead_s": 2 * sum(e2e) / len(e2e) / 1000 if steady else 0.0,
+            "overhead_s": sum(e2e) / len(e2e) / 1000 if steady else 0.0,
             "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
             "tpot_median_ms": _percentile(tpot, 50)}
 
