@@ -219,20 +219,27 @@ class RaySpec(_Spec):
 
 
 class SearchSpec(_Spec):
-    """How the configurations of the sweep are chosen (grid/search/, registered by ``kind``): ``exhaustive`` runs every
-    one, ``twin_guided`` ranks them on the twin first and measures only the promising ones. Refused configurations
-    are never launched and never count against a budget."""
+    """How the configurations of the sweep are chosen (grid/search/, registered by ``kind``; docs/search.md):
+    ``exhaustive`` runs every one, ``twin_guided`` ranks them on the twin, learns the twin's error per flag value from
+    what it measures and stops when nothing left is likely to win, ``twin_ranked`` measures in forecast order,
+    ``optuna`` runs Optuna's TPE. Refused configurations are never launched and never count against a budget."""
 
     kind: str = "exhaustive"
     max_launches: int | None = Field(None, ge=1, description="launches at most (refusals are not launches)")
     max_gpu_hours: float | None = Field(None, gt=0, description="modelled GPU-hours at most (startup + load, all GPUs)")
+    max_gpu_fraction: float | None = Field(None, gt=0, le=1, description="modelled GPU-seconds at most, as a share of "
+                                           "what launching every configuration not refused would take (exhaustive)")
     try_known_failures: bool = Field(False, description="run configurations the failure table says fail here first, "
                                                         "not last (and not skip them when a budget runs out)")
-    twin_error: float = Field(0.074, ge=0, description="relative error of the twin's score (twin_guided); default: "
+    twin_error: float = Field(0.077, ge=0, description="relative error of the twin's score (twin_guided, twin_ranked); default: "
                               "held-out output tok/s geometric-mean error, docs/twin.md")
-    spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided); "
+    spread: float = Field(0.01, ge=0, description="relative run-to-run spread of a measured score (twin_guided, twin_ranked); "
                           "default: grid.report.select.TIE_PERCENT")
-    seed: int = Field(0, description="seed of a model-based search's sampler (optuna)")
+    tolerance: float = Field(0.03, ge=0, description="twin_guided stops when no configuration left is likely to beat "
+                             "the best measured score by more than this (relative)")
+    risk: float = Field(0.1, gt=0, lt=1, description="twin_guided stops when the probability that one does is below "
+                        "this (grid/search/residuals.py p_any_beats)")
+    seed: int = Field(0, description="seed of a model-based search's sampler (optuna) and of twin_guided's draws")
     early_stop: bool = Field(True, description="skip a configuration's higher load levels once a lower level missed "
                              "the SLOs, or where the twin's upper bound is below the best measured score "
                              "(grid/search/levels.py); false: measure every level")

@@ -1,6 +1,7 @@
 """Search strategies: which configurations of a sweep are launched, and in which order. Registered by ``kind``
-(``search.kind``, conf/search/). Each strategy is pure (grid/search/exhaustive.py, twin_guided.py); Ray Tune runs
-what it picks through its search API (grid/search/tune.py)."""
+(``search.kind``, conf/search/). Each strategy is pure (grid/search/policy.py: exhaustive, twin_guided, twin_ranked;
+grid/search/residuals.py: twin_guided's model of the twin's error); Ray Tune runs what it picks through its search API
+(grid/search/tune.py), or its own searcher (grid/search/optuna.py). Method and benchmark: docs/search.md."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def register(search: Search) -> Search:
     return search
 
 
-from grid.search import policy as _policy  # noqa: E402  (registers exhaustive and twin_guided)
+from grid.search import policy as _policy  # noqa: E402  (registers exhaustive, twin_ranked and twin_guided)
 from grid.search import optuna as _optuna  # noqa: E402  (registers optuna; imports optuna and Ray Tune when used)
 
 __all__ = ["SEARCHES", "Search", "register", "_policy", "_optuna"]

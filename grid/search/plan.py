@@ -37,6 +37,17 @@ def gpu_seconds(spec: RunSpec, f: Forecast | None) -> float:
     return 0.0 if f is None else f.gpu_s * spec.hardware.gpu_count
 
 
+def max_gpu_s(search, cands: list[Candidate]) -> float | None:
+    """The GPU-second budget of ``search`` (``max_gpu_hours`` x 3600 and ``max_gpu_fraction`` x the modelled
+    GPU-seconds of every candidate not refused, whichever is smaller); None when neither is set."""
+    limits = []
+    if search.max_gpu_hours is not None:
+        limits.append(search.max_gpu_hours * 3600)
+    if search.max_gpu_fraction is not None:
+        limits.append(search.max_gpu_fraction * sum(c.gpu_s for c in cands if not c.refused))
+    return min(limits) if limits else None
+
+
 def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> SearchPlan:
     """Assess every configuration, forecast the ones that may launch and set up ``spec.search``'s policy."""
     from grid.report.select import OBJECTIVES
@@ -49,10 +60,10 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
                        forecast=(forecasts[p.config_hash].value if forecasts[p.config_hash] else None),
                        gpu_s=gpu_seconds(spec, forecasts[p.config_hash]), settings=p.settings) for p in plans]
     s = spec.search
-    budget = Budget(s.max_launches, None if s.max_gpu_hours is None else s.max_gpu_hours * 3600)
+    budget = Budget(s.max_launches, max_gpu_s(s, cands))
     policy = SEARCHES[s.kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
                                      try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread,
-                                     seed=s.seed)
+                                     seed=s.seed, tolerance=s.tolerance, risk=s.risk)
     return SearchPlan(plans, known, forecasts, policy)
 
 
@@ -62,7 +73,8 @@ def expected_launches(sp: SearchPlan) -> list[str]:
                                                                        sp.policy.budget.max_gpu_s),
                             higher_is_better=sp.policy.higher_is_better,
                             try_known_failures=sp.policy.try_known_failures, twin_error=sp.policy.twin_error,
-                            spread=sp.policy.spread, seed=sp.policy.seed)
+                            spread=sp.policy.spread, seed=sp.policy.seed, tolerance=sp.policy.tolerance,
+                            risk=sp.policy.risk)
     launched = []
     while True:
         h = trial.next()

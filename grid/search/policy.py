@@ -3,20 +3,26 @@ say which to run next, and stop.
 
 * ``exhaustive``: every configuration, in order (refused ones first: recorded without a launch; known failures last,
   or first with ``try_known_failures``); budgets (``max_launches``, ``max_gpu_hours``) still stop it.
-* ``twin_guided``: configurations the twin expects to run, best forecast first; after each measurement, the next
-  candidate runs only if it could still beat the best measured score by more than the spread: its forecast, scaled
-  by the measured/forecast ratio of the configurations measured so far (the twin's bias on this model and hardware),
-  widened by ``z`` times ``twin_error`` (``z`` grows with the number of candidates, :class:`TwinGuided`), must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
+* ``twin_guided`` (:class:`TwinGuided`): configurations the twin expects to run, the highest expected improvement
+  per GPU-second first, under a model of the twin's error per flag value learned from the measured/forecast residuals
+  (grid/search/residuals.py); stops when the probability that one left beats the best measured score by more than
+  ``tolerance`` is below ``risk`` (docs/search.md).
+* ``twin_ranked`` (:class:`TwinRanked`): configurations the twin expects to run, best forecast first; after each
+  measurement, the next candidate runs only if it could still beat the best measured score by more than the spread:
+  its forecast, scaled by the measured/forecast ratio of the configurations measured so far (the twin's bias on this
+  model and hardware), widened by ``z`` times ``twin_error`` (``z`` grows with the number of candidates,
+  :class:`TwinRanked`), must exceed ``best x (1 + spread)`` (below ``best x (1 - spread)`` for a lower-is-better
   objective). Known failures run only when nothing else is left and no budget stops it, or first with
   ``try_known_failures``.
 
-Refused configurations are issued first by both (they cost nothing: ``Engine.refuse`` records them) and are never
+Refused configurations are issued first by all (they cost nothing: ``Engine.refuse`` records them) and are never
 counted against a budget. ``next()`` returns a config hash, :data:`WAIT` (a decision needs a result still running)
 or :data:`DONE`; ``skipped`` maps every configuration left out to the reason.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -52,7 +58,8 @@ class Budget:
         if self.max_launches is not None and self.launches + 1 > self.max_launches:
             return f"search.max_launches={self.max_launches} reached"
         if self.max_gpu_s is not None and self.gpu_s + c.gpu_s > self.max_gpu_s:
-            return (f"search.max_gpu_hours={self.max_gpu_s / 3600:g} would be exceeded "
+            return (f"the GPU budget of {self.max_gpu_s / 3600:g} GPU-hours (search.max_gpu_hours / "
+                    f"search.max_gpu_fraction) would be exceeded "
                     f"({(self.gpu_s + c.gpu_s) / 3600:.2f} GPU-hours with it)")
         return None
 
@@ -76,6 +83,8 @@ class Policy:
     skipped: dict[str, str] = field(default_factory=dict)
     issued: list[str] = field(default_factory=list)
     seed: int = 0
+    tolerance: float = 0.03
+    risk: float = 0.1
 
     def __post_init__(self) -> None:
         self.queue = self.order(self.candidates)
@@ -153,7 +162,7 @@ class Exhaustive(Policy):
     """Every configuration, in launch order, until a budget stops it."""
 
 
-class TwinGuided(Policy):
+class TwinRanked(Policy):
     """Best forecast first; stop when the next candidate cannot beat the best measured score by the spread.
 
     The twin's error on one configuration is taken as normal with sigma ``twin_error``; a candidate is widened by
@@ -214,5 +223,136 @@ class TwinGuided(Policy):
         return True
 
 
+class TwinGuided(Policy):
+    """Ranked on the twin, corrected by what is measured, stopped when nothing left is likely to win.
+
+    Each measurement's log(measured / forecast) is a residual of the twin; a Bayesian ridge regression of the
+    residuals on one-hot flag values (grid/search/residuals.py, hyperparameters by marginal likelihood) predicts the
+    twin's error on every configuration not launched, shared through the flag values it has in common with the
+    measured ones, with the uncertainty left (normal in log space).
+
+    * **Next**: the configuration with the highest expected improvement over the best measured score per modelled
+      GPU-second of its launch (``gpu_s``): the most promising first, the cheaper first at equal promise.
+    * **Stop** when the probability that any configuration not launched beats the best measured score by more than
+      ``tolerance`` is below ``risk`` (:func:`grid.search.residuals.p_any_beats`), once at least as many
+      configurations have measured a score as the model has terms (one per swept flag value, plus the common one):
+      before that the flag terms are not all identified and the hyperparameters rest on too few residuals.
+
+    Configurations without a forecast (the twin sees no load point meeting the SLOs) and known failures run only
+    before anything measured a score (or, for known failures, first with ``try_known_failures``). A lower-is-better
+    objective is searched on the reciprocal of its score.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from grid.search.residuals import flag_count, one_hot
+
+        self.x, self.cols = one_hot([c.settings or {} for c in self.candidates])
+        self.k = flag_count(self.cols)
+        # terms the launchable configurations can inform (values found only on refused or known-to-fail ones aside)
+        launchable = [i for i, c in enumerate(self.candidates) if not c.refused and not c.known_to_fail]
+        self.terms = int((self.x[launchable].sum(axis=0) > 0).sum()) if launchable else 0
+        self.row = {c.config_hash: i for i, c in enumerate(self.candidates)}
+        self.last_p: float | None = None
+        self._fitted: tuple | None = None
+
+    def order(self, cands: list[Candidate]) -> list[Candidate]:
+        sign = -1.0 if self.higher_is_better else 1.0
+
+        def key(c: Candidate):
+            group = 0 if c.refused else (1 if self.try_known_failures else 3) if c.known_to_fail else 2
+            return (group, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
+        return sorted(cands, key=key)
+
+    def needs_results(self, c: Candidate) -> bool:
+        return not (c.known_to_fail and self.try_known_failures)
+
+    def _log(self, v: float) -> float:
+        return math.log(v) if self.higher_is_better else -math.log(v)
+
+    def model(self):
+        """The residual model fitted on every configuration measured with a score and a forecast (cached)."""
+        from grid.search.residuals import fit
+
+        pts = sorted((self.row[h], self._log(v) - self._log(self.by_hash[h].forecast))
+                     for h, v in self.measured.items()
+                     if v is not None and v > 0 and h in self.row and (self.by_hash[h].forecast or 0) > 0)
+        key = tuple(pts)
+        if self._fitted is None or self._fitted[0] != key:
+            import numpy as np
+
+            rows = [i for i, _ in pts]
+            y = np.array([r for _, r in pts])
+            self._fitted = (key, fit(self.x[rows], y, self.k, self.twin_error, self.spread))
+        return self._fitted[1]
+
+    def _open(self) -> list[Candidate]:
+        return [c for c in self.queue if not c.refused and not c.known_to_fail and c.forecast and c.forecast > 0]
+
+    def p_left(self, best: float, open_: list[Candidate]) -> float:
+        """Probability that a configuration of ``open_`` beats ``best`` by more than ``tolerance``."""
+        import numpy as np
+
+        rows = [self.row[c.config_hash] for c in open_]
+        logf = np.array([self._log(c.forecast) for c in open_])
+        return self.model().p_any_beats(self.x[rows], logf, self._log(best) + math.log1p(self.tolerance),
+                                        seed=self.seed)
+
+    def pick(self, best: float | None, open_: list[Candidate]) -> Candidate:
+        """The configuration of ``open_`` with the highest expected improvement per GPU-second (ties: queue order)."""
+        import numpy as np
+
+        rows = [self.row[c.config_hash] for c in open_]
+        logf = np.array([self._log(c.forecast) for c in open_])
+        ref = self._log(best) if best is not None else float(logf.max())
+        gain = self.model().expected_improvement(self.x[rows], logf, ref) / np.array([max(c.gpu_s, 1.0) for c in open_])
+        return open_[int(np.argmax(gain))]
+
+    def next(self) -> str:
+        while self.queue and self.queue[0].refused:
+            c = self.queue.pop(0)
+            self.issued.append(c.config_hash)
+            return c.config_hash
+        if not self.queue:
+            return WAIT if self.running else DONE
+        best = self.best()
+        first = [c for c in self.queue if c.known_to_fail and self.try_known_failures]
+        if first:
+            c = first[0]
+        else:
+            if self.running:
+                return WAIT
+            open_ = self._open()
+            if best is not None:
+                for c in self.queue:
+                    if c.known_to_fail:
+                        self.skipped[c.config_hash] = "known to fail here, and a configuration already measured a score"
+                    elif not c.forecast or c.forecast <= 0:
+                        self.skipped[c.config_hash] = "the twin forecasts no load point meeting the SLOs"
+                self.queue = [c for c in self.queue if c.config_hash not in self.skipped]
+                if not open_:
+                    return DONE
+                scored = sum(1 for h, v in self.measured.items() if v is not None and h in self.row)
+                self.last_p = self.p_left(best, open_) if scored >= self.terms else None
+                if self.last_p is not None and self.last_p < self.risk:
+                    m = self.model()
+                    return self._skip_rest(
+                        f"P(one of the {len(open_)} left beats the best measured {best:.4g} by more than "
+                        f"{self.tolerance:.0%}) = {self.last_p:.3f} < risk {self.risk:g} (twin error "
+                        f"{m.scale * self.twin_error:.1%}, {m.share:.0%} of its variance shared per flag value)")
+            c = self.pick(best, open_) if open_ else self.queue[0]
+        over = self.budget.stops(c)
+        if over is not None:
+            return self._skip_rest(over)
+        self.queue.remove(c)
+        self.budget.spend(c)
+        self.running.add(c.config_hash)
+        self.issued.append(c.config_hash)
+        return c.config_hash
+
+
 register(Search("exhaustive", "every configuration", Exhaustive))
-register(Search("twin_guided", "ranked on the twin, the most promising measured", TwinGuided))
+register(Search("twin_ranked", "ranked on the twin, measured in forecast order until the next cannot win",
+                TwinRanked))
+register(Search("twin_guided", "ranked on the twin, corrected by what is measured, stopped when nothing left is "
+                "likely to win", TwinGuided))

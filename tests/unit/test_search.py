@@ -7,7 +7,7 @@ from grid.engines.base import get_engine
 from grid.releases.checks import RULES, check_config
 from grid.search.knowledge import launch_order, twin_model
 from grid.search.plan import build, expected_launches, gpu_seconds
-from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided
+from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided, TwinRanked
 from grid.sweep.notes import known_notes
 from grid.sweep.space import expand
 from test_configs import spec_for  # tests/unit is on the path
@@ -72,7 +72,6 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
     assert sorted(labels[h] for h in expected_launches(sp)) == [
         "prefill=tilelang decode=tilelang", "prefill=tilelang decode=trtllm", "prefill=trtllm decode=tilelang",
         "prefill=trtllm decode=trtllm"]
-    assert sp.policy.z == pytest.approx(0.674490, abs=1e-6)  # 4 launchable candidates
     lines = sp.cost_lines(spec)
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 4 launches expected")
@@ -120,27 +119,39 @@ def test_exhaustive_runs_everything_known_failures_last_and_budget_stops_it():
     assert drain(p, {}) == ["r", "a", "b"] and p.budget.gpu_s == 200.0
 
 
-def test_twin_guided_stops_when_the_next_cannot_beat_the_best():
+def test_twin_ranked_stops_when_the_next_cannot_beat_the_best():
     cands = [c("lo", 80.0), c("hi", 100.0), c("mid", 99.0), c("k", 120.0, fail=True), c("r", refused=True)]
     # 3 launchable candidates: z = NormalDist().inv_cdf(1 - 1/3) = 0.4307, widening 1 + 0.4307 x 0.074 = 1.0319;
     # measured 10% under the forecasts: bias 0.9; mid's bound 99 x 0.9 x 1.0319 = 91.94 > 90 x 1.01 -> runs;
     # lo's bound 80 x 0.9 x 1.0319 = 74.29 cannot beat 90.9 -> stop; the known failure is skipped
-    p = TwinGuided(cands, Budget(), twin_error=0.074, spread=0.01)
+    p = TwinRanked(cands, Budget(), twin_error=0.074, spread=0.01)
     assert p.z == pytest.approx(0.430727, abs=1e-6)
     assert drain(p, {"hi": 90.0, "mid": 89.1}) == ["r", "hi", "mid"]
     assert p.skipped["lo"].startswith("cannot beat the best measured 90 by more than the spread 1%: twin forecast 80 "
                                       "x bias 0.900 x (1 + 0.43 x 0.074) = 74.29")
     assert set(p.skipped) == {"lo", "k"}
     # lower is better (min_tpot): the widening goes down
-    q = TwinGuided([c("a", 10.0), c("b", 12.0)], Budget(), higher_is_better=False, twin_error=0.074, spread=0.01)
+    q = TwinRanked([c("a", 10.0), c("b", 12.0)], Budget(), higher_is_better=False, twin_error=0.074, spread=0.01)
     assert drain(q, {"a": 10.0}) == ["a"]
     # nothing measured a score yet: known failures still run (the table may be out of date)
-    z = TwinGuided([c("x", 5.0), c("k", 9.0, fail=True)], Budget())
+    z = TwinRanked([c("x", 5.0), c("k", 9.0, fail=True)], Budget())
     assert drain(z, {}) == ["x", "k"]
 
 
+def test_max_gpu_fraction_is_a_share_of_every_launch_not_refused(tmp_path):
+    from grid.search.plan import max_gpu_s
+
+    spec = spec_for(["search.max_gpu_fraction=0.2", "search.max_gpu_hours=1"], tmp_path)
+    cands = [c("a", 1.0, gpu_s=10_000.0), c("k", 1.0, fail=True, gpu_s=5_000.0), c("r", refused=True, gpu_s=9e9)]
+    assert max_gpu_s(spec.search, cands) == 3000.0  # 0.2 x 15,000 (the refusal costs nothing) < 1 GPU-hour
+    assert max_gpu_s(spec.search.model_copy(update={"max_gpu_hours": 0.5}), cands) == 1800.0
+    assert max_gpu_s(spec.search.model_copy(update={"max_gpu_hours": None, "max_gpu_fraction": None}), cands) is None
+    with pytest.raises(ConfigError, match="max_gpu_fraction"):
+        spec_for(["search.max_gpu_fraction=1.5"], tmp_path)
+
+
 def test_unknown_search_kind_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="search.kind: unknown search .nope.; allowed: exhaustive, optuna, twin_guided"):
+    with pytest.raises(ConfigError, match="search.kind: unknown search .nope.; allowed: exhaustive, optuna, twin_guided, twin_ranked"):
         spec_for(["search.kind=nope"], tmp_path)
 
 
@@ -194,12 +205,60 @@ def test_optuna_never_launches_refused_and_keeps_the_budget():
     assert drain(again, scores) == issued  # seeded: the same proposals
 
 
-def test_resume_takes_recorded_configurations_out_and_counts_their_scores():
-    p = TwinGuided([c("a", 100.0), c("b", 99.0), c("lo", 50.0)], Budget(max_launches=1), twin_error=0.074)
+@pytest.mark.parametrize("cls", [TwinGuided, TwinRanked])
+def test_resume_takes_recorded_configurations_out_and_counts_their_scores(cls):
+    p = cls([c("a", 100.0), c("b", 99.0), c("lo", 50.0)], Budget(max_launches=1), twin_error=0.074)
     p.resume({"a": 100.0})  # recorded by an earlier run: not run again, not counted, its score is the best so far
     assert drain(p, {"b": 99.5}) == ["b"]
     assert p.budget.launches == 1 and p.best() == 100.0
     assert set(p.skipped) == {"lo"}
+
+
+def space(bias_of=lambda s: 1.0):
+    """3 MoE runners x 3 CUDA-graph sizes; forecasts 100 / 101 / 102 by graph size, launches dearer with it."""
+    cands = [Candidate(f"m{m}c{g}", forecast=100.0 + g, gpu_s=100.0 + 50 * g, settings={"moe": m, "cg": g})
+             for m in ("a", "b", "t") for g in (0, 1, 2)]
+    return cands, {x.config_hash: x.forecast * bias_of(x.settings) for x in cands}
+
+
+def test_twin_guided_learns_a_flag_values_bias_and_stops():
+    cands, measured = space(lambda s: 0.85 if s["moe"] == "t" else 1.0)  # the twin overrates moe=t by 15%
+    extra = [Candidate("r", refused=True), Candidate("k", known_to_fail=True, forecast=200.0, settings={"moe": "a", "cg": 0})]
+    p = TwinGuided(cands + extra, Budget(), twin_error=0.074, spread=0.01)
+    # it may stop only once 7 configurations measured a score: the common term and one per runner and graph size (the
+    # refused configuration's unset values are no terms)
+    assert p.terms == 7
+    # cheapest first at equal promise (graph size 0 for each runner), then moe=t is learned to be 15% low and its
+    # dearer configurations are never launched; the known failure is skipped once a score exists
+    assert drain(p, measured) == ["r", "mac0", "mbc0", "mtc0", "mac1", "mbc2", "mbc1", "mac2"]
+    why = ("P(one of the 2 left beats the best measured 102 by more than 3%) = 0.030 < risk 0.1 (twin error 9.3%, "
+           "90% of its variance shared per flag value)")
+    assert p.skipped == {"k": "known to fail here, and a configuration already measured a score", "mtc1": why,
+                         "mtc2": why}
+    assert p.last_p == pytest.approx(0.030279, abs=1e-6)
+    # measured exactly as forecast: nothing is learned to be worse, moe=t's largest graph size runs too, and the
+    # twin's error is learned to be small (3.8%), so the middle sizes of b and t need not run
+    flat, measured = space()
+    q = TwinGuided(flat, Budget(), twin_error=0.074, spread=0.01)
+    assert drain(q, measured) == ["mac0", "mbc0", "mtc0", "mac1", "mbc2", "mtc2", "mac2"]
+    assert set(q.skipped) == {"mbc1", "mtc1"} and q.last_p == pytest.approx(0.063805, abs=1e-6)
+
+
+def test_twin_guided_cheaper_first_lower_is_better_and_budget():
+    same = [Candidate("dear", forecast=100.0, gpu_s=300.0, settings={"f": 1}),
+            Candidate("cheap", forecast=100.0, gpu_s=100.0, settings={"f": 2})]
+    assert TwinGuided(same, Budget()).next() == "cheap"
+    # lower is better (min_tpot): the lower forecast first
+    low = [Candidate("slow", forecast=12.0, gpu_s=100.0, settings={"f": 1}),
+           Candidate("fast", forecast=10.0, gpu_s=100.0, settings={"f": 2})]
+    assert TwinGuided(low, Budget(), higher_is_better=False).next() == "fast"
+    p = TwinGuided(space()[0], Budget(max_gpu_s=250.0), twin_error=0.074, spread=0.01)
+    drain(p, space()[1])
+    assert p.budget.gpu_s <= 250.0 and any(v.startswith("the GPU budget of 0.0694444 GPU-hours") for v in p.skipped.values())
+    # nothing measured a score yet: known failures and unforecast configurations still run
+    z = TwinGuided([Candidate("x", forecast=5.0, settings={"f": 1}), Candidate("k", known_to_fail=True, forecast=9.0,
+                                                                              settings={"f": 2})], Budget())
+    assert drain(z, {}) == ["x", "k"]
 
 
 def test_the_report_says_what_early_stopping_skipped():
