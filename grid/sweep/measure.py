@@ -364,8 +364,8 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
                          "forecast_duration_s": levels.forecast_s(point), "finished_unix_ns": time.time_ns()})
             continue
         prompts = build_dataset(load.dataset, DatasetArgs(
-            point.num_prompts + point.warmup_requests + point.wave_warmup, load.input_len, load.output_len,
-            load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
+            point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts, load.input_len,
+            load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
         log_offset = server.log_size()
         row["started_unix_ns"] = time.time_ns()
         for sampler in samplers:
