@@ -95,9 +95,10 @@ class LoadSpec(_Spec):
     seed: int = 1
     warmup_requests: int = Field(1, ge=0)
     closed_loop_start: Literal["staggered", "together"] = Field(
-        "together", description="together: all closed-loop workers at once, measured from the first send; staggered: "
-        "spread over one request time, their first wave warm-up (steady state, grid/loadgen/runner.py; throughput "
-        "reads low by up to 1/(n+1) with n requests per stream, README)")
+        "staggered", description="staggered: steady state: a warm-up wave whose output lengths spread the streams' "
+        "phases over one request time, tail requests keep the load on until the measured ones end, tokens counted by "
+        "arrival inside that window (grid/loadgen/runner.py, grid/metrics/loadpoint.py); together: all workers at once, "
+        "requests counted whole from the first send to the last end (SGLang's bench_serving)")
     repeats: int = Field(1, ge=1, le=50, description="measure every load point this many times (rows by "
                          "repeat_index); >= 2 measures the spread the report decides ties by")
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")

@@ -28,6 +28,10 @@ ERROR_CLASSES: tuple[str, ...] = (
     "client_error",  # an unexpected exception in the client (a bug in grid; message has the details)
 )
 
+#: The error message of a steady point's tail request that the runner cancelled when the measured requests had
+#: ended (``grid.loadgen.runner``): not a failure; its tokens that arrived inside the window count.
+TAIL_CANCELLED = "tail request cancelled: the measured requests had ended"
+
 #: Where ``RequestRecord.output_tokens`` came from.
 OUTPUT_TOKEN_SOURCES: tuple[str, ...] = ("usage", "stream_count")
 

@@ -19,12 +19,24 @@
   count from the actual send; the wait is ``slot_wait_ms`` (and part of ``client_queue_ms``).
 * Warm-up requests run first and are excluded from the measured window and from ``records``.
 * Steady state (``LoadPoint.steady``, closed loop only): a closed loop whose workers all start at once sends
-  synchronized waves (with fixed lengths they finish together and start again together). A steady point therefore
-  starts worker k at ``k / workers`` of one request time (the mean send-to-end time of the warm-up requests, which
-  run alone first), lets that first, staggered wave of ``workers`` requests run as warm-up too, and measures the
-  next ``num_prompts`` requests of the same running loop: the measured window starts at the first measured send,
-  with every worker already busy and their phases spread. Warm-up request j of that wave uses prompt
-  ``prompts[(num_prompts + warmup_requests + j) % len(prompts)]``.
+  synchronized waves (with fixed lengths they finish together and start again together), so TTFT is bimodal and the
+  window includes the ramp-down. A steady point measures it the way AIPerf's ``--steady-state`` mode does (a warm-up
+  loop, a measurement loop, a tail loop that keeps the load on until every measured request has finished;
+  https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md), with the workers' phases spread
+  evenly over one request time *at the target concurrency*: every worker starts at once with a warm-up request, and
+  worker k's (of c) asks for ``ceil(output_len x (k + 1) / c)`` tokens, so under the same load the first wave ends
+  one worker after another, spread over the time one full request takes at that load (a stagger in time, by the
+  lone warm-up request's duration, spreads them over the *unloaded* request time only: at 64 streams less than half
+  the cycle, and the requests then arrive in bursts). The next ``num_prompts`` requests are measured; once they are
+  all handed out each free worker sends *tail* requests until the last measured request ends, and the tail requests
+  still in flight are then cancelled (the connection is closed, which aborts the request in SGLang and in the twin).
+  The measured window runs from the first measured send to the last measured end: every worker is busy throughout,
+  so the load is at its target concurrency for the whole window and every measured request ran under it. Warm-up
+  wave request j uses prompt ``prompts[(num_prompts + warmup_requests + j) % len(prompts)]`` (its output length
+  shortened as above) and tail request j (``tail_prompts`` of them, reused in turn when more are needed)
+  ``prompts[(num_prompts + warmup_requests + wave_warmup + j) % len(prompts)]``; their records are
+  ``warmup_records`` and ``tail_records``. ``grid.metrics.loadpoint.summarize`` counts the tokens of every request by
+  arrival inside the window (``window_kind="steady_state"``).
 * Measured request i uses ``prompts[i % len(prompts)]``; warm-up request j uses ``prompts[(num_prompts + j) %
   len(prompts)]``, so pass ``num_prompts + warmup_requests`` prompts to keep warm-up prompts out of the measured set.
 * Timeouts are in real seconds: ``read_timeout_s`` is the longest silence (no bytes) a response may have;
@@ -39,6 +51,7 @@ nanoseconds are never scaled.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -51,7 +64,7 @@ import aiohttp
 from grid.loadgen.arrivals import offsets_to_ns, send_offsets
 from grid.loadgen.client import Endpoint, StreamParser, dumps_body, get_endpoint
 from grid.loadgen.http import Exchange, Pool
-from grid.loadgen.records import Prompt, RequestRecord
+from grid.loadgen.records import TAIL_CANCELLED, Prompt, RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +100,18 @@ class LoadPoint:
     seed: int = 0
     max_concurrency: int | None = None
     offsets_s: tuple[float, ...] | None = field(default=None, repr=False)
-    steady: bool = False  # closed loop: staggered starts and a first wave of warm-up in the running loop
+    steady: bool = False  # closed loop: a warm-up wave of spread lengths, then measured requests, then a tail
 
     @property
     def wave_warmup(self) -> int:
         """Warm-up requests sent inside the running closed loop before the measured ones (steady points only)."""
         return int(self.value) if self.steady and self.kind == "concurrency" else 0
+
+    @property
+    def tail_prompts(self) -> int:
+        """Distinct prompts for the tail requests of a steady point (two per worker: with spread phases a worker runs
+        out of measured work at most about one request time before the last measured request ends)."""
+        return 2 * int(self.value) if self.steady and self.kind == "concurrency" else 0
 
     def __post_init__(self) -> None:
         if self.kind not in POINT_KINDS:
@@ -111,6 +130,10 @@ class LoadPoint:
             raise ValueError(f"a trace point needs offsets_s for its {self.num_prompts} requests")
 
 
+#: How a load point's measured window was taken (``LoadPointResult.window_kind``; the ``window_kind`` column).
+WINDOW_KINDS = ("all_requests", "steady_state")
+
+
 @dataclass
 class LoadPointResult:
     records: list[RequestRecord]  # measured requests (warm-up excluded), every one, failed ones too
@@ -120,6 +143,10 @@ class LoadPointResult:
     warmup_records: list[RequestRecord] = field(default_factory=list)
     stalled: bool = False  # at least one measured request hit the token-progress watchdog
     point: LoadPoint | None = None
+    #: all_requests: throughputs count the measured requests whole over the window; steady_state: every request's
+    #: tokens by arrival inside the window (warm-up and tail requests included), see grid.metrics.loadpoint
+    window_kind: str = "all_requests"
+    tail_records: list[RequestRecord] = field(default_factory=list)  # steady points: load kept on, not measured
 
 
 class _Session:
@@ -140,7 +167,7 @@ class _Session:
         self.on_request_done = on_request_done
         # request in flight -> (parser, io task, [exchange]); read by the watchdog
         self.inflight: dict[int, tuple[StreamParser, asyncio.Task, list]] = {}
-        self._abort: dict[int, str] = {}
+        self._abort: dict[int, tuple[str, str]] = {}  # request index -> (error class, message) of a cancellation
         # finished requests wait here to be parsed, one per loop iteration, so parsing never delays a stamp by more
         # than one request's parse (and a closed-loop worker sends its next request without waiting for it)
         self._parse_queue: asyncio.Queue[StreamParser] = asyncio.Queue()
@@ -245,7 +272,7 @@ class _Session:
             rec.end_perf_ns = time.perf_counter_ns()
         abort = self._abort.pop(rec.request_index, None)
         if task.cancelled():
-            rec.fail(abort or "client_error", "cancelled by the watchdog" if abort else "cancelled")
+            rec.fail(*(abort or ("client_error", "cancelled")))
         elif (error := task.exception()) is not None:
             rec.fail(*_classify(error))
         self._parse_queue.put_nowait(parser)
@@ -264,6 +291,14 @@ class _Session:
                 self.on_request_done(rec)
             except Exception:  # a progress callback must not take the load point down
                 log.exception("on_request_done callback failed")
+
+    def cancel(self, index: int, error_class: str, message: str) -> None:
+        """Cancel request ``index`` if it is in flight: its connection is closed (the server aborts it) and its record
+        fails with ``error_class`` and ``message``, keeping what arrived before."""
+        entry = self.inflight.get(index)
+        if entry is not None and not entry[1].done():
+            self._abort[index] = (error_class, message)
+            entry[1].cancel()
 
     async def watchdog(self) -> None:
         """Fail requests that made no token progress for stall_timeout_s (parses pending reads lazily)."""
@@ -285,7 +320,7 @@ class _Session:
                         pass
                 parser.consume()  # parse what arrived since, then decide
                 if now - (rec.last_token_perf_ns or rec.send_perf_ns) > self.stall_ns:
-                    self._abort[index] = "stall_timeout"
+                    self._abort[index] = ("stall_timeout", "cancelled by the watchdog")
                     task.cancel()
                 if n % 16 == 15:
                     await asyncio.sleep(0)  # let arrivals be stamped between parses
@@ -348,13 +383,15 @@ async def run_load_point(
             await sess.drain()
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
+            tail: list[RequestRecord] = []
+            t1: int | None = None
             if closed and point.wave_warmup:
-                done = [r.end_perf_ns - r.send_perf_ns for r in warm
-                        if r.status == "ok" and r.end_perf_ns and r.send_perf_ns]
-                ramp_ns = (sum(done) // len(done)) if done else 0
-                wave = [(point.warmup_requests + j, prompts[(point.num_prompts + point.warmup_requests + j) % n])
+                base = point.num_prompts + point.warmup_requests
+                wave = [(base + j, _shortened(prompts[(base + j) % n], j + 1, point.wave_warmup))
                         for j in range(point.wave_warmup)]
-                records, more_warm, t0 = await _steady_loop(sess, wave, items, workers, ramp_ns)
+                base += point.wave_warmup
+                tails = [(base + j, prompts[(base + j) % n]) for j in range(point.tail_prompts)]
+                records, more_warm, tail, t0, t1 = await _steady_loop(sess, wave, items, tails, workers)
                 warm += more_warm
             elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
@@ -370,10 +407,13 @@ async def run_load_point(
         pool.close()
     records.sort(key=lambda r: r.request_index)
     warm.sort(key=lambda r: r.request_index)
+    tail.sort(key=lambda r: r.request_index)
     end = max((r.end_perf_ns for r in records if r.end_perf_ns is not None), default=t0)
     return LoadPointResult(
-        records=records, window_start_perf_ns=t0, window_end_perf_ns=end, time_scale=target.time_scale,
-        warmup_records=warm, stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
+        records=records, window_start_perf_ns=t0, window_end_perf_ns=end if t1 is None else t1,
+        time_scale=target.time_scale, warmup_records=warm,
+        stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
+        window_kind="steady_state" if t1 is not None else "all_requests", tail_records=tail,
     )
 
 
@@ -394,31 +434,74 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
     return out
 
 
+def _shortened(prompt: Prompt, k: int, of: int) -> Prompt:
+    """``prompt`` asking for ``ceil(output_len x k / of)`` tokens (at least 1): warm-up request k of a steady wave."""
+    return dataclasses.replace(prompt, output_len=max(1, -(-prompt.output_len * k // of)))
+
+
 async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: list[tuple[int, Prompt]],
-                       workers: int, ramp_ns: int) -> tuple[list[RequestRecord], list[RequestRecord], int]:
-    """A closed loop whose worker k starts ``k * ramp_ns / workers`` ns late; the ``wave`` items go first, as
-    warm-up, then ``items`` are measured. Returns (measured records, warm-up records, window start): the window
-    starts when the first measured request is scheduled."""
+                       tail: list[tuple[int, Prompt]], workers: int
+                       ) -> tuple[list[RequestRecord], list[RequestRecord], list[RequestRecord], int, int | None]:
+    """A closed loop of ``workers`` workers started at once; the ``wave`` items go first (one per worker), as
+    warm-up, then ``items`` are measured, then free workers send ``tail`` items (in turn, again from the first when
+    they run out, each with a new request index) until the last measured request has ended, when the tail requests
+    still in flight are cancelled; a worker whose tail request fails sends no more. Returns (measured records,
+    warm-up records, tail records, window start, window end): the window starts when the first measured request is
+    scheduled and ends when the last one ends (None when nothing was measured)."""
     out: list[RequestRecord] = []
     warm: list[RequestRecord] = []
-    queue = iter([(i, p, True) for i, p in wave] + [(i, p, False) for i, p in items])
+    tails: list[RequestRecord] = []
+    queue = iter([(i, p, "warm") for i, p in wave] + [(i, p, "measured") for i, p in items])
     start: list[int] = []
+    left = len(items)
+    finished = asyncio.Event()
+    if not items:
+        finished.set()
+    in_tail: set[int] = set()
+    next_tail = [0]
+    top = max([i for i, _ in wave + items + tail], default=-1) + 1  # tail request j beyond the first round: top + j
 
-    async def worker(k: int) -> None:
-        if ramp_ns and k:
-            await asyncio.sleep(k * ramp_ns / workers / 1e9)
-        for index, prompt, is_warm in queue:
-            rec = sess.new_record(index, prompt, is_warm)
-            rec.scheduled_perf_ns = scheduled_ns = time.perf_counter_ns()
-            if not is_warm and not start:
-                start.append(scheduled_ns)
-            (warm if is_warm else out).append(await sess.request(rec, prompt))
+    def tail_item() -> tuple[int, Prompt]:
+        j = next_tail[0]
+        next_tail[0] += 1
+        index, prompt = tail[j % len(tail)]
+        return (index if j < len(tail) else top + j), prompt
 
-    await asyncio.gather(*(worker(k) for k in range(min(workers, len(wave) + len(items)))))
+    async def worker() -> None:
+        nonlocal left
+        while True:
+            nxt = next(queue, None)
+            if nxt is None:
+                if finished.is_set() or not tail:
+                    return
+                index, prompt = tail_item()
+                kind = "tail"
+            else:
+                index, prompt, kind = nxt
+            rec = sess.new_record(index, prompt, kind != "measured")
+            rec.scheduled_perf_ns = time.perf_counter_ns()
+            if kind == "measured" and not start:
+                start.append(rec.scheduled_perf_ns)
+            if kind == "tail":
+                in_tail.add(index)
+            await sess.request(rec, prompt)
+            in_tail.discard(index)
+            {"warm": warm, "measured": out, "tail": tails}[kind].append(rec)
+            if kind == "tail" and rec.status != "ok":
+                return  # cancelled at the end, or failed: a server that fails requests gets no more from this worker
+            if kind == "measured":
+                left -= 1
+                if left == 0:
+                    finished.set()
+                    for i in list(in_tail):
+                        sess.cancel(i, "client_error", TAIL_CANCELLED)
+
+    await asyncio.gather(*(worker() for _ in range(min(workers, len(wave) + len(items)))))
     t0 = start[0] if start else time.perf_counter_ns()
     for rec in out:  # every record was stamped when its worker took it
         rec.scheduled_offset_ns = None if rec.scheduled_perf_ns is None else rec.scheduled_perf_ns - t0
-    return out, warm, t0
+    t1 = max((r.end_perf_ns for r in out if r.end_perf_ns is not None), default=None)
+    return out, warm, tails, t0, t1
 
 
 async def _open_loop(

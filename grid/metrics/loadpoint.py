@@ -7,11 +7,36 @@ Conventions:
 
 * The measured window is ``result.window_start_perf_ns`` (first scheduled send) -> ``window_end_perf_ns`` (last
   request end); ``duration_s`` is that in modelled seconds (x ``time_scale``). Throughputs are per modelled second
-  and count successful (``ok``) requests only.
+  and count successful (``ok``) requests only. How they count depends on ``result.window_kind`` (column
+  ``window_kind``):
+
+  - ``all_requests`` (closed loops started together, open loops, traces): the measured requests whole, as SGLang's
+    bench_serving and vLLM's benchmark client do (python/sglang/benchmark/serving.py ``calculate_metrics``: tokens
+    of the completed requests / first send to last end). A closed loop's window then includes its ramp-down.
+  - ``steady_state`` (closed loops with a spread warm-up wave and a tail, ``grid.loadgen.runner``): every worker
+    is busy from the window's start to its end, so the window is at the target concurrency throughout. Tokens count
+    by the arrival time of the event that carried them, inside the window, from every request of the point:
+    measured, warm-up and tail (a tail request cancelled at the window's end counts what arrived before; any other
+    failed request counts nothing). This is AIPerf's ``--steady-state`` definition ("only tokens emitted during the
+    measurement window are counted", NVIDIA AIPerf's steady-state tutorial,
+    https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md) and GuideLLM's
+    (``output_tokens_per_second`` from each request's token timings inside the window after warm-up and before
+    cool-down, https://github.com/vllm-project/guidellm src/guidellm/benchmark/schemas/metrics.py;
+    ``TransientPhaseConfig``, schemas/base.py). Output tokens: an
+    ``ok`` streamed request's per-event counts, re-spread to its reported total as for ITL
+    (``grid.metrics.request.spread_tokens``); a non-streamed one counts at its end. Input tokens count when the
+    request's first token arrives (its prefill is done then). ``requests_per_s``: ``ok`` requests that ended
+    inside the window / ``duration_s``; ``goodput_req_per_s`` = ``requests_per_s`` x the share of ``ok`` measured
+    requests that meet every SLO. Mean concurrency is the in-flight time of every request clipped to the window /
+    the window, peak concurrency the most clipped lifetimes overlapping.
+* Per-request latencies come from the measured requests only, in both kinds; in ``steady_state`` each of them ran
+  entirely inside the window, at the target concurrency, with the workers' phases spread (no synchronized waves, so
+  TTFT is not bimodal with fixed lengths).
 * Latency statistics (mean, median, p90, p95, p99, max; ``numpy.percentile`` with linear interpolation) are over
   ``ok`` requests; ITL pools every per-token ITL of every ``ok`` request.
-* Concurrency uses every measured request's lifetime [send, end) (failed ones too: they held a connection):
-  mean = sum of lifetimes / window (Little's law), peak = the sweep-line maximum of overlapping lifetimes.
+* Concurrency (``all_requests``; ``steady_state``: above) uses every measured request's lifetime [send, end)
+  (failed ones too: they held a connection): mean = sum of lifetimes / window (Little's law), peak = the sweep-line
+  maximum of overlapping lifetimes.
 * SLOs: a request is *good* when it is ``ok`` and meets every given threshold (TPOT of a 1-token output counts as
   met). ``goodput`` = good / duration; ``slo_attainment`` = good / all measured requests; per-metric attainment
   likewise. ``slo_met``: for every given metric, at least ``percentile`` % of all measured requests meet it (failed
@@ -31,8 +56,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from grid.loadgen.records import ERROR_CLASSES
-from grid.metrics.request import MAX_PLAUSIBLE_NS, RequestMetrics, TimingError, check_time_scale, request_metrics
+from grid.loadgen.records import ERROR_CLASSES, TAIL_CANCELLED, RequestRecord
+from grid.metrics.request import (
+    MAX_PLAUSIBLE_NS,
+    RequestMetrics,
+    TimingError,
+    check_time_scale,
+    request_metrics,
+    spread_tokens,
+)
 
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
@@ -74,16 +106,32 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("stream_count_requests", "int64", "requests",
      "ok requests whose output_tokens is a stream count (the server reported no usage)"),
     ("duration_s", "float64", "s", "measured window (first scheduled send to last request end), modelled seconds"),
-    ("requests_per_s", "float64", "req/s", "ok requests / duration_s"),
-    ("input_tok_per_s", "float64", "tok/s", "sum of input tokens of ok requests / duration_s"),
-    ("output_tok_per_s", "float64", "tok/s", "sum of output tokens of ok requests / duration_s"),
-    ("total_tok_per_s", "float64", "tok/s", "(input + output tokens of ok requests) / duration_s"),
+    ("window_kind", "string", "kind",
+     "all_requests: throughputs count the measured requests whole; steady_state: the window is at the target "
+     "concurrency throughout and tokens count by arrival inside it (grid/metrics/loadpoint.py)"),
+    ("warmup_requests_run", "int64", "requests",
+     "requests run before the window and not measured: load.warmup_requests, plus the first wave (one per stream, "
+     "output lengths spread over 1/c .. 1 of output_len) of a steady_state point"),
+    ("tail_requests_run", "int64", "requests",
+     "steady_state: requests sent after the measured ones to keep the load on until they ended (cancelled then); "
+     "0 otherwise"),
+    ("requests_per_s", "float64", "req/s",
+     "ok requests / duration_s (steady_state: ok requests of the point that ended inside the window)"),
+    ("input_tok_per_s", "float64", "tok/s",
+     "sum of input tokens of ok requests / duration_s (steady_state: of requests whose first token arrived inside "
+     "the window)"),
+    ("output_tok_per_s", "float64", "tok/s",
+     "sum of output tokens of ok requests / duration_s (steady_state: tokens that arrived inside the window)"),
+    ("total_tok_per_s", "float64", "tok/s", "input_tok_per_s + output_tok_per_s"),
     ("total_input_tokens", "int64", "tokens", "sum of input tokens of ok requests (server usage, else planned)"),
     ("total_output_tokens", "int64", "tokens", "sum of output tokens of ok requests (never the requested maximum)"),
     ("mean_input_tokens", "float64", "tokens", "mean input tokens of ok requests"),
     ("mean_output_tokens", "float64", "tokens", "mean output tokens of ok requests"),
-    ("concurrency_mean", "float64", "requests", "sum of request lifetimes [send, end) / window (Little's law)"),
-    ("concurrency_peak", "int64", "requests", "most requests in flight at once (sweep line over [send, end))"),
+    ("concurrency_mean", "float64", "requests",
+     "sum of request lifetimes [send, end) / window (Little's law; steady_state: every request's lifetime clipped "
+     "to the window)"),
+    ("concurrency_peak", "int64", "requests",
+     "most requests in flight at once (sweep line over [send, end); steady_state: clipped to the window)"),
     *[
         (f"{m}_{s}_ms", "float64", "ms", f"{s} of {desc} over ok requests, modelled ms")
         for m, desc in _LAT.items()
@@ -107,7 +155,8 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("slo_tpot_ms", "float64", "ms", "TPOT SLO threshold used (null: none)"),
     ("slo_e2e_ms", "float64", "ms", "E2E SLO threshold used (null: none)"),
     ("slo_percentile", "float64", "percent", "percentile the SLOs apply to (null: no SLO)"),
-    ("goodput_req_per_s", "float64", "req/s", "ok requests meeting every given SLO / duration_s"),
+    ("goodput_req_per_s", "float64", "req/s",
+     "ok requests meeting every given SLO / duration_s (steady_state: requests_per_s x their share of ok requests)"),
     ("slo_attainment", "float64", "fraction", "requests meeting every given SLO / requests_total"),
     ("slo_attainment_ttft", "float64", "fraction", "requests meeting the TTFT SLO / requests_total"),
     ("slo_attainment_tpot", "float64", "fraction", "requests meeting the TPOT SLO / requests_total"),
@@ -168,14 +217,15 @@ def _meets(metric: str, value: float | None, limit: float) -> bool:
 
 
 def slo_values(requests: Iterable[Mapping[str, Any]], duration_s: float | None,
-               slo: SLO | None) -> dict[str, float | bool | None]:
+               slo: SLO | None, requests_per_s: float | None = None) -> dict[str, float | bool | None]:
     """The SLO-dependent values of one load point, from its measured requests (pure).
 
     ``requests``: one mapping per measured request with ``status`` (ok | failed) and ``ttft_ms``, ``tpot_ms``,
     ``e2e_ms`` (modelled ms, null when not measured), i.e. rows of the ``requests`` table of one
     (config_hash, point_index), which holds measured requests only. ``duration_s``: the load point's measured
     window in modelled seconds. ``slo``: thresholds in ms and the percentile in (0, 100]; None or no threshold means
-    no SLO.
+    no SLO. ``requests_per_s``: given for a ``steady_state`` point (its stored ``requests_per_s``): goodput is then
+    that rate x the share of ``ok`` requests that meet every SLO, instead of good requests / ``duration_s``.
 
     Returns ``SLO_COLUMNS`` (the thresholds and percentile, ``goodput_req_per_s`` in req/s, ``slo_attainment*`` as
     fractions of all measured requests, ``slo_met``) with the module's definitions, plus ``SLO_LATENCY_KEYS``: the
@@ -202,12 +252,60 @@ def slo_values(requests: Iterable[Mapping[str, Any]], duration_s: float | None,
         meets = {k: [r.get("status") == "ok" and _meets(k, r.get(f"{k}_ms"), lim) for r in rows]
                  for k, lim in given.items()}
         good = sum(1 for i in range(n) if all(meets[k][i] for k in given))
-        out["goodput_req_per_s"] = good / duration_s if duration_s else None
+        n_ok = len(ok)
+        if requests_per_s is not None:
+            out["goodput_req_per_s"] = requests_per_s * good / n_ok if n_ok else None
+        else:
+            out["goodput_req_per_s"] = good / duration_s if duration_s else None
         out["slo_attainment"] = good / n
         for k, flags in meets.items():
             out[f"slo_attainment_{k}"] = sum(flags) / n
         out["slo_met"] = all(sum(flags) / n >= slo.percentile / 100.0 for flags in meets.values())
     return out
+
+
+def window_tokens(rec: RequestRecord, start_ns: int, end_ns: int) -> tuple[int, int]:
+    """(input, output) tokens of one request that count inside the window [start_ns, end_ns] (perf ns, both ends
+    included) of a ``steady_state`` point, by arrival (module docstring): output tokens of the events that arrived
+    inside it (an ``ok`` streamed request's per-event counts re-spread to its reported total; a non-streamed one's
+    total at its end), input tokens when its first token (non-streamed: its end) arrived inside it. Counts only
+    ``ok`` requests and tail requests the runner cancelled (``TAIL_CANCELLED``); (0, 0) for any other."""
+    ok = rec.status == "ok"
+    if not ok and not (rec.error_class == "client_error" and rec.error_message == TAIL_CANCELLED):
+        return 0, 0
+    if not rec.stream:
+        inside = ok and rec.end_perf_ns is not None and start_ns <= rec.end_perf_ns <= end_ns
+        return ((rec.input_tokens or 0), (rec.output_tokens or 0)) if inside else (0, 0)
+    stamps = [ts for ts, k in zip(rec.chunk_perf_ns, rec.chunk_tokens) if k > 0]
+    counts = [k for k in rec.chunk_tokens if k > 0]
+    if ok:
+        counts = spread_tokens(counts, rec.output_tokens)
+    out_tokens = sum(k for ts, k in zip(stamps, counts) if start_ns <= ts <= end_ns)
+    in_tokens = (rec.input_tokens or 0) if stamps and start_ns <= stamps[0] <= end_ns else 0
+    return in_tokens, out_tokens
+
+
+def _steady_window(result: LoadPointResult, out: dict[str, Any], start: int, end: int, window: int,
+                   duration_s: float | None) -> float | None:
+    """Fill the throughput and concurrency columns of a ``steady_state`` point (module docstring); returns its
+    ``requests_per_s`` for the goodput."""
+    every = [(r, r.send_perf_ns, r.end_perf_ns) for r in (*result.records, *result.warmup_records, *result.tail_records)
+             if r.send_perf_ns is not None and r.end_perf_ns is not None]
+    counted = [window_tokens(r, start, end) for r, _, _ in every]
+    in_tokens, out_tokens = sum(c[0] for c in counted), sum(c[1] for c in counted)
+    ended = sum(1 for r, _, r_end in every if r.status == "ok" and start <= r_end <= end)
+    clipped = [(max(r_send, start), min(r_end, end)) for _, r_send, r_end in every]
+    clipped = [(s, e) for s, e in clipped if e > s]
+    assert duration_s is not None
+    have_ok = out["completed"] > 0
+    out["requests_per_s"] = ended / duration_s if have_ok else None
+    out["input_tok_per_s"] = in_tokens / duration_s if have_ok and out["input_tok_per_s"] is not None else None
+    out["output_tok_per_s"] = out_tokens / duration_s if have_ok and out["output_tok_per_s"] is not None else None
+    out["total_tok_per_s"] = ((in_tokens + out_tokens) / duration_s
+                              if have_ok and out["total_tok_per_s"] is not None else None)
+    out["concurrency_mean"] = sum(e - s for s, e in clipped) / window
+    out["concurrency_peak"] = peak_concurrency(clipped)
+    return out["requests_per_s"]
 
 
 def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, float | int | str | bool | None]:
@@ -262,6 +360,13 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
                  if r.send_perf_ns is not None and r.end_perf_ns is not None]
     out["concurrency_mean"] = sum(e - s for s, e in lifetimes) / window if records else None
     out["concurrency_peak"] = peak_concurrency(lifetimes) if records else None
+    steady = result.window_kind == "steady_state"
+    out["window_kind"] = result.window_kind
+    out["warmup_requests_run"] = len(result.warmup_records)
+    out["tail_requests_run"] = len(result.tail_records)
+    rate = None
+    if steady and records:
+        rate = _steady_window(result, out, start, end, window, duration_s)
 
     out.update(_stats("ttft", [m.ttft_ms for _, m in ok if m.ttft_ms is not None]))
     out.update(_stats("tpot", [m.tpot_ms for _, m in ok if m.tpot_ms is not None]))
@@ -280,7 +385,7 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     out["slot_wait_max_ms"] = max(slot) if slot else None
 
     judged = slo_values([{"status": r.status, "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms}
-                         for r, m in zip(records, metrics)], duration_s, slo)
+                         for r, m in zip(records, metrics)], duration_s, slo, rate)
     out.update({k: judged[k] for k in SLO_COLUMNS})
     if set(out) != set(METRIC_COLUMN_NAMES):  # keep summarize and METRIC_COLUMNS in step
         raise AssertionError(f"summary keys differ from METRIC_COLUMNS: {set(out) ^ set(METRIC_COLUMN_NAMES)}")

@@ -37,13 +37,27 @@ METRICS: dict[str, tuple[str, bool]] = {
     "ttft_p99_ms": ("TTFT p99 ms", False),
 }
 
-#: Threshold (percent) per metric when no repeated load point measured the spread. Source: grid issue 14's repeats
-#: on the twin: one configuration measured three times differed by up to 2.5 % in output tok/s (TPOT likewise,
-#: taken as 5 % to leave a margin), while closed-loop TTFT at concurrency 64 came in synchronized waves and its
-#: median ranged 4.9-6.9 s (about 40 %) between runs.
-DEFAULT_THRESHOLD_PERCENT: dict[str, float] = {
-    "output_tok_per_s": 5.0, "tpot_median_ms": 5.0, "tpot_p99_ms": 5.0, "ttft_median_ms": 40.0, "ttft_p99_ms": 40.0,
+#: Threshold (percent) per metric when no repeated load point measured the spread, by how the points were measured
+#: (``window_kind``: ``steady_state`` when both sides were, else ``all_requests``): the largest run-to-run spread,
+#: (max - min) / mean, that experiments/steady_state.py measured on the twin (GLM-5-NVFP4 on 8x RTX PRO 6000,
+#: trtllm backends, ISL/OSL 256, 2 requests per stream, 8 and 64 streams, five separate launches with their own prompt
+#: seeds per start, a shared 2-core machine; docs/loadgen_benchmark.md, "Steady state"), rounded up to 5 %. Steady
+#: state: output tok/s 0.6 %, TPOT p50 0.5 %, TPOT p99 0.6 %, TTFT p50 7.1 %, TTFT p99 41.4 %. Started together
+#: (the same path before and after the steady-state change, so both five-run sets count): output tok/s 9.1 %, TPOT
+#: p50 4.5 %, TPOT p99 5.9 %, TTFT p50 67.1 %, TTFT p99 30.1 %.
+DEFAULT_THRESHOLD_PERCENT: dict[str, dict[str, float]] = {
+    "steady_state": {"output_tok_per_s": 5.0, "tpot_median_ms": 5.0, "tpot_p99_ms": 5.0, "ttft_median_ms": 10.0,
+                     "ttft_p99_ms": 45.0},
+    "all_requests": {"output_tok_per_s": 10.0, "tpot_median_ms": 5.0, "tpot_p99_ms": 10.0, "ttft_median_ms": 70.0,
+                     "ttft_p99_ms": 35.0},
 }
+
+
+def default_threshold(metric: str, *points: list[Mapping[str, Any]]) -> float:
+    """``DEFAULT_THRESHOLD_PERCENT`` of ``metric`` for load points measured as ``points`` (lists of rows): the steady
+    state's when every row is ``window_kind`` ``steady_state``, else the whole-request one (older rows have none)."""
+    steady = all(p.get("window_kind") == "steady_state" for group in points for p in group)
+    return DEFAULT_THRESHOLD_PERCENT["steady_state" if steady else "all_requests"][metric]
 
 
 @dataclass(frozen=True)
@@ -180,7 +194,7 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
                     elif m in run_spread:
                         threshold, source = run_spread[m], "measured"
                     else:
-                        threshold, source = DEFAULT_THRESHOLD_PERCENT[m], "unknown"
+                        threshold, source = default_threshold(m, pa_, pb_), "unknown"
                     delta = (fmean(vb) - fmean(va)) / abs(fmean(va)) * 100
                     if len(va) > 1 and len(vb) > 1:
                         source = "confidence"
@@ -208,9 +222,11 @@ def markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
                      "runs repeated a level, a difference counts only when the 95% confidence intervals of the two "
                      "means do not overlap (threshold source 'confidence').")
     else:
+        kinds = {"steady_state": "steady state", "all_requests": "whole requests"}
         lines.append("Spread unknown (no repeated load points in either run): a difference counts only beyond the "
-                     "default thresholds " + ", ".join(f"{METRICS[m][0]} {t:g}%"
-                                                       for m, t in DEFAULT_THRESHOLD_PERCENT.items())
+                     "default thresholds, " + "; ".join(
+                         f"{kinds[k]}: " + ", ".join(f"{METRICS[m][0]} {t:g}%" for m, t in table.items())
+                         for k, table in DEFAULT_THRESHOLD_PERCENT.items())
                      + " (grid.report.compare.DEFAULT_THRESHOLD_PERCENT).")
     lines.append("")
     for change in ORDER:

@@ -36,12 +36,40 @@ def _distinct(values) -> list:
 
 
 def start_line(start: str) -> str:
-    """How the closed-loop points started (grid/loadgen/runner.py, steady state)."""
+    """How the closed-loop points started and which window they were measured over (grid/loadgen/runner.py,
+    grid/metrics/loadpoint.py)."""
     if start == "staggered":
-        return ("Closed-loop start: steady state: worker k of c started k/c of one warm-up request time late, and "
-                "the first wave of c requests was warm-up, outside the measured window")
-    return ("Closed-loop start: all workers at once (load.closed_loop_start=together): the requests may run in "
+        return ("Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): "
+                "warm-up, outside the window: the lone warm-up request(s), then a first wave of one request per "
+                "stream, stream k of c asking for (k+1)/c of the output length, so the streams' phases spread over "
+                "one loaded request time; window: first measured send to last measured end, every stream busy "
+                "throughout (tail requests kept the load on, then were cancelled); throughputs count tokens by "
+                "arrival inside the window")
+    return ("Closed-loop load: all workers at once (load.closed_loop_start=together): window from the first send to "
+            "the last end, requests counted whole, ramp-down included; with fixed lengths the requests run in "
             "synchronized waves, which makes TTFT percentiles jump between runs")
+
+
+def _span(values: list, fmt: str = "{:g}") -> str:
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def window_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the steady-state windows of the measured closed-loop points were (their ``window_kind``,
+    ``duration_s``, ``warmup_requests_run``, ``tail_requests_run`` columns); None without any."""
+    steady = [r for r in rows if r.get("window_kind") == "steady_state" and r.get("duration_s") is not None]
+    if not steady:
+        return None
+    parts = [f"{len(steady)} closed-loop point{'s' if len(steady) != 1 else ''} measured in steady state",
+             f"window {_span([r['duration_s'] for r in steady], '{:.3g}')} s"]
+    warm = [r["warmup_requests_run"] for r in steady if r.get("warmup_requests_run") is not None]
+    if warm:
+        parts.append(f"{_span(warm)} warm-up requests per point before it")
+    tail = [r["tail_requests_run"] for r in steady if r.get("tail_requests_run") is not None]
+    if tail:
+        parts.append(f"{_span(tail)} tail requests per point after the measured ones")
+    return "Measured windows: " + ", ".join(parts) + " (modelled time)"
 
 
 def repeats_line(repeats: int) -> str:
@@ -87,6 +115,9 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
         if load.concurrency:
             lines.append(start_line(load.closed_loop_start))
         lines.append(repeats_line(load.repeats))
+    window = window_line(rows)
+    if window:
+        lines.append(window)
     counts = [r["num_prompts"] for r in rows if r.get("num_prompts") and r.get("status") != "not_run"]
     if counts:
         lines.append(f"Requests measured per load point: {min(counts)}" +

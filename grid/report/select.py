@@ -131,11 +131,11 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
     """Copies of the load-point ``rows`` with their SLO-dependent values recomputed for ``slo`` (pure).
 
     ``requests``: rows of the ``requests`` table (``config_hash``, ``point_index``, ``status``, ``ttft_ms``,
-    ``tpot_ms``, ``e2e_ms`` in modelled ms). ``slo``: thresholds in ms and a
-    percentile in (0, 100] (``SLOSpec`` or ``grid.metrics.loadpoint.SLO``). Every row gets ``SLO_COLUMNS``
-    (goodput in req/s over the row's ``duration_s``, attainment fractions, ``slo_met``) and ``SLO_LATENCY_KEYS``
-    (ms) from ``grid.metrics.loadpoint.slo_values`` over its own requests. A row whose stored requests do not
-    number ``requests_total`` (files lost or damaged) cannot be judged under SLOs: its SLO values are null and
+    ``tpot_ms``, ``e2e_ms`` in modelled ms). ``slo``: thresholds in ms and a percentile in (0, 100] (``SLOSpec`` or
+    ``grid.metrics.loadpoint.SLO``). Every row gets ``SLO_COLUMNS`` (goodput in req/s over the row's ``duration_s``,
+    or from its ``requests_per_s`` for a ``steady_state`` row; attainment fractions, ``slo_met``) and
+    ``SLO_LATENCY_KEYS`` (ms) from ``grid.metrics.loadpoint.slo_values`` over its own requests. A row whose stored
+    requests do not number ``requests_total`` (files lost or damaged) cannot be judged under SLOs: its SLO values are null and
     ``slo_unjudged`` says why. The input rows are not modified.
     """
     target = SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile)
@@ -148,7 +148,9 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
         mine = by_point.get((row["config_hash"], row["point_index"]), [])
         total = row.get("requests_total") or 0
         if len(mine) == total or not target.given():
-            new.update(slo_values(mine, row.get("duration_s"), target))
+            steady = row.get("window_kind") == "steady_state"
+            new.update(slo_values(mine, row.get("duration_s"), target,
+                                  row.get("requests_per_s") if steady else None))
         else:
             new.update(slo_values([], None, target))
             new["slo_unjudged"] = (f"SLOs not judged: {len(mine)} of its {total} requests are in parquet/requests")

@@ -112,7 +112,7 @@ def describe_cost() -> str:
     out = ["### pre-run cost estimate", "", "Printed before a sweep launches anything (also with dry_run=true), e.g. "
            "`Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail here (last), "
            "4 launches expected` and `Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load "
-           "model): 2.97 GPU-hours for the expected launches (every launchable configuration: 18.54)` "
+           "model): 3.96 GPU-hours for the expected launches (every launchable configuration: 24.76)` "
            "(`+sweep=nsa_backends`, grid/search/plan.py `cost_lines`).", "", "| number | definition |", "|---|---|"]
     out += [f"| {k} | {d} |" for k, d in COST_FIELDS]
     return "\n".join(out) + "\n"

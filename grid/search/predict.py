@@ -4,8 +4,10 @@
 Each load point is replayed through grid/twin/simulate.py: a concurrency level as a closed loop of
 ``load.prompts_for(level)`` requests of ``load.input_len`` / ``load.output_len`` tokens; a request rate as evenly
 spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
-modelled. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are not modelled:
-their prompts are known only when the load runs).
+modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds one mean request time to the
+point's modelled seconds (its warm-up wave, which spreads the streams' phases over one request time; its tail is
+cancelled when the window ends, grid/loadgen/runner.py) but is scored on the closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
+not modelled: their prompts are known only when the load runs).
 
 With objective ``max_capacity`` the load points are the twin's own capacity bisection (:func:`capacity_probes`) and the
 score is the highest rate at which the SLOs held.
@@ -77,7 +79,9 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
     ttft = [r.ttft_s * 1000 for r in res.requests]
     e2e = [r.e2e_s * 1000 for r in res.requests]
     tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
+    steady = kind == "concurrency" and load.closed_loop_start == "staggered" and e2e
     return {"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
+            "overhead_s": sum(e2e) / len(e2e) / 1000 if steady else 0.0,
             "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
             "tpot_median_ms": _percentile(tpot, 50)}
 
@@ -231,4 +235,4 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
         # what the trial will run: the bisection from the twin's bracket, if the measurements came out as forecast
         rows = capacity_probes(spec, plan, perf, *capacity_bracket(spec, value),
                                max_probes=spec.objective.capacity_max_probes)
-    return Forecast(startup, sum(r["duration_s"] for r in rows), value)
+    return Forecast(startup, sum(r["duration_s"] + r.get("overhead_s", 0.0) for r in rows), value)

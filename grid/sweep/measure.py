@@ -514,8 +514,8 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     with its metrics, status, sampler columns and bottleneck diagnosis (grid/diagnosis/rules.py)."""
     spec, load, scale = trial.spec, trial.plan.load, trial.target.time_scale
     prompts = build_dataset(load.dataset, DatasetArgs(
-        point.num_prompts + point.warmup_requests + point.wave_warmup, load.input_len, load.output_len,
-        load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
+        point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts, load.input_len,
+        load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
     log_offset = trial.server.log_size()
     row["started_unix_ns"] = time.time_ns()
     for sampler in samplers:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from grid.loadgen.records import Prompt
+from grid.loadgen.records import TAIL_CANCELLED, Prompt
 from grid.loadgen.runner import LoadPoint, Target, run_load_point
 from grid.metrics.loadpoint import summarize
 from grid.metrics.request import request_metrics
@@ -480,22 +480,58 @@ def test_sync_runner_falls_back_to_asyncio_without_uvloop(event_loop_kind, monke
     assert issubclass(loop_type, asyncio.BaseEventLoop) and "uvloop" not in loop_type.__module__
 
 
-def test_steady_closed_loop_staggers_workers_and_measures_after_the_first_wave():
-    # every request takes 100 ms; the lone warm-up request measures that, so 4 workers start 25 ms apart, their
-    # first wave (4 requests, prompts 9..12) is warm-up too, and the 8 measured requests start 25 ms apart
-    def script(i, body):
-        return Reply([(0.0, b""), (0.050, gen_event("a", 1)), (0.100, gen_event("ab", 2)), (0.100, DONE)])
+def tokens_at_50ms(i, body):
+    """A reply of as many tokens as the request asks for (max_new_tokens), one every 50 ms."""
+    n = body["sampling_params"]["max_new_tokens"]
+    return Reply([(0.0, b"")] + [(0.050 * (k + 1), gen_event("a" * (k + 1), k + 1)) for k in range(n)]
+                 + [(0.050 * n, DONE)])
 
+
+def test_steady_closed_loop_spreads_phases_and_measures_after_the_first_wave():
+    # 4 workers, requests of 4 tokens 50 ms apart (200 ms); the first wave (prompts 9..12) asks for 1, 2, 3, 4 tokens,
+    # so the workers' first measured requests go out 50 ms apart (at +50, +100, +150, +200 ms), the 8 measured
+    # requests keep that spread, and the workers that run out of measured work send tail requests (prompts 13..)
+    # until the last measured one ends: workers 0-2 at +450, +500, +550 ms, cancelled when request 7 ends at +600 ms
     point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
     assert point.wave_warmup == 4 and LoadPoint("concurrency", 4, 8).wave_warmup == 0
-    res, srv = run(script, point=point, n=13)
-    assert len(srv.requests) == 13 and len(res.records) == 8 and len(res.warmup_records) == 5
+    assert point.tail_prompts == 8 and LoadPoint("concurrency", 4, 8).tail_prompts == 0
+    res, srv = run(tokens_at_50ms, point=point, n=21, output_len=4)
+    assert len(res.records) == 8 and len(res.warmup_records) == 5 and len(res.tail_records) == 3
+    assert len(srv.requests) == 16 and res.window_kind == "steady_state"
     assert sorted(r.prompt_index for r in res.warmup_records) == [8, 9, 10, 11, 12]
+    wave = sorted((r for r in res.warmup_records if r.prompt_index > 8), key=lambda r: r.prompt_index)
+    assert [r.max_tokens for r in wave] == [1, 2, 3, 4] and [r.output_tokens for r in wave] == [1, 2, 3, 4]
     assert sorted(r.prompt_index for r in res.records) == list(range(8))
-    wave = sorted(r.send_perf_ns for r in res.warmup_records)[1:]
-    gaps_ms = [(b - a) / 1e6 for a, b in zip(wave, wave[1:])]
-    assert gaps_ms == pytest.approx([25, 25, 25], abs=TOL)      # not all at once
+    assert all(r.output_tokens == 4 for r in res.records)
+    assert sorted(r.prompt_index for r in res.tail_records) == [13, 14, 15]
+    assert all(r.error_class == "client_error" and r.error_message == TAIL_CANCELLED for r in res.tail_records)
     sends = sorted(r.send_perf_ns for r in res.records)
     assert res.window_start_perf_ns == min(r.scheduled_perf_ns for r in res.records)
-    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([25] * 7, abs=TOL)
+    assert res.window_end_perf_ns == max(r.end_perf_ns for r in res.records)
+    assert [(b - a) / 1e6 for a, b in zip(sends, sends[1:])] == pytest.approx([50] * 7, abs=3 * TOL)
     assert min(r.scheduled_offset_ns for r in res.records) == 0
+    tails = sorted(r.send_perf_ns - res.window_start_perf_ns for r in res.tail_records)
+    assert [t / 1e6 for t in tails] == pytest.approx([400, 450, 500], abs=3 * TOL)
+    s = summarize(res)
+    # 4 workers busy all through the 550 ms window, a token every 50 ms each: 80 tok/s (+-1 token at each edge)
+    assert s["duration_s"] == pytest.approx(0.550, abs=3 * TOL / 1e3)
+    assert s["concurrency_mean"] == pytest.approx(4, abs=0.2) and s["concurrency_peak"] == 4
+    assert s["output_tok_per_s"] == pytest.approx(80, abs=8)
+    assert (s["window_kind"], s["warmup_requests_run"], s["tail_requests_run"]) == ("steady_state", 5, 3)
+
+
+def test_steady_tail_requests_that_fail_are_not_resent():
+    # measured request 7 takes 300 ms; every tail request (prompts 13..) is refused with HTTP 503 at once: each worker
+    # that runs out of measured work sends one tail request, sees it fail and stops, instead of a hot loop of refusals
+    def script(i, body):
+        if pid(body) >= 13:
+            return Reply(status=503, body=b"overloaded", content_type="text/plain")
+        end = 0.300 if pid(body) == 7 else 0.100
+        return Reply([(0.0, b""), (end / 2, gen_event("a", 1)), (end, gen_event("ab", 2)), (end, DONE)])
+
+    point = LoadPoint("concurrency", 4, 8, warmup_requests=1, steady=True)
+    res, srv = run(script, point=point, n=21)
+    assert len(res.records) == 8 and all(r.status == "ok" for r in res.records)
+    assert len(res.tail_records) == 3 and all(r.error_class == "http_error" for r in res.tail_records)
+    assert len(srv.requests) == 16
+    assert summarize(res)["tail_requests_run"] == 3

@@ -2,8 +2,9 @@
 
 ``record(run_dir, plans, outcomes)`` writes one trial per plan: ``outcomes[i]`` is either a dict of load level ->
 (output tok/s, TPOT median ms, TTFT median ms) for an ``ok`` trial, or a (status, error class, message, log tail)
-tuple for a failed/invalid one. Every ok load point gets 4 requests (TTFT as given, p99 = 2 x median) and real
-timestamps: launch at t0 + 10 s x index, ready 2 s later, each load point 3 s.
+tuple for a failed/invalid one. Every ok load point gets 4 requests (TTFT as given, p99 = 2 x median), the window
+columns of its load's ``closed_loop_start`` (steady state: 1 + level warm-up and level tail requests)
+and real timestamps: launch at t0 + 10 s x index, ready 2 s later, each load point 3 s.
 """
 
 from grid.storage.parquet import write_trial
@@ -28,12 +29,15 @@ def record(run_dir, plans, outcomes, engine="sim", version="0.5.9", command="pyt
                                              point_kind="concurrency", point_value=float(level), status="not_run",
                                              num_prompts=4))
         else:
+            steady = plan.load.closed_loop_start == "staggered"
             for idx, (level, (tok, tpot, ttft)) in enumerate(outcome.items()):
                 start = T0 + 10 * S * i + (2 + 3 * idx) * S
+                window = ({"window_kind": "steady_state", "warmup_requests_run": 1 + level, "tail_requests_run": level} if steady else {"window_kind": "all_requests", "warmup_requests_run": 1,
+                                                              "tail_requests_run": 0})
                 points.append(load_point_row(
                     {"requests_total": 4, "completed": 4, "failed": 0, "duration_s": 30.0, "output_tok_per_s": tok,
                      "tpot_median_ms": tpot, "tpot_p99_ms": 2 * tpot, "ttft_median_ms": ttft,
-                     "ttft_p99_ms": 2 * ttft},
+                     "ttft_p99_ms": 2 * ttft, **window},
                     **base, trial_status="ok", point_index=idx, point_kind="concurrency", point_value=float(level),
                     num_prompts=4, status="ok", started_unix_ns=start, finished_unix_ns=start + 3 * S))
                 requests += [{"config_hash": plan.config_hash, "point_index": idx, "request_index": r,

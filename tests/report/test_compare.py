@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_measure import spec_for  # noqa: E402
 
 from grid.compare import main  # noqa: E402
-from grid.report.compare import compare, spread_percent  # noqa: E402
+from grid.report.compare import compare, default_threshold, spread_percent  # noqa: E402
 from grid.storage.parquet import read_table  # noqa: E402
 from grid.sweep.space import expand  # noqa: E402
 from report.recorded import record  # noqa: E402
@@ -25,8 +25,8 @@ def two_runs(tmp_path):
                             {1: (100.0, 10.0, 50.0), 4: (400.0, 12.0, 80.0)},
                             {1: (100.0, 10.0, 50.0)},
                             CRASH], version="0.5.9")
-    record(b_dir, plans_b, [{1: (102.0, 10.0, 60.0), 4: (440.0, 11.0, 100.0)},   # +10% tok/s, TTFT +25% (noise)
-                            {1: (100.0, 10.0, 50.0), 4: (400.0, 13.0, 80.0)},    # TPOT +8.3%
+    record(b_dir, plans_b, [{1: (102.0, 10.0, 52.0), 4: (460.0, 11.0, 86.0)},    # +15% tok/s, TTFT +7.5% (noise)
+                            {1: (100.0, 10.0, 50.0), 4: (400.0, 14.0, 80.0)},    # TPOT +16.7%
                             CRASH,
                             {1: (90.0, 11.0, 50.0)}], version="0.5.23")
     return a_dir, b_dir, plans_a, plans_b
@@ -46,12 +46,12 @@ def test_upgrade_comparison_exact(tmp_path):
     faster = {(d.level, d.metric): d for d in cmp.configs[0].diffs}
     tok = faster[("concurrency 4", "output_tok_per_s")]
     assert (tok.a, tok.b, tok.delta_percent, tok.threshold_percent, tok.spread_source, tok.verdict) == \
-        (400.0, 440.0, 10.0, 5.0, "unknown", "better")
+        (400.0, 460.0, 15.0, 5.0, "unknown", "better")
     ttft = faster[("concurrency 4", "ttft_median_ms")]
-    assert (ttft.delta_percent, ttft.verdict) == (25.0, "within spread")          # inside the 40% default
+    assert (ttft.delta_percent, ttft.verdict) == (7.5, "within spread")           # inside the 10% steady default
     assert faster[("concurrency 1", "output_tok_per_s")].verdict == "within spread"  # +2%
     tpot = {(d.level, d.metric): d for d in cmp.configs[1].diffs}[("concurrency 4", "tpot_median_ms")]
-    assert (round(tpot.delta_percent, 3), tpot.verdict) == (8.333, "worse")
+    assert (round(tpot.delta_percent, 3), tpot.verdict) == (16.667, "worse")
     assert cmp.configs[2].diffs == [] and cmp.configs[3].diffs == []
 
 
@@ -63,10 +63,10 @@ def test_cli_prints_and_writes_markdown(tmp_path, capsys):
     assert text == out.read_text()
     assert text.splitlines()[0] == f"# {a_dir} (SGLang 0.5.9) vs {b_dir} (SGLang 0.5.23)"
     assert text.splitlines()[2].startswith("Spread unknown (no repeated load points in either run): a difference "
-                                           "counts only beyond the default thresholds output tok/s 5%, TPOT p50 ms 5%")
+                                           "counts only beyond the default thresholds, steady state: output tok/s 5%, TPOT p50 ms 5%")
     assert "- **broke** (1): `mem_fraction_static=0.9`" in text
     assert "- **fixed** (1): `mem_fraction_static=0.95`" in text
-    assert ("| `mem_fraction_static=0.8` | settings | ok -> ok | concurrency 4 | output tok/s | 400 | 440 | +10.0% | "
+    assert ("| `mem_fraction_static=0.8` | settings | ok -> ok | concurrency 4 | output tok/s | 400 | 460 | +15.0% | "
             "5.0% (unknown) | better |") in text
     assert "| `mem_fraction_static=0.9` | settings | ok -> failed | | | | | | | broke |" in text
     assert main([str(a_dir), str(tmp_path / "nothing")]) == 2
@@ -104,3 +104,11 @@ def test_repeats_on_both_sides_decide_by_confidence_intervals():
         (100.0, 106.0, 6.0, "confidence", "within spread", 3, 3)
     d = {x.metric: x for x in compare(a, b2).configs[0].diffs}["output_tok_per_s"]
     assert (d.delta_percent, d.spread_source, d.verdict) == (12.0, "confidence", "better")
+
+
+def test_default_thresholds_follow_how_both_sides_were_measured():
+    steady, whole = {"window_kind": "steady_state"}, {"window_kind": "all_requests"}
+    assert default_threshold("output_tok_per_s", [steady, steady], [steady]) == 5.0
+    assert default_threshold("output_tok_per_s", [steady], [whole]) == 10.0
+    assert default_threshold("ttft_median_ms", [steady], [steady]) == 10.0
+    assert default_threshold("ttft_median_ms", [{}], [steady]) == 70.0     # a row from before window_kind existed

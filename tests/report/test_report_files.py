@@ -48,10 +48,15 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
         "- Engine: the embedded SGLang twin (modelled performance; no GPU ran); SGLang release 0.5.9 (engine=sim)",
         "- Workload: random prompts, ISL 32 / OSL 16 tokens (fixed); closed loop at concurrency 1, 4; 2 requests per "
         "stream per point (at least 8), after 1 warm-up request",
-        "- Closed-loop start: all workers at once (load.closed_loop_start=together): the requests may run in "
-        "synchronized waves, which makes TTFT percentiles jump between runs",
+        "- Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): warm-up, "
+        "outside the window: the lone warm-up request(s), then a first wave of one request per stream, stream k of c "
+        "asking for (k+1)/c of the output length, so the streams' phases spread over one loaded request time; window: "
+        "first measured send to last measured end, every stream busy throughout (tail requests kept the load on, then "
+        "were cancelled); throughputs count tokens by arrival inside the window",
         "- Repeats: 1 per load point: the spread is not measured, so scores within the default 1% of the best "
         "count as ties (set load.repeats=3 to measure it)",
+        "- Measured windows: 6 closed-loop points measured in steady state, window 30 s, 2-5 warm-up requests per "
+        "point before it, 1-4 tail requests per point after the measured ones (modelled time)",
         "- Requests measured per load point: 4",
         "- Time: the twin ran its clock 10x faster than real time while serving (200x until ready); every ms and "
         "per-second value is modelled time (README, 'The twin's clock')",

@@ -196,6 +196,19 @@ readiness wait and correctness probe) and `started_unix_ns` / `finished_unix_ns`
 points, if a run holds any (the same `config_hash`, `point_kind` and `point_value` more than once), are what
 `python -m grid.compare` measures the spread from.
 
+The measured window of a load point (`window_kind`): closed loops measured in steady state (`steady_state`, the
+default `load.closed_loop_start=staggered`) run a warm-up wave whose output lengths spread the streams' phases over one
+request time, the measured requests, then tail requests
+that keep every stream busy until the last measured request ends; the window is the first measured send to that end,
+and throughputs count tokens by the arrival time of their event inside it, from every request of the point (AIPerf's
+`--steady-state`: "only tokens emitted during the measurement window are counted",
+https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md; GuideLLM's `output_tokens_per_second`
+over each request's token timings between warm-up and cool-down, https://github.com/vllm-project/guidellm
+`src/guidellm/benchmark/schemas/metrics.py`). `all_requests` (closed loops started together, open loops, traces) counts
+the measured requests whole from the first send to the last end, as SGLang's bench_serving does
+(python/sglang/benchmark/serving.py `calculate_metrics`). `warmup_requests_run` and `tail_requests_run` say what ran
+around the window; per-request latencies always come from the measured requests (the `requests` table).
+
 """
 
 

@@ -76,15 +76,16 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 4 launches expected")
     # the estimate: per launch the twin's startup model (weight load, graph capture...) plus the modelled seconds of
-    # the 4 concurrency levels, times the node's 8 GPUs
+    # the concurrency levels, each with its steady-state warm-up wave (one mean request time: with one request per
+    # stream as much again as the level itself, 111.83 s), times the node's 8 GPUs
     f = sp.forecasts[expected_launches(sp)[0]]
-    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 111.83)
+    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 223.66)
     h = expected_launches(sp)[0]
     perf = twin_model(spec, next(p for p in plans if p.config_hash == h).settings, engine.version())
     assert f.startup_s == sum(perf.startup_phases_s().values())
-    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 10680.4
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 2.97 "
-                        "GPU-hours for the expected launches (every launchable configuration: 18.54)")
+    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 14259.0
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 3.96 "
+                        "GPU-hours for the expected launches (every launchable configuration: 24.76)")
     ex = build(spec.model_copy(update={"search": spec.search.model_copy(update={"kind": "exhaustive"})}), engine,
                plans, engine.version())
     assert len(expected_launches(ex)) == 25
