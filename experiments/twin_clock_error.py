@@ -27,6 +27,7 @@ from grid.config.specs import HardwareSpec, ModelSpec  # noqa: E402
 from grid.loadgen.dataset import random_prompts  # noqa: E402
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync  # noqa: E402
 from grid.metrics.loadpoint import summarize  # noqa: E402
+from grid.server.handle import LaunchRequest  # noqa: E402
 from grid.server.session import ServerSession  # noqa: E402
 from grid.twin.perf import PerfModel, ServingConfig  # noqa: E402
 from grid.twin.scheduler import TwinRequest  # noqa: E402
@@ -67,11 +68,11 @@ def measured(model: ModelSpec, hw: HardwareSpec, scale: float, streams: int, wor
             "--port", str(port)]
     env = {"GRID_TWIN_HARDWARE": hw.model_dump_json(), "GRID_TWIN_TIME_SCALE": repr(scale)}
     try:
-        res = session.launch(argv=argv, env=env, port=port, log_path=str(workdir / f"twin-{scale}.log"),
-                             time_scale=scale, startup_timeout_s=3600, api="generate", model="m", api_key=None)
-        assert res["status"] == "ok", res
+        res = session.launch(LaunchRequest(argv=argv, env=env, port=port, log_path=str(workdir / f"twin-{scale}.log"),
+                                           time_scale=scale, startup_timeout_s=3600, api="generate", model="m"))
+        assert res.status == "ok", res
         prompts = random_prompts(streams, ISL, OSL, 1.0, model.vocab_size, seed=7)
-        out = run_load_point_sync(Target(res["base_url"], "generate", "m", None, scale),
+        out = run_load_point_sync(Target(res.base_url, "generate", "m", None, scale),
                                   LoadPoint("concurrency", streams, streams), prompts, read_timeout_s=600)
         s = summarize(out)
         return {k: s[k] for k in ("output_tok_per_s", "ttft_median_ms", "tpot_median_ms")}

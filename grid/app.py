@@ -18,7 +18,7 @@ import io
 import os
 import re
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from rich.console import Console
 
@@ -196,7 +196,7 @@ def main(cfg: dict[str, Any], console: Console | None = None) -> int:
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     term = console.file
     with open(Path(spec.run_dir) / RUN_LOG, "a", encoding="utf-8") as log:
-        console.file = _Tee(term, log)
+        console.file = cast(IO[str], _Tee(term, log))
         try:
             return _run(spec, console)
         finally:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
@@ -64,4 +64,4 @@ def compose_spec(overrides: Sequence[str], run_dir: str | Path) -> RunSpec:
         HydraConfig.instance().set_config(cfg)
         with open_dict(cfg):
             del cfg["hydra"]
-        return load_run_spec(OmegaConf.to_container(cfg, resolve=True))
+        return load_run_spec(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,7 +53,7 @@ def log_value_near(log_rows: list[dict], hashes: set[str], running: int) -> floa
     return None if best is None else float(best["gen_throughput_tok_per_s"])
 
 
-def compare(rows: list[dict], expected: list[dict], log_rows: list[dict] = ()) -> list[dict]:
+def compare(rows: list[dict], expected: list[dict], log_rows: Sequence[dict] = ()) -> list[dict]:
     """One output row per expected value: condition, metric, unit, seed, twin (pure)."""
     out = []
     for e in expected:
@@ -71,7 +72,7 @@ def seed_replay(spec: RunSpec, rows: list[dict], console) -> Path:
     from grid.storage.parquet import read_table
 
     log_rows = read_table(spec.run_dir, "server_log").to_pylist()
-    table = compare(rows, spec.experiment.get("expected", []), log_rows)
+    table = compare(rows, (spec.experiment or {}).get("expected", []), log_rows)
     path = Path(spec.run_dir) / "seed_vs_twin.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["condition", "metric", "unit", "seed", "twin"])

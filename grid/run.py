@@ -4,6 +4,7 @@ plain data, and exits with grid.app's status. All logic lives below grid.app."""
 from __future__ import annotations
 
 import sys
+from typing import Any, cast
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +18,7 @@ OmegaConf.register_new_resolver("grid_output_subdir", lambda dry_run: None if dr
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    status = run_app(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+    status = run_app(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)))
     if status:
         sys.exit(status)
 

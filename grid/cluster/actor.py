@@ -20,12 +20,14 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from grid.cluster.node import local_node
+from grid.server.handle import LaunchRequest, LaunchResult
 from grid.server.infra import InfrastructureLost
 from grid.server.process import REGISTRY_ENV, RUN_ID_ENV
 from grid.server.session import ServerSession
@@ -35,7 +37,10 @@ NAMESPACE = "grid"
 NODE_RESOURCE = "grid_node"
 
 
-@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"control": 1, "inspect": 4, "serve": 1})
+# Ray's type stubs for ray.remote lack ``concurrency_groups`` (an actor option: ray/_common/ray_option_utils.py), hence
+# the ignore here and where the decorated class is used.
+@ray.remote(num_cpus=0, max_restarts=0,  # type: ignore[call-overload]
+            concurrency_groups={"control": 1, "inspect": 4, "serve": 1})
 class ServerActor:
     def __init__(self, node_label: str, host: str = "127.0.0.1", run_id: str | None = None,
                  registry: str | None = None) -> None:
@@ -53,8 +58,8 @@ class ServerActor:
         return self.session.pick_port(preferred)
 
     @ray.method(concurrency_group="control")
-    def launch(self, **kwargs) -> dict:
-        return self.session.launch(**kwargs)
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        return self.session.launch(request)
 
     @ray.method(concurrency_group="control")
     def stop(self, grace_s: float = 10.0) -> str | None:
@@ -63,7 +68,7 @@ class ServerActor:
         return self.session.stop(grace_s)
 
     @ray.method(concurrency_group="inspect")
-    def node_info(self) -> dict:
+    def node_info(self) -> dict[str, Any]:
         """This node (grid.cluster.node.local_node): Ray node id, host name, NVML UUIDs and names of the GPUs this
         actor claimed (its servers get exactly those)."""
         return local_node()
@@ -115,7 +120,7 @@ class ServerActor:
         return self.session.read_log(start, end)
 
     @ray.method(concurrency_group="inspect")
-    def server_info(self, api_key: str | None = None) -> dict | None:
+    def server_info(self, api_key: str | None = None) -> dict[str, Any] | None:
         return self.session.server_info(api_key)
 
     def __ray_shutdown__(self) -> None:
@@ -131,24 +136,24 @@ class ActorOwner:
     registry: str | None = None
 
 
-def grid_nodes() -> list[dict]:
+def grid_nodes() -> list[dict[str, Any]]:
     """The live nodes of the connected cluster that offer the ``grid_node`` resource (``ray.nodes()`` entries)."""
     return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get(NODE_RESOURCE)]
 
 
-def start_actor(node: dict, owner: ActorOwner):
+def start_actor(node: dict[str, Any], owner: ActorOwner) -> Any:
     """The ServerActor of ``node`` (a ``ray.nodes()`` entry): the running one, or a new one pinned to the node that
-    claims all its GPUs."""
+    claims all its GPUs. Returns Ray's actor handle."""
     gpus = int(node["Resources"].get("GPU", 0))
     label = node.get("NodeManagerHostname", node["NodeID"][:8])
-    return ServerActor.options(
+    return ServerActor.options(  # type: ignore[attr-defined]
         name=actor_name(node["NodeID"]), namespace=NAMESPACE, get_if_exists=True, num_gpus=gpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
     ).remote(label, owner.host, owner.run_id, owner.registry)
 
 
-def node_actor(node_id: str, owner: ActorOwner):
-    """The live ServerActor of node ``node_id``, made anew when the previous one died. Raises
+def node_actor(node_id: str, owner: ActorOwner) -> Any:
+    """The live ServerActor of node ``node_id`` (Ray's actor handle), made anew when the previous one died. Raises
     ``InfrastructureLost('actor_lost')`` when the node itself is gone."""
     node = next((n for n in grid_nodes() if n["NodeID"] == node_id), None)
     if node is None:
@@ -163,36 +168,76 @@ def node_actor(node_id: str, owner: ActorOwner):
 
 
 class ActorServer:
-    """Adapter giving a ServerActor handle the ServerSession call interface (blocking ``ray.get``).
+    """The ServerHandle (grid/server/handle.py) of a node's ServerActor: each call is a blocking ``ray.get`` of the
+    actor method of the same name.
 
     A dead actor raises grid.server.infra.InfrastructureLost (``actor_lost``) from every call but ``stop``, which
     returns None: the server's process group died with the actor (its watchdog), so there is nothing left to stop.
+    ``handle`` None: the node's actor could not be had (``lost`` says why).
     """
 
-    def __init__(self, handle, node: str = "") -> None:
+    def __init__(self, handle: Any, node: str = "") -> None:
         self.handle = handle
         self.node = node
         self.lost: str | None = None  # why the actor is gone, once a call found out
 
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
+    def _call(self, name: str, *args: Any) -> Any:
+        """``ray.get`` of the actor's method ``name``; raises InfrastructureLost once the actor is gone."""
+        if self.lost is not None:
+            raise InfrastructureLost("actor_lost", self.lost)
+        try:
+            return ray.get(getattr(self.handle, name).remote(*args))
+        except RayActorError as err:
+            self.lost = (f"the server actor of node {self.node or '?'} died during {name}(): "
+                         f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}").rstrip(": ")
+            raise InfrastructureLost("actor_lost", self.lost) from err
 
-        def call(*args, **kwargs):
-            if self.lost is not None:
-                if name == "stop":
-                    return None
-                raise InfrastructureLost("actor_lost", self.lost)
-            try:
-                return ray.get(getattr(self.handle, name).remote(*args, **kwargs))
-            except RayActorError as err:
-                self.lost = (f"the server actor of node {self.node or '?'} died during {name}(): "
-                             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}").rstrip(": ")
-                if name == "stop":
-                    return None
-                raise InfrastructureLost("actor_lost", self.lost) from err
+    def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
+        port, notes = self._call("pick_port", preferred)
+        return int(port), list(notes)
 
-        return call
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        result: LaunchResult = self._call("launch", request)
+        return result
+
+    def alive(self) -> bool:
+        return bool(self._call("alive"))
+
+    def exit_code(self) -> int | None:
+        code: int | None = self._call("exit_code")
+        return code
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        code: int | None = self._call("wait_exit", timeout_s)
+        return code
+
+    def log_tail(self, max_bytes: int = 8000) -> str:
+        return str(self._call("log_tail", max_bytes))
+
+    def log_size(self) -> int:
+        return int(self._call("log_size"))
+
+    def read_log(self, start: int, end: int | None = None) -> str:
+        return str(self._call("read_log", start, end))
+
+    def server_info(self, api_key: str | None = None) -> dict[str, Any] | None:
+        info: dict[str, Any] | None = self._call("server_info", api_key)
+        return info
+
+    def node_info(self) -> dict[str, Any]:
+        """The actor's node (:meth:`ServerActor.node_info`)."""
+        info: dict[str, Any] = self._call("node_info")
+        return info
+
+    def stop(self, grace_s: float = 10.0) -> str | None:
+        """Stop the node's server; None without asking when the actor is already gone (nothing left to stop)."""
+        if self.lost is not None:
+            return None
+        try:
+            dirty: str | None = self._call("stop", grace_s)
+        except InfrastructureLost:
+            return None
+        return dirty
 
 
 def actor_name(node_id: str) -> str:

@@ -57,7 +57,7 @@ class EngineSpec(_Spec):
     @field_validator("time_scale")
     @classmethod
     def _scale(cls, v: float | str) -> float | str:
-        if v != "auto" and not v > 0:
+        if not isinstance(v, str) and not v > 0:
             raise ValueError("engine.time_scale must be > 0 or 'auto'")
         return v
 
@@ -126,7 +126,7 @@ class LoadSpec(_Spec):
         return v
 
     @model_validator(mode="after")
-    def _some_points(self) -> "LoadSpec":
+    def _some_points(self) -> LoadSpec:
         from grid.loadgen.dataset import DATASETS, check_dataset
 
         check_dataset(self.dataset, self.dataset_path)  # names load.dataset / load.dataset_path
@@ -284,9 +284,10 @@ def _sibling_keys(model: type[BaseModel], loc: tuple) -> list[str]:
             return []
         candidates = [field.annotation, *typing.get_args(field.annotation)]
         candidates += [a for c in candidates for a in typing.get_args(c)]
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if model is None:
+        inner = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if inner is None:
             return []
+        model = inner
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 

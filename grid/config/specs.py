@@ -138,7 +138,7 @@ class ModelSpec(_Frozen):
         return cfg
 
     @classmethod
-    def from_hf_config(cls, cfg: dict) -> "ModelSpec":
+    def from_hf_config(cls, cfg: dict) -> ModelSpec:
         """Inverse of ``to_hf_config``. Raises ``ValueError`` when the dict carries no ``grid_spec`` block."""
         if "grid_spec" not in cfg:
             raise ValueError(

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from grid.config.schema import RunSpec
 from grid.plan import TrialPlan
+from grid.server.handle import ServerHandle
 
 
 class EngineUnavailable(RuntimeError):
@@ -100,6 +101,12 @@ class Engine(ABC):
     @abstractmethod
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         """The command line and environment for ``trial`` listening on ``port``."""
+
+    def server(self) -> ServerHandle:
+        """The server handle a trial measures instead of the node's actor, for an engine whose server runs elsewhere
+        (``external``). Raises ``NotImplementedError`` for an engine grid launches (its trials use the node's
+        ServerActor, grid/cluster/actor.py)."""
+        raise NotImplementedError(f"engine {self.kind} launches its servers on the node's actor")
 
     def served_model(self) -> str:
         """The model name requests carry (the OpenAI ``model`` field): conf/model's ``name``."""

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.plan import TrialPlan
+from grid.server.handle import ServerHandle
 
 
 CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take
@@ -122,8 +123,8 @@ class OpenAIEngine(Engine):
         url = urlparse(self._url())
         return LaunchPlan([], {}, url.hostname or "127.0.0.1", url.port or port, 1.0, 1.0)
 
-    def server(self):
-        """The ServerSession stand-in the trial uses instead of the node's actor."""
+    def server(self) -> ServerHandle:
+        """The ServerHandle the trial uses instead of the node's actor: the server at ``engine.base_url``."""
         from grid.server.external import ExternalServer
 
         return ExternalServer(self._url(), self.spec.engine.api_key, self.spec.engine.startup_timeout_s)

@@ -478,7 +478,7 @@ class StreamParser:
         rec = self.rec
         if rec.stream:
             if self._buf:  # a last line without a newline ends with the stream: parse it as if one followed
-                last_ts = rec.raw_reads[-1][0] if rec.raw_reads else rec.end_perf_ns
+                last_ts = rec.raw_reads[-1][0] if rec.raw_reads else (rec.end_perf_ns or 0)
                 rec.raw_reads.append((last_ts, b"\n"))
                 self.consume()
             self._dispatch()
@@ -528,7 +528,7 @@ class StreamParser:
     def _finish_body(self) -> None:
         rec = self.rec
         data = b"".join(self._body_parts)
-        ts = rec.raw_reads[-1][0] if rec.raw_reads else rec.end_perf_ns
+        ts = rec.raw_reads[-1][0] if rec.raw_reads else (rec.end_perf_ns or 0)
         try:
             obj = json.loads(data)
             if not isinstance(obj, dict):

@@ -145,7 +145,7 @@ class PromptForm:
 
     @classmethod
     def choose(cls, dataset: str, api_takes: frozenset[str], vocab_size: int, tokenizer: Any = None,
-               source: str = "", ids_trusted: bool = True) -> "PromptForm":
+               source: str = "", ids_trusted: bool = True) -> PromptForm:
         """The form for ``load.dataset`` on an API that takes ``api_takes``: token ids when both allow them and the
         ids are known to lie in the server's vocabulary (a tokenizer, or ``ids_trusted``: ``vocab_size`` is the
         served model's), else text. Raises ``ValueError`` when the dataset yields no form the API takes (the config
@@ -362,7 +362,7 @@ class DatasetArgs:
     seed: int
     path: str | None = None
     as_text: bool = False
-    form: "PromptForm | None" = None  # the run's prompt form (tokenizer, text or ids); random kinds build through it
+    form: PromptForm | None = None  # the run's prompt form (tokenizer, text or ids); random kinds build through it
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import asyncio
 import ssl as ssl_mod
 import time
 import zlib
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -124,7 +125,7 @@ class Exchange:
         self._left = 0
         self._cstate = _C_SIZE
         self._cbuf = b""
-        self._decomp = None
+        self._decomp: Any = None  # a zlib decompressor while the body is gzip or deflate encoded
 
     # -- head --
     def _parse_head(self, ts: int, data: bytes) -> bytes | None:

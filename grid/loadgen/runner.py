@@ -273,8 +273,8 @@ class _Session:
         abort = self._abort.pop(rec.request_index, None)
         if task.cancelled():
             rec.fail(*(abort or ("client_error", "cancelled")))
-        elif (exc := task.exception()) is not None:
-            rec.fail(*_classify(exc))
+        elif (error := task.exception()) is not None:
+            rec.fail(*_classify(error))
         self._parse_queue.put_nowait(parser)
         return rec
 
@@ -498,8 +498,8 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(wave) + len(items)))))
     t0 = start[0] if start else time.perf_counter_ns()
-    for rec in out:
-        rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+    for rec in out:  # every record was stamped when its worker took it
+        rec.scheduled_offset_ns = None if rec.scheduled_perf_ns is None else rec.scheduled_perf_ns - t0
     t1 = max((r.end_perf_ns for r in out if r.end_perf_ns is not None), default=None)
     return out, warm, tails, t0, t1
 

@@ -50,7 +50,7 @@ Conventions:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +85,8 @@ class SLO:
         return {k: v for k, v in pairs if v is not None}
 
 
-_STATS = (("mean", None), ("median", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("max", None))
+_STATS: tuple[tuple[str, float | None], ...] = (("mean", None), ("median", 50.0), ("p90", 90.0), ("p95", 95.0),
+                                                ("p99", 99.0), ("max", None))
 _LAT = {
     "ttft": "time to first token (first event with a generated token)",
     "tpot": "time per output token, (e2e - TTFT) / (output_tokens - 1), one value per request",
@@ -186,7 +187,7 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float | None]:
             out[key] = float(arr.mean())
         elif name == "max":
             out[key] = float(arr.max())
-        else:
+        elif q is not None:
             out[key] = float(np.percentile(arr, q))
     return out
 
@@ -195,7 +196,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
 
 
-def _mean(values: list[float]) -> float | None:
+def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
@@ -288,12 +289,12 @@ def _steady_window(result: LoadPointResult, out: dict[str, Any], start: int, end
                    duration_s: float | None) -> float | None:
     """Fill the throughput and concurrency columns of a ``steady_state`` point (module docstring); returns its
     ``requests_per_s`` for the goodput."""
-    every = [r for r in (*result.records, *result.warmup_records, *result.tail_records)
+    every = [(r, r.send_perf_ns, r.end_perf_ns) for r in (*result.records, *result.warmup_records, *result.tail_records)
              if r.send_perf_ns is not None and r.end_perf_ns is not None]
-    counted = [window_tokens(r, start, end) for r in every]
+    counted = [window_tokens(r, start, end) for r, _, _ in every]
     in_tokens, out_tokens = sum(c[0] for c in counted), sum(c[1] for c in counted)
-    ended = sum(1 for r in every if r.status == "ok" and start <= r.end_perf_ns <= end)
-    clipped = [(max(r.send_perf_ns, start), min(r.end_perf_ns, end)) for r in every]
+    ended = sum(1 for r, _, r_end in every if r.status == "ok" and start <= r_end <= end)
+    clipped = [(max(r_send, start), min(r_end, end)) for _, r_send, r_end in every]
     clipped = [(s, e) for s, e in clipped if e > s]
     assert duration_s is not None
     have_ok = out["completed"] > 0
@@ -344,18 +345,19 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     out["duration_s"] = duration_s
     in_toks = [m.input_tokens for _, m in ok if m.input_tokens is not None]
     out_toks = [m.output_tokens for _, m in ok if m.output_tokens is not None]
-    have_ok = bool(ok) and duration_s is not None
-    out["requests_per_s"] = len(ok) / duration_s if have_ok else None
-    out["input_tok_per_s"] = sum(in_toks) / duration_s if have_ok and in_toks else None
-    out["output_tok_per_s"] = sum(out_toks) / duration_s if have_ok and out_toks else None
+    rate_s = duration_s if ok else None  # rates need a window with a successful request in it
+    out["requests_per_s"] = len(ok) / rate_s if rate_s is not None else None
+    out["input_tok_per_s"] = sum(in_toks) / rate_s if rate_s is not None and in_toks else None
+    out["output_tok_per_s"] = sum(out_toks) / rate_s if rate_s is not None and out_toks else None
     out["total_tok_per_s"] = (
-        (sum(in_toks) + sum(out_toks)) / duration_s if have_ok and in_toks and out_toks else None
+        (sum(in_toks) + sum(out_toks)) / rate_s if rate_s is not None and in_toks and out_toks else None
     )
     out["total_input_tokens"] = sum(in_toks) if in_toks else None
     out["total_output_tokens"] = sum(out_toks) if out_toks else None
     out["mean_input_tokens"] = _mean(in_toks)
     out["mean_output_tokens"] = _mean(out_toks)
-    lifetimes = [(r.send_perf_ns, r.end_perf_ns) for r in records]
+    lifetimes = [(r.send_perf_ns, r.end_perf_ns) for r in records  # every one has both (checked above)
+                 if r.send_perf_ns is not None and r.end_perf_ns is not None]
     out["concurrency_mean"] = sum(e - s for s, e in lifetimes) / window if records else None
     out["concurrency_peak"] = peak_concurrency(lifetimes) if records else None
     steady = result.window_kind == "steady_state"

@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any
+from typing import Any, cast
 
 from grid.metrics.confidence import interval, overlaps
 from grid.plan import level_name
@@ -178,7 +178,7 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
                     run_spread[m] = max(run_spread.get(m, 0.0), s)
     configs = []
     for ha, hb, how in match_configs(a, b):
-        ref = a[ha][0] if ha else b[hb][0]
+        ref = a[ha][0] if ha else b[cast(str, hb)][0]  # match_configs names at least one side
         c = ConfigDiff(ref["label"], ha, hb, how, a[ha][0]["trial_status"] if ha else None,
                        b[hb][0]["trial_status"] if hb else None)
         if ha and hb:

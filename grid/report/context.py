@@ -7,7 +7,7 @@ not in the pure ranking/rendering modules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grid.config.schema import RunSpec
@@ -23,7 +23,7 @@ ENGINE_WORDS = {
 }
 
 
-def _levels(values: list[float]) -> str:
+def _levels(values: Sequence[float]) -> str:
     return ", ".join(f"{v:g}" for v in values)
 
 
@@ -55,7 +55,7 @@ def _span(values: list, fmt: str = "{:g}") -> str:
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
-def window_line(rows: list[Mapping[str, Any]]) -> str | None:
+def window_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """What the steady-state windows of the measured closed-loop points were (their ``window_kind``,
     ``duration_s``, ``warmup_requests_run``, ``tail_requests_run`` columns); None without any."""
     steady = [r for r in rows if r.get("window_kind") == "steady_state" and r.get("duration_s") is not None]
@@ -82,7 +82,7 @@ def repeats_line(repeats: int) -> str:
             "spread")
 
 
-def measured_lines(spec: RunSpec, rows: list[Mapping[str, Any]], plans: list | None = None) -> list[str]:
+def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list | None = None) -> list[str]:
     """Bullet lines saying what was measured: model, hardware, engine and release, twin or real, workload (ISL/OSL,
     closed or open loop, levels, requests per point), the twin's time scale and the objective.
 
@@ -177,7 +177,7 @@ def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
     best, second = scored[0], scored[1]
     if not best.score:
         return []
-    gap = abs(best.score - second.score) / abs(best.score)
+    gap = abs(best.score - (second.score or 0.0)) / abs(best.score)  # second.score is set: it is in ``scored``
     moe = spec.model.is_moe
     family = gpu_family(spec.hardware.sm_version)
     sigma = uncertainty(metric, moe=moe, gpu=family)

@@ -10,7 +10,7 @@ may have mattered or the gauges were not scraped (nothing to say then).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
 from grid.report.explain import varied_settings
@@ -22,7 +22,7 @@ from grid.report.select import Verdict
 #: still holds the peak. 0.5 leaves room for the largest pool ratio a shipped sweep varies (0.80 vs 0.95: 1.19x).
 KV_USAGE_IRRELEVANT = 0.5
 
-Check = Callable[[list[Mapping[str, Any]], list[Any]], str | None]
+Check = Callable[[Sequence[Mapping[str, Any]], list[Any]], str | None]
 CHECKS: dict[str, Check] = {}
 
 
@@ -33,13 +33,13 @@ def register(setting: str) -> Callable[[Check], Check]:
     return add
 
 
-def _peak(rows: list[Mapping[str, Any]], column: str) -> float | None:
+def _peak(rows: Sequence[Mapping[str, Any]], column: str) -> float | None:
     values = [r[column] for r in rows if r.get(column) is not None]
     return max(values) if values else None
 
 
 @register("mem_fraction_static")
-def _kv_pool(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
+def _kv_pool(rows: Sequence[Mapping[str, Any]], values: list[Any]) -> str | None:
     peak = _peak(rows, "srv_token_usage_max")
     if peak is None or peak >= KV_USAGE_IRRELEVANT or (_peak(rows, "srv_queue_max") or 0) > 0:
         return None
@@ -49,7 +49,7 @@ def _kv_pool(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
 
 
 def _batch_cap(setting: str, what: str) -> Check:
-    def check(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
+    def check(rows: Sequence[Mapping[str, Any]], values: list[Any]) -> str | None:
         caps = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
         peak = _peak(rows, "srv_running_max")
         if not caps or peak is None or peak > min(caps):
@@ -66,7 +66,7 @@ register("max_running_requests")(_batch_cap("max_running_requests", "cap"))
 
 
 @register("schedule_policy")
-def _queue_order(rows: list[Mapping[str, Any]], values: list[Any]) -> str | None:
+def _queue_order(rows: Sequence[Mapping[str, Any]], values: list[Any]) -> str | None:
     peak = _peak(rows, "srv_queue_max")
     if peak is None or peak > 0:
         return None

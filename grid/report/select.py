@@ -15,7 +15,7 @@ SLOs from those recomputed values only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -170,6 +170,20 @@ class Verdict:
     interval: Interval | None = None   # the score's repeats at the best level (None: not scored)
 
 
+def _score(v: Verdict) -> float:
+    """The score of a scored verdict (``TypeError`` for one without)."""
+    if v.score is None:
+        raise TypeError(f"{v.label}: not scored")
+    return v.score
+
+
+def _best_point(v: Verdict) -> dict:
+    """The best load point of a scored verdict (``TypeError`` for one without)."""
+    if v.best_point is None:
+        raise TypeError(f"{v.label}: no best load point")
+    return v.best_point
+
+
 def _slo_misses(row: dict, slo) -> list[str]:
     """Each SLO the row misses, as text, from the percentile values :func:`rejudge` put on the row. Raises
     ``ValueError`` for a row that did not pass through it (the stored goodput and percentiles belong to the SLOs of
@@ -248,7 +262,7 @@ def _repeat_text(row: Mapping[str, Any]) -> str:
     return f" (repeat {r})" if r else ""
 
 
-def level_scores(rows: Iterable[Mapping[str, Any]], eligible: list[Mapping[str, Any]],
+def level_scores(rows: Iterable[Mapping[str, Any]], eligible: Sequence[Mapping[str, Any]],
                  metric: str) -> list[tuple[dict, Interval]]:
     """Per load level (``point_kind``, ``point_value``) of ``rows`` whose every repeat is in ``eligible``: a copy of
     its first repeat's row with ``metric`` replaced by the mean over the repeats, and the repeats' :class:`Interval`
@@ -304,7 +318,7 @@ def _failure_reason(first: dict) -> str:
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 
 
-def accuracy_gate(rows: list[Mapping[str, Any]], max_drop: float) -> tuple[float | None, str, dict[str, str]]:
+def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[float | None, str, dict[str, str]]:
     """(baseline exact-match share, where it comes from, {config_hash: why it cannot win}) from the load-point
     columns ``accuracy_exact_match`` / ``accuracy_role`` (grid/accuracy; pure). The baseline is the lowest share of
     the configurations that compute like the sweep's base; with none measured, the highest share measured (the
@@ -375,12 +389,13 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
                 misses.append(f"{level}: {_no_score(obj, objective.slo)}")
                 continue
             eligible.append(row)
-        best, best_iv = None, None
+        best: dict | None = None
+        best_iv: Interval | None = None
         for agg, iv in level_scores(obj.points(group), eligible, obj.metric):
-            better = best is None or (iv.mean > best_iv.mean if obj.higher_is_better else iv.mean < best_iv.mean)
+            better = best_iv is None or (iv.mean > best_iv.mean if obj.higher_is_better else iv.mean < best_iv.mean)
             if better:
                 best, best_iv = agg, iv
-        if best is None:
+        if best is None or best_iv is None:
             head = "no load point met the SLOs" if slo_missed else "no eligible load point"
             verdicts.append(Verdict(h, first["label"], "no_eligible_point", None,
                                     f"{head}: " + "; ".join(misses), None, group))
@@ -393,22 +408,22 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             if v.config_hash in gated and v.score is not None:
                 v.outcome = "less_accurate"
                 v.reason = (f"{gated[v.config_hash]}; it scored {fmt_score(v.score)} {obj.unit} at "
-                            f"{level_name(v.best_point)}")
+                            f"{level_name(_best_point(v))}")
                 v.score = None
     scored = sorted((v for v in verdicts if v.score is not None),
-                    key=lambda v: v.score, reverse=obj.higher_is_better)
+                    key=_score, reverse=obj.higher_is_better)
     if scored:
         top = scored[0]
         top.outcome = "best"
-        top.reason = f"{obj.description(objective.slo)}: {fmt_score(top.score)} {obj.unit}" + (
-            f" at {level_name(top.best_point)}" if obj.metric != "point_value" else "")  # capacity: the level itself
+        top.reason = f"{obj.description(objective.slo)}: {fmt_score(_score(top))} {obj.unit}" + (
+            f" at {level_name(_best_point(top))}" if obj.metric != "point_value" else "")  # capacity: the level itself
         if top.interval is not None and top.interval.measured:
             top.reason += f" ({spread_text(top.interval, obj.unit)})"
         ties = 0
         for v in scored[1:]:
-            delta = (v.score - top.score) / top.score * 100 if top.score else 0.0
-            mine, theirs = fmt_scores(v.score, top.score)
-            where = f" at {level_name(v.best_point)}" if obj.metric != "point_value" else ""
+            delta = (_score(v) - _score(top)) / _score(top) * 100 if top.score else 0.0
+            mine, theirs = fmt_scores(_score(v), _score(top))
+            where = f" at {level_name(_best_point(v))}" if obj.metric != "point_value" else ""
             v.reason = (f"{mine} {obj.unit}{where} vs best {theirs} "
                         f"({fmt_delta(delta)})")
             tied, why = is_tie(v.interval, top.interval, delta, obj.unit)
@@ -429,7 +444,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         levels = [agg for agg, _ in level_scores(obj.points(top.rows), [r for r in top.rows if r["status"] == "ok"
                                                                         and r.get(obj.metric) is not None],
                                                  obj.metric)]
-        note = rising_note(obj, levels, top.best_point)
+        note = rising_note(obj, levels, _best_point(top))
         if note:
             top.reason += f"; {note}"
     order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5}

@@ -65,6 +65,8 @@ class OptunaPolicy(Policy):
             trial = f"grid_{self.asked}"
             self.asked += 1
             point = self.searcher.suggest(trial)
+            if point is None:
+                raise RuntimeError(f"OptunaSearch proposed no configuration for {trial}")
             c: Candidate | None = self.by_point.get(json.dumps([json.loads(point[k]) for k in self.keys]))
             if c is None or c.refused or (c.known_to_fail and not self.try_known_failures) \
                     or c.config_hash in self.measured:

@@ -57,7 +57,7 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
                                  else forecast(spec, p, version)) for p in plans}
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
-                       forecast=(forecasts[p.config_hash].value if forecasts[p.config_hash] else None),
+                       forecast=(f.value if (f := forecasts[p.config_hash]) else None),
                        gpu_s=gpu_seconds(spec, forecasts[p.config_hash]), settings=p.settings) for p in plans]
     s = spec.search
     budget = Budget(s.max_launches, max_gpu_s(s, cands))
@@ -75,7 +75,7 @@ def expected_launches(sp: SearchPlan) -> list[str]:
                             try_known_failures=sp.policy.try_known_failures, twin_error=sp.policy.twin_error,
                             spread=sp.policy.spread, seed=sp.policy.seed, tolerance=sp.policy.tolerance,
                             risk=sp.policy.risk)
-    launched = []
+    launched: list[str] = []
     while True:
         h = trial.next()
         if h in ("done", "wait"):

@@ -189,8 +189,8 @@ class TwinRanked(Policy):
 
     def bias(self) -> float:
         """Median measured/forecast ratio over the configurations measured with both (1.0 before any)."""
-        ratios = [v / self.by_hash[h].forecast for h, v in self.measured.items()
-                  if v is not None and self.by_hash[h].forecast]
+        ratios = [v / forecast for h, v in self.measured.items()
+                  if v is not None and (forecast := self.by_hash[h].forecast)]
         return statistics.median(ratios) if ratios else 1.0
 
     def optimistic(self, c: Candidate) -> float | None:
@@ -286,7 +286,7 @@ class TwinGuided(Policy):
             self._fitted = (key, fit(self.x[rows], y, self.k, self.twin_error, self.spread))
         return self._fitted[1]
 
-    def _open(self) -> list[Candidate]:
+    def _open(self) -> list[Candidate]:  # each with a positive forecast (:func:`_forecast`)
         return [c for c in self.queue if not c.refused and not c.known_to_fail and c.forecast and c.forecast > 0]
 
     def p_left(self, best: float, open_: list[Candidate]) -> float:
@@ -294,7 +294,7 @@ class TwinGuided(Policy):
         import numpy as np
 
         rows = [self.row[c.config_hash] for c in open_]
-        logf = np.array([self._log(c.forecast) for c in open_])
+        logf = np.array([self._log(_forecast(c)) for c in open_])
         return self.model().p_any_beats(self.x[rows], logf, self._log(best) + math.log1p(self.tolerance),
                                         seed=self.seed)
 
@@ -303,7 +303,7 @@ class TwinGuided(Policy):
         import numpy as np
 
         rows = [self.row[c.config_hash] for c in open_]
-        logf = np.array([self._log(c.forecast) for c in open_])
+        logf = np.array([self._log(_forecast(c)) for c in open_])
         ref = self._log(best) if best is not None else float(logf.max())
         gain = self.model().expected_improvement(self.x[rows], logf, ref) / np.array([max(c.gpu_s, 1.0) for c in open_])
         return open_[int(np.argmax(gain))]
@@ -356,3 +356,10 @@ register(Search("twin_ranked", "ranked on the twin, measured in forecast order u
                 TwinRanked))
 register(Search("twin_guided", "ranked on the twin, corrected by what is measured, stopped when nothing left is "
                 "likely to win", TwinGuided))
+
+
+def _forecast(c: Candidate) -> float:
+    """The forecast of an open candidate (``TwinGuided._open`` keeps only those with one); ``ValueError`` without."""
+    if c.forecast is None:
+        raise ValueError(f"{c.config_hash}: no forecast")
+    return c.forecast

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 
 def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -40,7 +40,7 @@ def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, flo
     return out
 
 
-def summarize(rows: list[Mapping], verdicts: list, *, objective: str, search: str, gpu_count: int,
+def summarize(rows: Sequence[Mapping], verdicts: list, *, objective: str, search: str, gpu_count: int,
               configurations: int, refused: int = 0, known_to_fail: int = 0, not_run: int = 0,
               modelled_startup_s: Mapping[str, float] | None = None) -> dict:
     """The summary of a run from its load-point rows and the report's verdicts (grid.report.select.rank)."""

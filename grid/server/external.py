@@ -1,6 +1,6 @@
 """A server that is already running (engine=openai, or an SGLang server someone else started): nothing to launch.
 
-``ExternalServer`` has the ServerSession interface (grid/server/session.py) so a trial measures it exactly as it
+``ExternalServer`` is a ServerHandle (grid/server/handle.py) so a trial measures it exactly as it
 measures a server it launched: ``launch()`` only waits for readiness and runs the correctness probe, ``stop()`` does
 nothing (the server is not ours), ``alive()`` asks the server. There is no process, so no exit code and no log.
 
@@ -17,11 +17,13 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
+from grid.server.handle import LaunchRequest, LaunchResult
 from grid.server.probe import probe
-from grid.server.session import LaunchResult
 from grid.server.net import urlopen
+from grid.server.statuses import TrialStatus
 
 #: Readiness endpoints tried in order: SGLang's /health (200 once warm-up is done, sglang.md §2.1), then the
 #: OpenAI-compatible model list every such server serves.
@@ -48,7 +50,7 @@ def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, bytes]:
             return err.code, b""
 
 
-def _get_json(url: str, api_key: str | None, timeout_s: float) -> dict | None:
+def _get_json(url: str, api_key: str | None, timeout_s: float) -> dict[str, Any] | None:
     """The JSON object at ``url`` when it answers 200 with one, else None. Never raises."""
     try:
         status, body = _get(url, api_key, timeout_s)
@@ -89,7 +91,7 @@ class ServerFacts:
         return self.version if self.engine == "sglang" else f"{self.engine or 'external'} {self.version}"
 
 
-def parse_models(obj: dict) -> tuple[ServedModel, ...]:
+def parse_models(obj: dict[str, Any]) -> tuple[ServedModel, ...]:
     """The ``data`` list of an OpenAI ``/v1/models`` body. Raises ``ValueError`` for another shape. Pure."""
     data = obj.get("data")
     if not isinstance(data, list):
@@ -169,15 +171,12 @@ class ExternalServer:
         self.last_answer = "; ".join(answers)
         return None
 
-    def launch(self, argv: list[str] | None = None, env: dict | None = None, port: int = 0, log_path: str = "",
-               time_scale: float = 1.0, startup_timeout_s: float = 0.0, api: str = "generate", model: str = "",
-               api_key: str | None = None, label: str = "", startup_time_scale: float | None = None,
-               probe_enabled: bool = True, **_: object) -> dict:
+    def launch(self, request: LaunchRequest) -> LaunchResult:
         """Wait (up to ``ready_timeout_s`` real seconds) for the server to answer, then run the correctness probe
-        (unless ``probe_enabled`` is False). ``argv``/``env``/``log_path`` are ignored: nothing is started. Returns
-        ``LaunchResult.to_dict()``."""
-        self.label = label or "external"
-        key = api_key if api_key is not None else self.api_key
+        (unless ``request.probe_enabled`` is False). ``argv``/``env``/``log_path``/``port`` of the request are
+        ignored: nothing is started."""
+        self.label = request.label or "external"
+        key = request.api_key if request.api_key is not None else self.api_key
         self.api_key = key
         t0 = time.perf_counter()
         deadline = t0 + self.ready_timeout_s
@@ -189,13 +188,14 @@ class ExternalServer:
             return LaunchResult("failed", "external_unreachable",
                                 f"{self.base_url} did not answer {' or '.join(READY_PATHS)} with 200 within "
                                 f"{self.ready_timeout_s:.0f} s (last answers: {self.last_answer})", self.port,
-                                self.base_url).to_dict()
-        verdict = probe(self.base_url, api, model, key, lambda: "", timeout_s=max(30.0, 600 / time_scale),
-                        enabled=probe_enabled)
-        status = "ok" if verdict.ok else ("failed" if verdict.error_class == "probe_error" else "invalid")
+                                self.base_url)
+        verdict = probe(self.base_url, request.api, request.model, key, lambda: "",
+                        timeout_s=max(30.0, 600 / request.time_scale), enabled=request.probe_enabled)
+        status: TrialStatus = "ok" if verdict.ok else ("failed" if verdict.error_class == "probe_error"
+                                                       else "invalid")
         return LaunchResult(status, verdict.error_class, verdict.detail, self.port, self.base_url,
                             startup_s=None, phases=[f"ready: {path}"], probe_answers=verdict.answers,
-                            probe_status=verdict.status).to_dict()
+                            probe_status=verdict.status)
 
     def alive(self) -> bool:
         return self.ready() is not None
@@ -215,13 +215,15 @@ class ExternalServer:
     def read_log(self, start: int, end: int | None = None) -> str:
         return ""
 
-    def server_info(self, api_key: str | None = None) -> dict | None:
+    def server_info(self, api_key: str | None = None) -> dict[str, Any] | None:
         """SGLang's /server_info when the server has it (None for other engines)."""
         for path in SERVER_INFO_PATHS:
             try:
                 status, body = _get(self.base_url + path, api_key or self.api_key, 10.0)
                 if status == 200:
-                    return json.loads(body)
+                    info = json.loads(body)
+                    if isinstance(info, dict):
+                        return info
             except (OSError, ValueError):
                 continue
         return None

@@ -10,6 +10,14 @@ grid/server/session.py; this module holds the ones from outside the session (the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
+from grid.server.statuses import TrialErrorClass
+
+T = TypeVar("T")
+
 INFRA_CLASSES = {
     "env_dirty": "the node was not clean after the previous server stopped (its processes, port or GPU memory)",
     "port_in_use": "the server's port stayed taken by another process through every retry",
@@ -24,55 +32,73 @@ class InfrastructureLost(RuntimeError):
     """The machinery that runs the server went away mid-trial. ``error_class`` is one of ``INFRA_CLASSES``.
     Deliberately not an ``OSError``: code that tolerates a failed HTTP poll must not swallow it."""
 
-    def __init__(self, error_class: str, message: str) -> None:
+    def __init__(self, error_class: TrialErrorClass, message: str) -> None:
         super().__init__(message)
-        self.error_class = error_class
-
-
-# What a server whose owner is gone answers, per ServerSession method, once the loss is known.
-_GONE = {"alive": False, "exit_code": None, "wait_exit": None, "log_tail": "", "log_size": 0, "read_log": "",
-         "server_info": None, "stop": None, "dirty": None}
+        self.error_class: TrialErrorClass = error_class
 
 
 class GuardedServer:
-    """A server handle (the ServerSession interface) that survives the loss of the machinery behind it.
+    """A ServerHandle (grid/server/handle.py) around another that survives the loss of the machinery behind it.
 
     The first call that raises ``InfrastructureLost`` is remembered in ``lost`` (with the method, ``lost_in``); from
-    then on every call answers as for a server that is gone (``alive()`` False, empty logs, ``stop()`` None), and
-    ``launch`` returns a ``skipped`` result with the loss's class. The trial's measurement therefore stops at the load
-    point during which the loss was found; :func:`infra_verdict` then turns that into an infrastructure verdict.
+    then on every call answers as for a server that is gone (``alive()`` False, no exit code, empty logs, no server
+    info, ``stop()`` None), ``pick_port`` returns the preferred port untouched, and ``launch`` returns a ``skipped``
+    result with the loss's class. The trial's measurement therefore stops at the load point during which the loss was
+    found; :func:`infra_verdict` then turns that into an infrastructure verdict.
     """
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner: ServerHandle) -> None:
         self.inner = inner
         self.lost: InfrastructureLost | None = None
         self.lost_in: str | None = None
 
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        method = getattr(self.inner, name)
+    def _call(self, name: str, call: Callable[[], T], gone: T) -> T:
+        """``call()`` while the machinery lives; ``gone`` once it is lost (this call's loss included)."""
+        if self.lost is None:
+            try:
+                return call()
+            except InfrastructureLost as err:
+                self.lost, self.lost_in = err, name
+        return gone
 
-        def call(*args, **kwargs):
-            if self.lost is None:
-                try:
-                    return method(*args, **kwargs)
-                except InfrastructureLost as err:
-                    self.lost, self.lost_in = err, name
-            if name == "launch":
-                return {"status": "skipped", "error_class": self.lost.error_class, "message": str(self.lost),
-                        "port": kwargs.get("port", 0), "base_url": "", "startup_s": None, "log_tail": "",
-                        "infra_retries": []}
-            if name == "pick_port":
-                preferred = args[0] if args else kwargs.get("preferred", 0)
-                return preferred or 0, []
-            return _GONE.get(name)
+    def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
+        unpicked: tuple[int, list[str]] = (preferred or 0, [])
+        return self._call("pick_port", lambda: self.inner.pick_port(preferred), unpicked)
 
-        return call
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        result = self._call("launch", lambda: self.inner.launch(request), None)
+        if result is not None:
+            return result
+        assert self.lost is not None
+        return LaunchResult("skipped", self.lost.error_class, str(self.lost), request.port)
+
+    def alive(self) -> bool:
+        return self._call("alive", self.inner.alive, False)
+
+    def exit_code(self) -> int | None:
+        return self._call("exit_code", self.inner.exit_code, None)
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        return self._call("wait_exit", lambda: self.inner.wait_exit(timeout_s), None)
+
+    def log_tail(self, max_bytes: int = 8000) -> str:
+        return self._call("log_tail", lambda: self.inner.log_tail(max_bytes), "")
+
+    def log_size(self) -> int:
+        return self._call("log_size", self.inner.log_size, 0)
+
+    def read_log(self, start: int, end: int | None = None) -> str:
+        return self._call("read_log", lambda: self.inner.read_log(start, end), "")
+
+    def server_info(self, api_key: str | None = None) -> dict[str, Any] | None:
+        return self._call("server_info", lambda: self.inner.server_info(api_key), None)
+
+    def stop(self, grace_s: float = 10.0) -> str | None:
+        return self._call("stop", lambda: self.inner.stop(grace_s), None)
 
 
-def infra_verdict(lost: InfrastructureLost, lost_in: str | None, rows: list[dict],
-                  tables: dict[str, list[dict]]) -> None:
+def infra_verdict(lost: InfrastructureLost, lost_in: str | None, rows: list[dict[str, Any]],
+                  tables: dict[str, list[dict[str, Any]]]) -> None:
     """Give a trial whose infrastructure was lost its verdict, in place: every row ``trial_status = skipped`` with
     the loss's class and message. The load point during which the loss was found (the last one measured) is marked
     ``not_run`` with that class and its requests and samples are dropped: they measured the loss, not the

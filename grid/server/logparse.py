@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from grid.server.statuses import TrialErrorClass
+
 _LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)(?P<prefix>[^\]]*)\]\s+(?P<kind>Prefill|Decode) batch"
                    r"(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
 _RENAME = {
@@ -86,7 +88,7 @@ def error_headline(log_tail: str | None) -> str:
 # (error class, pattern, source). Matched against the log the server writes while a load point runs (and the tail of a
 # failed trial); the earliest matching line names the class, since the first error is the cause and later ones (an
 # NCCL error on the other ranks after one rank's OOM, the SIGQUIT line) are its consequences.
-RUNTIME_ERRORS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+RUNTIME_ERRORS: tuple[tuple[TrialErrorClass, re.Pattern[str], str], ...] = (
     ("runtime_oom", re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory"),
      "PyTorch's CUDA caching allocator raises torch.OutOfMemoryError (torch.cuda.OutOfMemoryError before 2.5) "
      "'CUDA out of memory. Tried to allocate ...'; SGLang logs it as 'Scheduler hit an exception' "
@@ -110,7 +112,7 @@ RUNTIME_ERRORS: tuple[tuple[str, re.Pattern[str], str], ...] = (
 OUTPUT_ERROR_CLASSES = frozenset({"nan_output"})
 
 
-def runtime_error(text: str | None) -> tuple[str, str] | None:
+def runtime_error(text: str | None) -> tuple[TrialErrorClass, str] | None:
     """``(error class, line)`` of the earliest line of ``text`` that matches a :data:`RUNTIME_ERRORS` pattern (the
     line without its ``[time ...]`` prefix, at most 200 characters), or None. The ``server_args=...`` dump is never
     matched (it names flags such as ``enable_nan_detection``). Pure."""

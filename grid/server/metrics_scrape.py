@@ -113,7 +113,8 @@ def fetch_text(base_url: str, timeout_s: float = 2.0, api_key: str | None = None
             return resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as err:
         raise MetricsUnavailable(f"{base_url}/metrics answered HTTP {err.code}"
-                                 + (" (the server runs without --enable-metrics)" if err.code == 404 else ""))
+                                 + (" (the server runs without --enable-metrics)" if err.code == 404 else "")
+                                 ) from err
     except (OSError, ValueError) as err:
         raise MetricsUnavailable(f"{base_url}/metrics: {err}") from None
 

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from grid.server.net import urlopen
+from grid.server.statuses import ProbeStatus, TrialErrorClass
 
 # Completion-style prompts (no chat template), as SGLang's own warm-up request: "The capital city of France is".
 PROBES: tuple[tuple[str, str], ...] = (
@@ -32,13 +33,13 @@ ERROR_BODY_CHARS = 500
 @dataclass
 class ProbeResult:
     ok: bool
-    error_class: str | None = None     # garbage_output | nan_output | empty_output | probe_error
+    error_class: TrialErrorClass | None = None  # garbage_output | nan_output | empty_output | probe_error
     detail: str = ""
     answers: list[str] = field(default_factory=list)
     skipped: bool = False              # probe.enabled=false: nothing was sent, nothing judged
 
     @property
-    def status(self) -> str:
+    def status(self) -> ProbeStatus:
         """``skipped`` | ``passed`` | ``failed`` (the ``probe_status`` column)."""
         return "skipped" if self.skipped else ("passed" if self.ok else "failed")
 

@@ -30,6 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grid.server.statuses import TrialErrorClass
+
 RUN_ID_ENV = "GRID_RUN_ID"                  # the run-id marker in every server's environment
 REGISTRY_ENV = "GRID_PROCESS_REGISTRY"      # where ManagedServer records the groups it starts (a directory)
 
@@ -40,9 +42,10 @@ BIND_PATTERNS = re.compile(r"error while attempting to bind on address|address a
 class StartupError(RuntimeError):
     """The server did not become ready. ``error_class``: startup_exit | startup_oom | startup_timeout | port_in_use."""
 
-    def __init__(self, error_class: str, message: str, exit_code: int | None = None, log_tail: str = "") -> None:
+    def __init__(self, error_class: TrialErrorClass, message: str, exit_code: int | None = None,
+                 log_tail: str = "") -> None:
         super().__init__(message)
-        self.error_class = error_class
+        self.error_class: TrialErrorClass = error_class
         self.exit_code = exit_code
         self.log_tail = log_tail
 
@@ -294,7 +297,7 @@ class ManagedServer:
             if not self.alive():
                 code = self.exit_code()
                 tail = self.log_tail()
-                cls = ("startup_oom" if OOM_PATTERNS.search(tail) else
+                cls: TrialErrorClass = ("startup_oom" if OOM_PATTERNS.search(tail) else
                        "port_in_use" if BIND_PATTERNS.search(tail) else "startup_exit")
                 self.stop(1.0)
                 raise StartupError(cls, f"server exited with code {code} before it was ready", code, tail)

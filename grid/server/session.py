@@ -21,13 +21,15 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from grid.server.handle import LaunchRequest, LaunchResult
 from grid.server.logparse import error_headline, strip_poll_lines
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
+from grid.server.statuses import TrialStatus
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
@@ -57,31 +59,10 @@ def gpu_memory_used_mib() -> list[int] | None:
         return None
 
 
-@dataclass
-class LaunchResult:
-    """Outcome of launch + readiness + correctness probe (plain data: it crosses Ray)."""
-
-    status: str                      # ok | failed | invalid | skipped (infrastructure: env_dirty, port_in_use)
-    error_class: str | None = None   # startup_exit | startup_oom | startup_timeout | garbage_output | nan_output ...
-    message: str = ""
-    port: int = 0
-    base_url: str = ""
-    startup_s: float | None = None   # modelled seconds launch -> ready
-    port_open_s: float | None = None
-    phases: list[str] = field(default_factory=list)
-    exit_code: int | None = None
-    log_tail: str = ""
-    probe_answers: list[str] = field(default_factory=list)
-    infra_retries: list[str] = field(default_factory=list)
-    probe_status: str | None = None  # passed | failed | skipped (probe.enabled=false) | None: not reached
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 class ServerSession:
-    """Owns at most one server on this node. ``clean_wait_s``: real seconds a stopped server gets to release its
-    group, port and GPU memory before the node is marked env_dirty."""
+    """The ServerHandle (grid/server/handle.py) of a server process on this node: owns at most one.
+    ``clean_wait_s``: real seconds a stopped server gets to release its group, port and GPU memory before the node is
+    marked env_dirty."""
 
     def __init__(self, host: str = "127.0.0.1", clean_wait_s: float = CLEAN_WAIT_S) -> None:
         self.host = host
@@ -101,32 +82,32 @@ class ServerSession:
             notes.append(f"port_in_use: {preferred} held by another process; used a free port")
         return free_port(self.host), notes
 
-    def launch(self, argv: list[str], env: dict[str, str], port: int, log_path: str, time_scale: float,
-               startup_timeout_s: float, api: str, model: str, api_key: str | None, label: str = "",
-               startup_time_scale: float | None = None, probe_enabled: bool = True) -> dict:
-        """Start the server, wait for readiness, run the correctness probe. Returns ``LaunchResult.to_dict()``.
+    def launch(self, request: LaunchRequest) -> LaunchResult:
+        """Start the server, wait for readiness, run the correctness probe.
 
-        ``startup_time_scale`` converts real seconds to modelled ones until ready (default ``time_scale``). When the
-        port turns out to be taken the launch is retried on a free port and ``port`` in the result is the one used
-        (``argv`` must carry it as ``--port P``). A dirty node returns status ``skipped``, class ``env_dirty``.
+        ``request.startup_time_scale`` converts real seconds to modelled ones until ready (default ``time_scale``).
+        When the port turns out to be taken the launch is retried on a free port and ``port`` in the result is the
+        one used (``argv`` must carry it as ``--port P``). A dirty node returns status ``skipped``, class
+        ``env_dirty``.
         """
         self.stop()
+        argv, port, api_key = list(request.argv), request.port, request.api_key
         self.secrets = (api_key,) if api_key else ()
         if self.dirty is not None and not self.recheck_clean():
-            return LaunchResult("skipped", "env_dirty", f"node not clean, nothing launched: {self.dirty}",
-                                port).to_dict()
-        self.label = label or "server"
+            return LaunchResult("skipped", "env_dirty", f"node not clean, nothing launched: {self.dirty}", port)
+        self.label = request.label or "server"
         self._gpu_baseline = gpu_memory_used_mib()
         notes: list[str] = []
         for attempt in range(PORT_RETRIES + 1):
-            self.server = ManagedServer(argv, env, log_path, self.host, port, startup_time_scale or time_scale)
-            base_url = f"http://{self.server.host}:{port}"
+            server = self.server = ManagedServer(argv, request.env, request.log_path, self.host, port,
+                                                 request.startup_time_scale or request.time_scale)
+            base_url = f"http://{server.host}:{port}"
             try:
-                self.server.start()
-                ready = self.server.wait_ready(startup_timeout_s)
+                server.start()
+                ready = server.wait_ready(request.startup_timeout_s)
                 break
             except StartupError as err:
-                code = self.server.exit_code()
+                code = server.exit_code()
                 self.stop()
                 if err.error_class == "port_in_use" and attempt < PORT_RETRIES:
                     new_port = free_port(self.host)
@@ -134,21 +115,20 @@ class ServerSession:
                     argv = _with_port(argv, port, new_port)
                     port = new_port
                     continue
-                status = "skipped" if err.error_class == "port_in_use" else "failed"
-                tail = self._redact(strip_poll_lines(err.log_tail or self.server.log_tail()))
+                status: TrialStatus = "skipped" if err.error_class == "port_in_use" else "failed"
+                tail = self._redact(strip_poll_lines(err.log_tail or server.log_tail()))
                 cause = error_headline(tail)  # the server's own words say more than "exited before ready"
                 return LaunchResult(status, err.error_class, f"{err}: {cause}" if cause else str(err), port, base_url,
-                                    exit_code=code, log_tail=tail, infra_retries=notes).to_dict()
-        verdict = probe(base_url, api, model, api_key, self.server.log_tail, timeout_s=max(10.0, 600 / time_scale),
-                        enabled=probe_enabled)
-        if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.server.alive():
+                                    exit_code=code, log_tail=tail, infra_retries=notes)
+        verdict = probe(base_url, request.api, request.model, api_key, server.log_tail,
+                        timeout_s=max(10.0, 600 / request.time_scale), enabled=request.probe_enabled)
+        if verdict.error_class == "probe_error" and "timed out" in verdict.detail and server.alive():
             verdict.error_class = "server_hang"  # alive, port open, yet no answer: not the configuration's output
         status = "ok" if verdict.ok else ("failed" if verdict.error_class in ("probe_error", "server_hang")
                                           else "invalid")
-        result = LaunchResult(status, verdict.error_class, verdict.detail, port, base_url, ready.startup_s,
-                              ready.port_open_s, ready.phases, None, "" if verdict.ok else self.log_tail(),
-                              verdict.answers, notes, verdict.status)
-        return result.to_dict()
+        return LaunchResult(status, verdict.error_class, verdict.detail, port, base_url, ready.startup_s,
+                            ready.port_open_s, ready.phases, None, "" if verdict.ok else self.log_tail(),
+                            verdict.answers, notes, verdict.status)
 
     # -- node cleanliness ------------------------------------------------------------------------------------------
     def check_clean(self, pgid: int | None, port: int | None, wait_s: float | None = None) -> str | None:
@@ -216,8 +196,8 @@ class ServerSession:
             if len(text) >= max_bytes or not cut:
                 break
         if len(text) > max_bytes:
-            cut = text[-max_bytes:]
-            text = cut[cut.find("\n") + 1:] if "\n" in cut[:-1] else cut  # start at a whole line
+            last = text[-max_bytes:]
+            text = last[last.find("\n") + 1:] if "\n" in last[:-1] else last  # start at a whole line
         return self._redact(text)
 
     def log_size(self) -> int:
@@ -236,7 +216,7 @@ class ServerSession:
             data = f.read() if end is None else f.read(max(0, end - start))
         return self._redact(data.decode("utf-8", "replace"))
 
-    def server_info(self, api_key: str | None = None) -> dict | None:
+    def server_info(self, api_key: str | None = None) -> dict[str, Any] | None:
         if self.server is None:
             return None
         req = urllib.request.Request(f"http://{self.server.host}:{self.server.port}/server_info")
@@ -244,9 +224,10 @@ class ServerSession:
             req.add_header("Authorization", f"Bearer {api_key}")
         try:
             with urlopen(req, timeout=10) as resp:
-                return json.loads(resp.read())
+                info = json.loads(resp.read())
         except (OSError, ValueError):
             return None
+        return info if isinstance(info, dict) else None
 
     def stop(self, grace_s: float = 10.0) -> str | None:
         """Stop the server's whole group and check the node is clean; returns (and keeps in ``dirty``) the reason

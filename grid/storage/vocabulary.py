@@ -3,9 +3,14 @@
 
 Where each comes from: request classes, grid/loadgen/records.py; launch and probe, grid/server/process.py, session.py
 and probe.py; classes found during load, grid/sweep/measure.py with the log patterns of grid/server/logparse.py.
+The code spells them with the Literal types of grid/server/statuses.py, checked against this table.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from grid.server.statuses import PointStatus, RequestErrorClass, RequestStatus, TrialErrorClass, TrialStatus
 
 #: (column, value, meaning). Statuses first, then classes; ``trial_error_class`` of a trial whose every load point
 #: failed on a healthy server is the load point's ``error_class`` (a request class), or ``all_points_failed``.
@@ -83,6 +88,9 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("load_points.trial_error_class", "all_points_failed", "failed: every load point failed on a server that still "
                                                            "answered (else the point's request class, e.g. "
                                                            "stall_timeout when the timeout is shorter than the TTFT)"),
+    ("load_points.trial_error_class", "external_unreachable", "failed: an external server (engine=openai) did not "
+                                                              "answer its readiness paths within "
+                                                              "`engine.startup_timeout_s`"),
     ("load_points.trial_error_class", "env_dirty", "skipped: the node was not clean (a process of the last server "
                                                    "left, its port held, GPU memory not freed); nothing launched"),
     ("load_points.trial_error_class", "port_in_use", "skipped: every port tried was taken at launch"),
@@ -101,3 +109,14 @@ def describe_vocabulary() -> str:
     out = ["### statuses and error classes", "", "| column | value | meaning |", "|---|---|---|"]
     out += [f"| `{col}` | `{value}` | {meaning.replace('|', chr(92) + '|')} |" for col, value, meaning in VOCABULARY]
     return "\n".join(out) + "\n"
+
+
+#: Each Literal type of grid/server/statuses.py and the ``VOCABULARY`` column it spells
+#: (tests/storage/test_vocabulary_types.py checks that each lists exactly that column's values, in order).
+TYPED_COLUMNS: dict[str, Any] = {
+    "requests.status": RequestStatus,
+    "requests.error_class": RequestErrorClass,
+    "load_points.status": PointStatus,
+    "load_points.trial_status": TrialStatus,
+    "load_points.trial_error_class": TrialErrorClass,
+}

@@ -24,6 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
@@ -31,6 +32,9 @@ from grid.storage.parquet import recorded_hashes, set_aside_corrupt
 from grid.sweep.notes import known_notes, plan_notes
 from grid.plan import TrialPlan
 from grid.sweep.space import expand
+
+if TYPE_CHECKING:
+    from grid.search.plan import SearchPlan
 
 #: Ray/Tune settings grid runs with (a user's own value wins): the classic Tune output, no usage stats, trials in the
 #: driver's working directory, experiment state saved every 5 s, every worker's log lines shown.
@@ -49,7 +53,7 @@ class Plan:
     all: list[TrialPlan]
     todo: list[TrialPlan]
     done: dict[str, str]
-    search: object = None  # grid.search.plan.SearchPlan: what is known before launch and the search policy
+    search: SearchPlan | None = None  # what is known before launch and the search policy
 
 
 def plan_run(spec: RunSpec) -> Plan:
@@ -265,11 +269,11 @@ def run(spec: RunSpec, console) -> Plan:
     plan = plan_run(spec)
     version = engine.version()
     notes = [*engine.notes, *engine.workload_notes(spec.load), *plan_notes(spec, plan.all, version)]
-    plan_search(spec, engine, plan, version)
-    notes += known_notes(plan.all, plan.search.known)
+    search = plan_search(spec, engine, plan, version)
+    notes += known_notes(plan.all, search.known)
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
-    for line in plan.search.cost_lines(spec):
+    for line in search.cost_lines(spec):
         console.print(line, highlight=False, soft_wrap=True)
     if spec.dry_run:
         from grid.sweep.trial import dry_run_nodes
@@ -277,7 +281,7 @@ def run(spec: RunSpec, console) -> Plan:
         nodes = dry_run_nodes(spec)
         for p in plan.all:
             state = plan.done.get(p.config_hash, "pending")
-            known = plan.search.known[p.config_hash]
+            known = search.known[p.config_hash]
             state = f"refused: {known.refused}" if known.refused else \
                 f"{state}, {known.text()}" if known.known_to_fail else state
             console.print(f"[bold]{p.label}[/] ({p.config_hash}, {state})", soft_wrap=True)
@@ -301,26 +305,30 @@ def run(spec: RunSpec, console) -> Plan:
     return plan
 
 
-def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> None:
+def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> SearchPlan:
     """Assess every configuration before launch (refused, known to fail), forecast them on the twin, set up
     ``spec.search``'s policy over ``plan.todo`` (resumed with the scores already recorded) and put ``plan.todo`` in
-    launch order: refused first (no launch), known failures last (first with ``search.try_known_failures``)."""
+    launch order: refused first (no launch), known failures last (first with ``search.try_known_failures``).
+    Returns the search plan (also set as ``plan.search``)."""
     from grid.search.measured import scores
     from grid.search.plan import build
 
-    plan.search = build(spec, engine, plan.all, version)
+    search = plan.search = build(spec, engine, plan.all, version)
     recorded = {h for h in plan.done if h not in {p.config_hash for p in plan.todo}}
     if recorded:
         known = scores(spec, recorded)
-        plan.search.policy.resume({h: known.get(h) for h in recorded})
-    order = {c.config_hash: i for i, c in enumerate(plan.search.policy.queue)}
+        search.policy.resume({h: known.get(h) for h in recorded})
+    order = {c.config_hash: i for i, c in enumerate(search.policy.queue)}
     plan.todo = sorted(plan.todo, key=lambda p: order.get(p.config_hash, len(order)))
+    return search
 
 
 def record_search(spec: RunSpec, plan: Plan) -> None:
     """``search.json`` in the run directory: the search, what it launched and what it left out and why."""
     from grid.search.measured import write_record
 
+    if plan.search is None:
+        raise ValueError("record_search: the plan has no search (plan_search was not run)")
     policy = plan.search.policy
     labels = {p.config_hash: p.label for p in plan.all}
     write_record(spec.run_dir, {

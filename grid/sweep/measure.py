@@ -1,8 +1,8 @@
 """One trial, start to finish, without Ray: launch the configuration, probe it, run every load point on that one
 launch, classify what went wrong, and record every request and every load point to Parquet.
 
-``server`` is anything with the ServerSession interface (grid/server/session.py): the session itself in tests, a
-Ray actor adapter in a sweep. The only clock read here is the wall clock stamped on finished rows.
+``server`` is a ServerHandle (grid/server/handle.py): the session itself in tests, the Ray actor's adapter in a sweep,
+an external server for engine=openai. The only clock read here is the wall clock stamped on finished rows.
 """
 
 from __future__ import annotations
@@ -10,27 +10,29 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from grid.config.schema import RunSpec
 from grid.diagnosis.rules import diagnose
-from grid.engines.base import Engine
-from grid.loadgen.dataset import DatasetArgs, build_dataset, random_prompts
+from grid.engines.base import Engine, LaunchPlan
+from grid.loadgen.dataset import DatasetArgs, PromptForm, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
 from grid.report.select import meets_slos
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
+from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
+from grid.server.statuses import RequestErrorClass, TrialErrorClass, TrialStatus
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
 from grid.search.levels import Capacity, LevelForecast, Levels
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
-from grid.sweep.samplers import SamplerContext, make_samplers
+from grid.sweep.samplers import Sampler, SamplerContext, make_samplers
 
 log = logging.getLogger("grid.measure")
 
@@ -68,8 +70,10 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
     if spec.objective.kind == "max_capacity":
         f: Forecast | None = None if external else forecast(spec, plan, engine.version())
         c = f.value if f is not None else None
-        start = max(load.request_rate, default=1.0) if c is None else None
-        lo, hi = (start, start) if c is None else capacity_bracket(spec, c)
+        if c is None:
+            lo = hi = max(load.request_rate, default=1.0)
+        else:
+            lo, hi = capacity_bracket(spec, c)
 
         def probe(index: int, rate: float) -> LoadPoint:
             return LoadPoint("rate", rate, load.prompts_for(rate), warmup_requests=load.warmup_requests,
@@ -81,13 +85,15 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
     points = load_points(plan)
     bounded = s.early_stop and not external and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
     forecasts = level_forecasts(spec, plan, engine.version()) if s.early_stop and not external else {}
+    known: float | None = None  # the best to beat (the twin-bound rule only)
     if not bounded:  # the durations still say what a skipped point saves
         forecasts = {k: LevelForecast(None, f.duration_s) for k, f in forecasts.items()}
     elif best == "read":
-        best = recorded_best(spec, exclude=plan.config_hash)
-    return Levels(points, early_stop=s.early_stop, forecasts=forecasts,
-                  best=best if bounded and best != "read" else None, error=s.twin_bound_error, unit=obj.unit,
-                  own_best=load.repeats == 1, metric=obj.metric if bounded else None)
+        known = recorded_best(spec, exclude=plan.config_hash)
+    elif not isinstance(best, str):
+        known = best
+    return Levels(points, early_stop=s.early_stop, forecasts=forecasts, best=known, error=s.twin_bound_error,
+                  unit=obj.unit, own_best=load.repeats == 1, metric=obj.metric if bounded else None)
 
 
 #: Objective metrics the twin forecasts per load level (grid.search.predict.level_forecasts) for the twin-bound rule.
@@ -124,7 +130,7 @@ def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:
 
 
 def run_accuracy(spec: RunSpec, plan: TrialPlan, base_url: str, trial_id: str, time_scale: float
-                 ) -> tuple[float | None, list[dict]]:
+                 ) -> tuple[float | None, list[dict[str, Any]]]:
     """Send grid's accuracy prompts greedily; (exact-match share, rows of the ``accuracy`` table). An HTTP failure
     gives (None, []) and a warning: the load points will judge the server."""
     from grid.accuracy import ask, matches, prompts
@@ -136,9 +142,10 @@ def run_accuracy(spec: RunSpec, plan: TrialPlan, base_url: str, trial_id: str, t
     except OSError as err:
         log.warning("%s: accuracy prompts failed: %s", plan.label, err)
         return None, []
-    rows = [{"schema_version": SCHEMA_VERSION, "config_hash": plan.config_hash, "trial_id": trial_id,
-             "prompt_id": i.id, "kind": i.kind, "answer": i.answer, "reply": r[:200], "correct": matches(r, i.answer)}
-            for i, r in zip(items, replies)]
+    rows: list[dict[str, Any]] = [
+        {"schema_version": SCHEMA_VERSION, "config_hash": plan.config_hash, "trial_id": trial_id, "prompt_id": i.id,
+         "kind": i.kind, "answer": i.answer, "reply": r[:200], "correct": matches(r, i.answer)}
+        for i, r in zip(items, replies)]
     return sum(r["correct"] for r in rows) / len(rows), rows
 
 
@@ -183,8 +190,8 @@ def _counts_text(failed: Sequence[RequestRecord], total: int) -> str:
 
 
 def broken_verdict(index: int, *, alive: bool, exit_code: int | None, failed: Sequence[RequestRecord], total: int,
-                   check: RequestRecord | None, runtime: tuple[str, str] | None, fired: str | None,
-                   check_timeout_s: float = CHECK_TIMEOUT_S) -> tuple[str, str] | None:
+                   check: RequestRecord | None, runtime: tuple[TrialErrorClass, str] | None, fired: str | None,
+                   check_timeout_s: float = CHECK_TIMEOUT_S) -> tuple[TrialErrorClass, str] | None:
     """(trial error class, message) when the server broke during load point ``index``, else None (pure).
 
     ``failed``: the point's requests that failed from the server (:func:`server_failures`) out of ``total``;
@@ -202,7 +209,8 @@ def broken_verdict(index: int, *, alive: bool, exit_code: int | None, failed: Se
     cause = f": {runtime[1]}" if runtime is not None else ""
     where = f"during load point {index}"
     if not alive:
-        cls = runtime[0] if runtime is not None and runtime[0] not in OUTPUT_ERROR_CLASSES else "server_crash"
+        cls: TrialErrorClass = (runtime[0] if runtime is not None and runtime[0] not in OUTPUT_ERROR_CLASSES
+                                else "server_crash")
         return cls, f"server exited with code {exit_code} {where}{cause}"
     if runtime is not None and runtime[0] in OUTPUT_ERROR_CLASSES:
         return runtime[0], f"the server logged '{runtime[1]}' {where}: its output is garbage from there on"
@@ -219,15 +227,60 @@ def broken_verdict(index: int, *, alive: bool, exit_code: int | None, failed: Se
     return (runtime[0], f"{runtime[1]} logged {where}; {told}") if runtime else ("server_broken", told)
 
 
+@dataclass(frozen=True)
+class TrialVerdict:
+    """The trial's verdict so far: the trial-level columns every load-point row carries (``trial_status``,
+    ``trial_error_class``, ``trial_error_message``, ``log_tail``; docs/schema.md). It starts as the launch's and
+    changes when a load point finds the server broken, when a note is added, and once more when the trial is final
+    (env_dirty after the stop, every load point failed, the machinery lost)."""
+
+    status: TrialStatus
+    error_class: TrialErrorClass | RequestErrorClass | None
+    message: str | None
+    log_tail: str | None
+
+    @classmethod
+    def of_launch(cls, result: LaunchResult, infra_notes: Sequence[str], secrets: tuple[str, ...]) -> TrialVerdict:
+        """The launch's verdict: its status and class, its message followed by the infrastructure notes (ports
+        retried), its log tail cut to ``LOG_TAIL_BYTES``; secrets redacted."""
+        message = redact_secrets("; ".join([result.message, *infra_notes]).strip("; "), secrets)
+        return cls(result.status, result.error_class, message or None,
+                   redact_secrets((result.log_tail or "")[-LOG_TAIL_BYTES:], secrets) or None)
+
+    def noted(self, *notes: str | None) -> TrialVerdict:
+        """This verdict with ``notes`` added after its message (``; `` between; empty ones left out)."""
+        return replace(self, message="; ".join(x for x in (self.message, *notes) if x))
+
+    def columns(self) -> dict[str, Any]:
+        """The verdict as load-point columns."""
+        return {"trial_status": self.status, "trial_error_class": self.error_class,
+                "trial_error_message": self.message, "log_tail": self.log_tail}
+
+
+@dataclass(frozen=True)
+class TrialStart:
+    """How the trial's server started. ``launch``: the command that ran (on the port the server got);
+    ``launched``: a launch was attempted (False: the engine refused the configuration, nothing to stop);
+    ``infra_notes``: infrastructure notes (ports that were taken); ``launch_unix_ns`` / ``ready_unix_ns``: the
+    wall clock before the launch and after the probe (the report's timeline; None when nothing was launched)."""
+
+    launch: LaunchPlan
+    result: LaunchResult
+    infra_notes: list[str]
+    launched: bool
+    launch_unix_ns: int | None = None
+    ready_unix_ns: int | None = None
+
+
 @dataclass
 class _Health:
-    broken: tuple[str, str] | None
-    runtime: tuple[str, str] | None
+    broken: tuple[TrialErrorClass, str] | None
+    runtime: tuple[TrialErrorClass, str] | None
     check_ttft_ms: float | None
 
 
-def _judge_server(server: Any, target: Target, vocab_size: int, seed: int, index: int, records: list[RequestRecord],
-                  log_offset: int, fired: str | None) -> _Health:
+def _judge_server(server: ServerHandle, target: Target, vocab_size: int, seed: int, index: int,
+                  records: list[RequestRecord], log_offset: int, fired: str | None) -> _Health:
     """After load point ``index``: read what the server logged meanwhile, send the check request when requests
     failed from the server or it logged a runtime error, and judge (:func:`broken_verdict`)."""
     failed = server_failures(records)
@@ -250,112 +303,172 @@ def _longest_wait_ms(summary: dict[str, Any]) -> float:
                default=0.0)
 
 
-def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, *, trial_id: str,
-                  on_point: Callable[[dict], None] | None = None, node: dict | None = None) -> list[dict]:
-    """Run the trial and write its Parquet files. Returns the load-point rows (also written). The server is stopped
-    on every way out (KeyboardInterrupt included). ``node``: where the server runs (grid.cluster.node.local_node of
-    the server's process: ``node_id``, ``node_hostname``, ``gpu_uuids``); None: this process's node."""
+def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerHandle, *, trial_id: str,
+                  on_point: Callable[[dict[str, Any]], None] | None = None,
+                  node: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run the trial and write its Parquet files. Returns the load-point rows (also written).
+
+    Three steps: :func:`start_server` (launch, ready, probe), :func:`run_points` (each load point, then what the
+    server's state says about it, :func:`classify_fault`), :func:`finalize` (the trial's verdict on every row, the
+    Parquet files). The server is stopped once, between the last two, on every way out (KeyboardInterrupt
+    included). ``node``: where the server runs (grid.cluster.node.local_node of the server's process: ``node_id``,
+    ``node_hostname``, ``gpu_uuids``); None: this process's node."""
     if node is None:
         from grid.cluster.node import local_node
 
         node = local_node()
-    api_key = spec.engine.api_key
-    server = GuardedServer(server)  # a lost actor ends the trial as an infrastructure failure (grid/server/infra.py)
+    guarded = GuardedServer(server)  # a lost actor ends the trial as an infrastructure failure (grid/server/infra.py)
+    start = start_server(spec, engine, plan, guarded)
+    try:
+        run = run_points(TrialContext.of(spec, engine, plan, guarded, trial_id, start, node), on_point)
+    finally:
+        dirty = guarded.stop(spec.engine.stop_grace_s) if start.launched else None
+    return finalize(run, dirty)
+
+
+def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerHandle) -> TrialStart:
+    """Launch the configuration (unless the engine refuses it: ``invalid``, class ``refused``, nothing launched) and
+    wait for it to be ready and pass the probe."""
     refusal = engine.refuse(plan)
     if refusal is not None:
-        port, infra_notes = spec.engine.port or 0, []
-        launch = engine.launch_plan(plan, port)
-        result = {"status": "invalid", "error_class": "refused", "message": refusal, "startup_s": None,
-                  "log_tail": "", "base_url": ""}
-    else:
-        port, infra_notes = server.pick_port(spec.engine.port)
-        launch = engine.launch_plan(plan, port)
-        log_path = f"{spec.run_dir}/logs/{plan.config_hash}.log"
-        launch_ns = time.time_ns()
-        result = server.launch(argv=launch.argv, env=launch.env, port=port, log_path=log_path,
-                               time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
-                               startup_timeout_s=spec.engine.startup_timeout_s,
-                               api=spec.engine.api, model=engine.served_model(), api_key=api_key, label=plan.label,
-                               probe_enabled=spec.probe.enabled)
-        result.update(launch_unix_ns=launch_ns, ready_unix_ns=time.time_ns())  # for the report's timeline
-        infra_notes += result.get("infra_retries") or []
-        if result.get("port") and result["port"] != port:  # retried on another port: record the command that ran
-            launch = engine.launch_plan(plan, result["port"])
-    try:
-        return _measure_launched(spec, engine, plan, server, trial_id, on_point, launch, result, infra_notes,
-                                 refusal is None, node)
-    finally:
-        if refusal is None:
-            server.stop(spec.engine.stop_grace_s)
+        return TrialStart(engine.launch_plan(plan, spec.engine.port or 0), LaunchResult("invalid", "refused", refusal),
+                          [], launched=False)
+    port, infra_notes = server.pick_port(spec.engine.port or 0)
+    launch = engine.launch_plan(plan, port)
+    launch_ns = time.time_ns()
+    result = server.launch(LaunchRequest(
+        argv=launch.argv, env=launch.env, port=port, log_path=f"{spec.run_dir}/logs/{plan.config_hash}.log",
+        time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
+        startup_timeout_s=spec.engine.startup_timeout_s, api=spec.engine.api, model=engine.served_model(),
+        api_key=spec.engine.api_key, label=plan.label, probe_enabled=spec.probe.enabled))
+    ready_ns = time.time_ns()
+    if result.port and result.port != port:  # retried on another port: record the command that ran
+        launch = engine.launch_plan(plan, result.port)
+    return TrialStart(launch, result, [*infra_notes, *result.infra_retries], launched=True, launch_unix_ns=launch_ns,
+                      ready_unix_ns=ready_ns)
 
 
-def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Any, trial_id: str,
-                      on_point: Callable[[dict], None] | None, launch, result: dict, infra_notes: list[str],
-                      launched: bool, node: dict) -> list[dict]:
+@dataclass(frozen=True)
+class TrialContext:
+    """What every step of one trial reads: the run, the configuration, the server and how its load is sent."""
+
+    spec: RunSpec
+    engine: Engine
+    plan: TrialPlan
+    server: GuardedServer
+    trial_id: str
+    start: TrialStart
+    node: dict[str, Any]
+    target: Target
+    secrets: tuple[str, ...]
+    slo: SLO
+
+    @classmethod
+    def of(cls, spec: RunSpec, engine: Engine, plan: TrialPlan, server: GuardedServer, trial_id: str,
+           start: TrialStart, node: dict[str, Any]) -> TrialContext:
+        api_key = spec.engine.api_key
+        target = Target(start.result.base_url, spec.engine.api, engine.served_model(), api_key,
+                        start.launch.time_scale)
+        slo = spec.objective.slo
+        return cls(spec, engine, plan, server, trial_id, start, node, target, (api_key,) if api_key else (),
+                   SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile))
+
+    @property
+    def up(self) -> bool:
+        """The server started and passed the probe: its load points are measured."""
+        return self.start.result.status == "ok"
+
+
+@dataclass
+class TrialRun:
+    """What :func:`run_points` measured, for :func:`finalize`: the load-point rows (as reported to ``on_point``),
+    the other tables' rows, each failed point's summary (``point 2: 8 of 8 requests failed, ...``) and the verdict
+    after the last point."""
+
+    trial: TrialContext
+    rows: list[dict[str, Any]]
+    tables: dict[str, list[dict[str, Any]]]
+    point_errors: list[str]
+    verdict: TrialVerdict
+
+
+def _trial_columns(trial: TrialContext) -> dict[str, Any]:
+    """The columns every load-point row of the trial shares but the verdict's: the configuration, the command, the
+    engine, the launch and what the server said about itself."""
     from grid.cluster.node import node_columns
 
-    load = plan.load
-    api_key = spec.engine.api_key
-    secrets = (api_key,) if api_key else ()
-    info = server.server_info(api_key) if result["status"] == "ok" else None
-    base = {
+    spec, engine, plan, start, secrets = trial.spec, trial.engine, trial.plan, trial.start, trial.secrets
+    result, node = start.result, trial.node
+    info = trial.server.server_info(spec.engine.api_key) if trial.up else None
+    return {
         "schema_version": SCHEMA_VERSION,
         "run_name": spec.name,
-        "trial_id": trial_id,
+        "trial_id": trial.trial_id,
         "config_hash": plan.config_hash,
         "config_json": plan.config_json,
         "label": plan.label,
-        "command": launch.command,
+        "command": start.launch.command,
         "engine": spec.engine.kind,
         "engine_version": engine.version(),
         "model": engine.served_model(),
         "hardware": spec.hardware.name,
-        "trial_status": result["status"],
-        "trial_error_class": result["error_class"],
-        "trial_error_message": redact_secrets("; ".join([result["message"], *infra_notes]).strip("; "),
-                                              secrets) or None,
-        "startup_s": result["startup_s"],
-        "launch_unix_ns": result.get("launch_unix_ns"),
-        "ready_unix_ns": result.get("ready_unix_ns"),
-        "log_tail": redact_secrets((result["log_tail"] or "")[-LOG_TAIL_BYTES:], secrets) or None,
-        "input_len": load.input_len,
-        "output_len": load.output_len,
-        "time_scale": launch.time_scale,
+        "startup_s": result.startup_s,
+        "launch_unix_ns": start.launch_unix_ns,
+        "ready_unix_ns": start.ready_unix_ns,
+        "input_len": plan.load.input_len,
+        "output_len": plan.load.output_len,
+        "time_scale": start.launch.time_scale,
         "kv_capacity_tokens": (info or {}).get("max_total_num_tokens"),
         "server_info_json": redact_secrets(json.dumps(info, sort_keys=True, default=str), secrets) if info else None,
-        "probe_status": result.get("probe_status"),
+        "probe_status": result.probe_status,
         **node_columns(node),
         "gpu_uuids": node.get("gpu_uuids"),
     }
-    levels = level_plan(spec, engine, plan) if result["status"] == "ok" else Levels(load_points(plan),
-                                                                                    early_stop=False)
+
+
+@dataclass
+class TimeoutNotes:
+    """The timeout notes of a running trial: the longest wait for a token so far (modelled ms) and which notes
+    (``fired``, ``near``) were given already (each once per trial)."""
+
+    longest_wait_ms: float = 0.0
+    given: set[str] = field(default_factory=set)
+
+
+def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] | None = None) -> TrialRun:
+    """Measure the trial's load levels on the launched server, in order (:func:`level_plan`: the fixed points, or
+    the capacity bisection; early stopping may skip levels), each with :func:`run_point`, judging the server after
+    each (:func:`classify_fault`). After a point that broke the server, and for a server that never came up, the
+    remaining points are recorded ``not_run``; a skipped level is ``not_run`` with the rule's class and reason.
+    Each row goes to ``on_point`` as soon as it is measured."""
+    spec, plan, load = trial.spec, trial.plan, trial.plan.load
+    base = _trial_columns(trial)
+    verdict = TrialVerdict.of_launch(trial.start.result, trial.start.infra_notes, trial.secrets)
+    levels = level_plan(spec, trial.engine, plan) if trial.up else Levels(load_points(plan), early_stop=False)
     per_repeat = max(1, len(levels.points) // load.repeats)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
-    tables: dict[str, list[dict]] = {"requests": []}
-    role = accuracy_role(spec, plan) if result["status"] == "ok" else None
+    tables: dict[str, list[dict[str, Any]]] = {"requests": []}
+    role = accuracy_role(spec, plan) if trial.up else None
     if role is not None and spec.engine.api in ("generate",):
-        share, tables["accuracy"] = run_accuracy(spec, plan, result["base_url"], trial_id, launch.time_scale)
+        share, tables["accuracy"] = run_accuracy(spec, plan, trial.target.base_url, trial.trial_id,
+                                                 trial.target.time_scale)
         base.update(accuracy_exact_match=share, accuracy_role=role if share is not None else None)
-    target = Target(result["base_url"], spec.engine.api, engine.served_model(), api_key, launch.time_scale)
-    form = engine.prompt_form(load) if result["status"] == "ok" else None
-    samplers = [] if result["status"] != "ok" else make_samplers(SamplerContext(
-        server, result["base_url"], api_key, spec.engine.kind, launch.time_scale, plan.config_hash, trial_id,
-        spec.hardware))
-    slo = SLO(spec.objective.slo.ttft_ms, spec.objective.slo.tpot_ms, spec.objective.slo.e2e_ms,
-              spec.objective.slo.percentile)
-    stopped: str | None = None if result["status"] == "ok" else "not_run"
-    longest_wait_ms = 0.0        # the longest wait for a token seen so far (modelled ms), for the timeout notes
-    noted: set[str] = set()      # timeout notes already given ("fired", "near")
+    form = trial.engine.prompt_form(load) if trial.up else None
+    samplers = [] if not trial.up else make_samplers(SamplerContext(
+        trial.server, trial.target.base_url, spec.engine.api_key, spec.engine.kind, trial.target.time_scale,
+        plan.config_hash, trial.trial_id, spec.hardware))
+    stopped: str | None = None if trial.up else "not_run"
+    timeouts = TimeoutNotes()
     for index, point, skip in levels:
         if stopped is not None and levels.capacity is not None:
             break  # the server broke: no further probe
         repeat = 0 if levels.capacity is not None else index // per_repeat  # capacity probes are not repeated
-        row = {**base, "point_index": index, "repeat_index": repeat, "point_kind": point.kind,
-               "point_value": point.value,
-               "num_prompts": point.num_prompts, "max_concurrency": point.max_concurrency, "dataset": load.dataset}
+        row = {**base, **verdict.columns(), "point_index": index, "repeat_index": repeat,
+               "point_kind": point.kind, "point_value": point.value, "num_prompts": point.num_prompts,
+               "max_concurrency": point.max_concurrency, "dataset": load.dataset}
         if stopped is not None:
-            rows.append({**row, "status": "not_run", "error_class": base["trial_error_class"],
+            rows.append({**row, "status": "not_run", "error_class": verdict.error_class,
                          "finished_unix_ns": time.time_ns()})
             continue
         if skip is not None:
@@ -363,84 +476,131 @@ def _measure_launched(spec: RunSpec, engine: Engine, plan: TrialPlan, server: An
             rows.append({**row, "status": "not_run", "error_class": skip[0], "skip_reason": skip[1],
                          "forecast_duration_s": levels.forecast_s(point), "finished_unix_ns": time.time_ns()})
             continue
-        prompts = build_dataset(load.dataset, DatasetArgs(
-            point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts, load.input_len,
-            load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
-        log_offset = server.log_size()
-        row["started_unix_ns"] = time.time_ns()
-        for sampler in samplers:
-            sampler.start(index)
-        outcome = run_load_point_sync(
-            target, point, prompts,
-            read_timeout_s=load.read_timeout_s / launch.time_scale,
-            stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / launch.time_scale)
-        summary = summarize(outcome, slo)
-        status, error_class = _point_status(summary)
-        row.update(summary)
-        for sampler in samplers:
-            sampled, columns = sampler.stop()
-            tables.setdefault(sampler.table, []).extend(sampled)
-            row.update(columns)
-        row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
-        row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
-        point_requests = request_rows(outcome, config_hash=plan.config_hash, trial_id=trial_id,
-                                      point_index=index, repeat_index=repeat)
-        tables["requests"] += point_requests
-        judged = {**row, **slo_values(point_requests, row.get("duration_s"), slo)}  # as the report will judge it
-        levels.record(point, status, meets_slos(judged, spec.objective.slo),
+        measured = run_point(trial, index, point, row, samplers, form)
+        for table, sampled in measured.sampled:
+            tables.setdefault(table, []).extend(sampled)
+        tables["requests"] += measured.requests
+        judged = {**row, **slo_values(measured.requests, row.get("duration_s"), trial.slo)}  # as the report judges
+        levels.record(point, row["status"], meets_slos(judged, spec.objective.slo),
                       row.get(levels.metric) if levels.metric else None)
-        fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
-                                   load.stall_timeout_s, load.read_timeout_s)
-        first_error = next((r for r in outcome.records if r.status != "ok"), None)
-        if first_error is not None:
-            point_errors.append(f"point {index}: {summary['failed']} of {summary['requests_total']} requests failed, "
-                                + (fired or f"first {first_error.error_class}: {first_error.error_message or ''}"
-                                   .rstrip(": ")))
-        health = _judge_server(server, target, spec.model.vocab_size, point.seed + 7919, index, outcome.records,
-                               log_offset, fired)
-        longest_wait_ms = max(longest_wait_ms, _longest_wait_ms(summary))
-        notes = []
-        note = timeout_run_note(level_name(row), fired, health.check_ttft_ms if health.broken is None else None,
-                                longest_wait_ms or None, load.stall_timeout_s, load.read_timeout_s)
-        if note is not None and ("fired" if fired else "near") not in noted:
-            noted.add("fired" if fired else "near")
-            log.warning("%s: %s", plan.label, note)
-            notes.append(note)
-        if health.broken is not None:
-            cls, message = health.broken
-            stopped = cls
-            base.update(trial_status="invalid" if cls in OUTPUT_ERROR_CLASSES else "failed", trial_error_class=cls,
-                        trial_error_message="; ".join(x for x in (message, base["trial_error_message"]) if x),
-                        log_tail=redact_secrets(server.log_tail(LOG_TAIL_BYTES), secrets))
-        elif health.runtime is not None:  # it logged an error, yet answers: noted; the point's failures count
-            notes.append(f"the server logged '{health.runtime[1]}' during load point {index} but answered a check "
-                         "request afterwards")
-        if notes:
-            base["trial_error_message"] = "; ".join(x for x in (base["trial_error_message"], *notes) if x)
-        for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
-            row[key] = base[key]  # the verdict so far (a crash or hang found at this point included)
+        if measured.failure is not None:
+            point_errors.append(measured.failure)
+        verdict, stopped = classify_fault(trial, index, point, row, measured, verdict, timeouts)
+        row.update(verdict.columns())  # the verdict so far (a crash or hang found at this point included)
         rows.append(row)
         if on_point is not None:
             on_point(row)
-    if launched:
-        dirty = server.stop(spec.engine.stop_grace_s)
-        if dirty:  # the verdict stands; the node is refused for later launches until it is clean
-            base["trial_error_message"] = "; ".join(x for x in (base["trial_error_message"],
-                                                                 f"env_dirty after stop: {dirty}") if x)
+    return TrialRun(trial, rows, tables, point_errors, verdict)
+
+
+@dataclass
+class PointRun:
+    """What one load point produced besides its row: its request records and rows, each sampler's (table, rows),
+    which timeouts fired (``notes.timeout_fired_text``), the failed point's summary for the trial message, the
+    server log's size when it started and the load-point summary (grid.metrics.loadpoint.summarize)."""
+
+    records: list[RequestRecord]
+    requests: list[dict[str, Any]]
+    sampled: list[tuple[str, list[dict[str, Any]]]]
+    fired: str | None
+    failure: str | None
+    log_offset: int
+    summary: dict[str, Any]
+
+
+def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], samplers: Sequence[Sampler],
+              form: PromptForm | None) -> PointRun:
+    """Send load point ``index`` (its seeded prompts, built in ``form``) while the samplers record, and fill ``row``
+    with its metrics, status, sampler columns and bottleneck diagnosis (grid/diagnosis/rules.py)."""
+    spec, load, scale = trial.spec, trial.plan.load, trial.target.time_scale
+    prompts = build_dataset(load.dataset, DatasetArgs(
+        point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts, load.input_len,
+        load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
+    log_offset = trial.server.log_size()
+    row["started_unix_ns"] = time.time_ns()
+    for sampler in samplers:
+        sampler.start(index)
+    outcome = run_load_point_sync(
+        trial.target, point, prompts, read_timeout_s=load.read_timeout_s / scale,
+        stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / scale)
+    summary: dict[str, Any] = summarize(outcome, trial.slo)
+    status, error_class = _point_status(summary)
+    row.update(summary)
+    sampled: list[tuple[str, list[dict[str, Any]]]] = []
+    for sampler in samplers:
+        sampler_rows, columns = sampler.stop()
+        sampled.append((sampler.table, sampler_rows))
+        row.update(columns)
+    row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
+    row.update(diagnose(row))  # bottleneck verdict + evidence (grid/diagnosis/rules.py)
+    requests = request_rows(outcome, config_hash=trial.plan.config_hash, trial_id=trial.trial_id, point_index=index,
+                            repeat_index=row["repeat_index"])
+    fired = timeout_fired_text(json.loads(summary.get("error_counts_json") or "{}"), summary["requests_total"],
+                               load.stall_timeout_s, load.read_timeout_s)
+    first_error = next((r for r in outcome.records if r.status != "ok"), None)
+    failure = None
+    if first_error is not None:
+        failure = (f"point {index}: {summary['failed']} of {summary['requests_total']} requests failed, "
+                   + (fired or f"first {first_error.error_class}: {first_error.error_message or ''}".rstrip(": ")))
+    return PointRun(outcome.records, requests, sampled, fired, failure, log_offset, summary)
+
+
+def classify_fault(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], measured: PointRun,
+                   verdict: TrialVerdict, timeouts: TimeoutNotes) -> tuple[TrialVerdict, str | None]:
+    """Judge the server after load point ``index`` (:func:`broken_verdict`: a crash, a hang, NaN, a server that
+    stopped serving) and add the timeout notes. Returns the verdict after the point and, when the server broke, its
+    class (the remaining points are not run)."""
+    load = trial.plan.load
+    health = _judge_server(trial.server, trial.target, trial.spec.model.vocab_size, point.seed + 7919, index,
+                           measured.records, measured.log_offset, measured.fired)
+    timeouts.longest_wait_ms = max(timeouts.longest_wait_ms, _longest_wait_ms(measured.summary))
+    notes = []
+    note = timeout_run_note(level_name(row), measured.fired, health.check_ttft_ms if health.broken is None else None,
+                            timeouts.longest_wait_ms or None, load.stall_timeout_s, load.read_timeout_s)
+    kind = "fired" if measured.fired else "near"
+    if note is not None and kind not in timeouts.given:
+        timeouts.given.add(kind)
+        log.warning("%s: %s", trial.plan.label, note)
+        notes.append(note)
+    stopped: str | None = None
+    if health.broken is not None:
+        cls, message = health.broken
+        stopped = cls
+        verdict = TrialVerdict("invalid" if cls in OUTPUT_ERROR_CLASSES else "failed", cls,
+                               "; ".join(x for x in (message, verdict.message) if x),
+                               redact_secrets(trial.server.log_tail(LOG_TAIL_BYTES), trial.secrets))
+    elif health.runtime is not None:  # it logged an error, yet answers: noted; the point's failures count
+        notes.append(f"the server logged '{health.runtime[1]}' during load point {index} but answered a check "
+                     "request afterwards")
+    if notes:
+        verdict = verdict.noted(*notes)
+    return verdict, stopped
+
+
+def finalize(run: TrialRun, dirty: str | None) -> list[dict[str, Any]]:
+    """Give every row of the trial its final verdict (in place: the rows ``on_point`` got see it too) and write the
+    trial's Parquet files. ``dirty``: why the node was not clean after the stop (env_dirty; the verdict stands, the
+    node is refused for later launches until it is clean). A trial whose server stayed healthy but whose every load
+    point failed is ``failed`` (the points' request class, else ``all_points_failed``); a trial whose machinery was
+    lost gets the infrastructure verdict (grid.server.infra.infra_verdict)."""
+    from grid.cluster.node import node_columns
+
+    trial, rows, tables = run.trial, run.rows, run.tables
+    verdict = run.verdict if not dirty else run.verdict.noted(f"env_dirty after stop: {dirty}")
     for row in rows:  # trial-level verdict applies to every row of the trial
-        for key in ("trial_status", "trial_error_class", "trial_error_message", "log_tail"):
-            row[key] = base[key]
-    if base["trial_status"] == "ok" and not any(r["status"] in ("ok", "partial") for r in rows):
-        message = redact_secrets("; ".join(x for x in ("every load point failed", *point_errors,
-                                                        base["trial_error_message"]) if x), secrets)[:2000]
+        row.update(verdict.columns())
+    if verdict.status == "ok" and not any(r["status"] in ("ok", "partial") for r in rows):
+        message = redact_secrets("; ".join(x for x in ("every load point failed", *run.point_errors,
+                                                        verdict.message) if x), trial.secrets)[:2000]
         for row in rows:
             row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed",
                        trial_error_message=message)
+    server = trial.server
     if server.lost is not None:
         infra_verdict(server.lost, server.lost_in, rows, tables)
-    rows = [load_point_row({}, **row) for row in rows]
+    stored = [load_point_row({}, **row) for row in rows]
     for table in tables.values():  # every stored row names its node
         for row in table:
-            row.update(node_columns(node))
-    write_trial(spec.run_dir, plan.config_hash, {**tables, "load_points": rows})
-    return rows
+            row.update(node_columns(trial.node))
+    write_trial(trial.spec.run_dir, trial.plan.config_hash, {**tables, "load_points": stored})
+    return stored

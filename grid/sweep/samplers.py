@@ -23,6 +23,7 @@ from typing import Any, Callable, ClassVar
 from urllib.parse import urlparse
 
 from grid.engines.base import engine_class
+from grid.server.handle import ServerHandle
 from grid.server.logparse import parse_batch_line, peak_gen_throughput
 from grid.storage.schema import GPU_TELEMETRY_COLUMNS, SERVER_METRICS_COLUMNS, sampled_rows, server_log_rows
 
@@ -46,10 +47,10 @@ def say_once(key: str, message: str) -> None:
 
 @dataclass(frozen=True)
 class SamplerContext:
-    """What a sampler may need about the trial. ``server`` has the ServerSession interface; ``engine`` is the engine
-    kind (``engine.kind``)."""
+    """What a sampler may need about the trial: the trial's server (its log, what it says about itself), where it
+    listens; ``engine`` is the engine kind (``engine.kind``)."""
 
-    server: Any
+    server: ServerHandle
     base_url: str
     api_key: str | None
     engine: str
@@ -112,6 +113,7 @@ class PeriodicSampler(Sampler):
     and once at stop. Each read returns sample dicts; ``t_s`` and ``sample_index`` are added here."""
 
     columns: ClassVar[list]
+    samples: list[dict[str, Any]]
 
     @abstractmethod
     def read(self) -> list[dict[str, Any]]:
@@ -203,7 +205,7 @@ def _gpu_telemetry(ctx: SamplerContext) -> Sampler | None:
     if engine.twin:  # the twin serves the telemetry its performance model implies
         from grid.telemetry.modelled import ModelledReader, modelled_topology
 
-        reader = ModelledReader(ctx.base_url, ctx.api_key)
+        reader: Any = ModelledReader(ctx.base_url, ctx.api_key)
         try:
             topo = modelled_topology(reader.fetch())
         except (OSError, ValueError) as err:

@@ -13,6 +13,7 @@ load points measured before the loss), a new actor is made on the node and the c
 from __future__ import annotations
 
 import socket
+from typing import Any
 from urllib.parse import urlparse
 
 import ray
@@ -32,7 +33,7 @@ REPORTED = ("point_index", "point_kind", "point_value", "status", "output_tok_pe
             "tpot_median_ms", "e2e_median_ms", "completed", "failed")
 
 
-def _metrics(row: dict) -> dict:
+def _metrics(row: dict[str, Any]) -> dict[str, Any]:
     out = {k: row.get(k) for k in REPORTED}
     out["trial_status"] = row.get("trial_status")
     out["error_class"] = row.get("error_class") or row.get("trial_error_class")
@@ -51,7 +52,7 @@ def _node_server(node_id: str, owner: ActorOwner) -> ActorServer:
         return lost
 
 
-def _node_of(server: ActorServer, node_id: str) -> dict:
+def _node_of(server: ActorServer, node_id: str) -> dict[str, Any]:
     """The server's node (its actor's grid.cluster.node.local_node); what the trial knows when the actor is gone."""
     try:
         info = server.node_info()
@@ -60,23 +61,24 @@ def _node_of(server: ActorServer, node_id: str) -> dict:
     return info or {"node_id": node_id, "node_hostname": socket.gethostname(), "gpu_uuids": None}
 
 
-def _serving(server: ActorServer, spec: RunSpec, plan: TrialPlan, node: dict, token: str):
-    """Start the actor's named ``serve`` task (grid.cluster.actor.ServerActor.serve) for the dashboard; None when
-    the actor is gone. It ends when the trial releases ``token`` (or the server is stopped)."""
+def _serving(server: ActorServer, spec: RunSpec, plan: TrialPlan, node: dict[str, Any], token: str) -> Any:
+    """Start the actor's named ``serve`` task (grid.cluster.actor.ServerActor.serve) for the dashboard: its Ray
+    object ref, None when the actor is gone. It ends when the trial releases ``token`` (or the server is stopped)."""
     if server.handle is None or server.lost is not None:
         return None
     name = serving_task_name(spec.name, plan.label, node.get("node_hostname") or str(node.get("node_id"))[:12])
     return server.handle.serve.options(name=name).remote(plan.label, token)
 
 
-def run_trial(config: dict, *, spec: RunSpec, plans: dict[str, TrialPlan], owner: ActorOwner | None = None) -> None:
+def run_trial(config: dict[str, Any], *, spec: RunSpec, plans: dict[str, TrialPlan],
+              owner: ActorOwner | None = None) -> None:
     plan = plans[config["config_hash"]]
     node_id = ray.get_runtime_context().get_node_id()
     engine = get_engine(spec)
     trial_id = tune.get_context().get_trial_id() or plan.config_hash
-    reported = []
+    reported: list[dict[str, Any]] = []
 
-    def on_point(row: dict) -> None:
+    def on_point(row: dict[str, Any]) -> None:
         reported.append(row)
         tune.report(_metrics(row))
 

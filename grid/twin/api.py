@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiohttp import web
@@ -46,7 +47,7 @@ def _sse_headers() -> dict:
 
 
 class _AccessLogger(AbstractAccessLogger):
-    twin: ClassVar["Twin | None"] = None
+    twin: ClassVar[Twin | None] = None
 
     def log(self, request, response, time_):  # noqa: D102
         tw = self.twin
@@ -60,7 +61,50 @@ class _AccessLogger(AbstractAccessLogger):
 # --- the twin ----------------------------------------------------------------------------------------------------------
 
 
-class TwinAPI:
+class _TwinState:
+    """What the handlers read of the Twin they are mixed into (grid/twin/server.py sets each), declared for the type
+    checker only."""
+
+    if TYPE_CHECKING:
+        args: Any
+        version: str
+        ver: Any
+        model: Any
+        hw: Any
+        perf: Any
+        faults: list[Any]
+        serve_scale: float
+        startup_scale: float
+        scale: float
+        m_base: float
+        t0: float
+        unix0: float
+        log: Any
+        sched: Any
+        capacity: int
+        context_len: int
+        cache: Any
+        metrics: Any
+        stop: asyncio.Event
+        ready: bool
+        ready_at: float
+        busy_s: float
+        last_gen_throughput: float
+        last_output_real: float
+        generation_requests: dict[Any, Any]
+        reasoning_model: bool
+        eos_id: int
+        submit: Callable[..., Any]
+        abort: Callable[[Req], None]
+        new_rid: Callable[[], str]
+        validate: Callable[[int, int], None]
+        mnow: Callable[[], float]
+        resolved_args: Callable[[], dict[str, Any]]
+        garbage: Callable[[], str | None]
+        _mem: Callable[[], dict[str, float]]
+
+
+class TwinAPI(_TwinState):
     """HTTP handlers; mixed into Twin, whose attributes they use."""
 
     def make_app(self) -> web.Application:
@@ -242,7 +286,8 @@ class TwinAPI:
         return self._native_obj(req, comp.text(0, req.n_out), final=True)
 
     def _meta(self, req: Req, final: bool) -> dict:
-        meta = {"id": req.rid, "finish_reason": self._finish_reason_native(req), "prompt_tokens": req.prompt_tokens,
+        meta: dict[str, Any] = {"id": req.rid, "finish_reason": self._finish_reason_native(req),
+                                "prompt_tokens": req.prompt_tokens,
                 "weight_version": "default"}
         meta["num_retractions" if self.ver >= (0, 5, 23) else "total_retractions"] = 0
         meta["completion_tokens"] = req.n_out

@@ -23,6 +23,13 @@ No constant is fitted. Calibration row: achatbot-gptoss20b-h100-c32 (``grid/twin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the mixins go before a PerfModel class (grid.twin.extensions.perf_class); at run time: object
+    from grid.twin.perf import PerfModel as _PerfBase
+else:
+    _PerfBase = object
+
 #: SGLang ``--swa-full-tokens-ratio`` default (0.8 in every catalogued release 0.5.9-0.5.23).
 SWA_FULL_TOKENS_RATIO = 0.8
 
@@ -34,7 +41,7 @@ def _fractions(model) -> tuple[float, float, int]:
     return (n - swa) / n, swa / n, int(model.sliding_window)
 
 
-class SlidingWindowMixin:
+class SlidingWindowMixin(_PerfBase):
     """Mixed in before a ``PerfModel`` class (see :func:`grid.twin.extensions.perf_class`) for models with
     ``sliding_window`` > 0; see the module docstring."""
 
@@ -57,13 +64,13 @@ class SlidingWindowMixin:
             return context_tokens
         return context_tokens * (full + swa * min(1.0, max(1, batch_size) * window / context_tokens))
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
         return super().decode_step_s(batch_size, self._effective_context(batch_size, context_tokens))
 
-    def breakdown(self, batch_size: int, context_tokens: int) -> dict[str, float]:
+    def breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         return super().breakdown(batch_size, self._effective_context(batch_size, context_tokens))
 
-    def prefill_step_s(self, new_tokens: int, cached_tokens: int = 0, num_seqs: int = 1) -> float:
+    def prefill_step_s(self, new_tokens: int, cached_tokens: float = 0, num_seqs: int = 1) -> float:
         full, swa, window = _fractions(self.model)
         seqs = max(1, num_seqs)
         if new_tokens <= 0 or not swa:
@@ -81,7 +88,7 @@ class SlidingWindowMixin:
 MAMBA_FULL_MEMORY_RATIO = 0.9
 
 
-class HybridLinearMixin:
+class HybridLinearMixin(_PerfBase):
     """Hybrid linear attention (Qwen3-Next: three Gated DeltaNet layers per full-attention layer, HF config
     ``full_attention_interval`` 4). SGLang keeps a KV cache for the full-attention layers only and a fixed-size
     recurrent + convolution state per request for the linear layers (``HybridLinearKVPool`` + ``MambaPool``, sglang
@@ -122,13 +129,13 @@ class HybridLinearMixin:
         per_token = max(1.0, self._kv_read_bytes_per_token())
         return context_tokens * self._full_frac + max(1, batch_size) * 2 * self._state_bytes / per_token
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
         return super().decode_step_s(batch_size, self._effective_context(batch_size, context_tokens))
 
-    def breakdown(self, batch_size: int, context_tokens: int) -> dict[str, float]:
+    def breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         return super().breakdown(batch_size, self._effective_context(batch_size, context_tokens))
 
-    def prefill_step_s(self, new_tokens: int, cached_tokens: int = 0, num_seqs: int = 1) -> float:
+    def prefill_step_s(self, new_tokens: int, cached_tokens: float = 0, num_seqs: int = 1) -> float:
         seqs = max(1, num_seqs)
         if new_tokens <= 0:
             return super().prefill_step_s(new_tokens, cached_tokens, num_seqs)

@@ -25,6 +25,7 @@ import argparse
 import functools
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from grid.releases import catalog
@@ -104,7 +105,7 @@ class _DepStore(argparse._StoreAction):
         super().__init__(*a, **kw)
         self.use, self.deprecated = use, deprecated
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None):
         if self.deprecated:
             _warn_deprecated(namespace, option_string, self.use)
         super().__call__(parser, namespace, values, option_string)
@@ -115,7 +116,7 @@ class _DepStoreTrue(argparse._StoreTrueAction):
         super().__init__(*a, **kw)
         self.use, self.deprecated = use, deprecated
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None):
         if self.deprecated:
             _warn_deprecated(namespace, option_string, self.use)
         super().__call__(parser, namespace, values, option_string)
@@ -129,7 +130,7 @@ class _WarnOnly(argparse.Action):
         super().__init__(*a, **kw)
         self.use = use
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None):
         _warn_deprecated(namespace, option_string, self.use)
 
 
@@ -424,7 +425,7 @@ def cuda_graph_enabled(args: argparse.Namespace) -> bool:
 ENV_SPEC_ACCEPT_LENGTH = "GRID_TWIN_SPEC_ACCEPT_LENGTH"
 
 
-def accept_length_from(env: dict) -> float | None:
+def accept_length_from(env: Mapping[str, str]) -> float | None:
     """``GRID_TWIN_SPEC_ACCEPT_LENGTH`` from ``env`` as a float (None when unset). Raises ``ValueError`` naming the
     variable for a value that is not a number."""
     raw = env.get(ENV_SPEC_ACCEPT_LENGTH)
@@ -433,7 +434,8 @@ def accept_length_from(env: dict) -> float | None:
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{ENV_SPEC_ACCEPT_LENGTH} must be a number (tokens per verify iteration), not {raw!r}")
+        raise ValueError(f"{ENV_SPEC_ACCEPT_LENGTH} must be a number (tokens per verify iteration), not {raw!r}"
+                         ) from None
 
 
 def to_serving_config(args: argparse.Namespace, accept_length: float | None = None):

@@ -35,7 +35,7 @@ def perf_class(cfg, model=None) -> type:
     return base
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mixed(mixin: str, base: type) -> type:
     from grid.twin import attention
 

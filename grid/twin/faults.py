@@ -41,15 +41,15 @@ class Fault:
         the first decode step (0 before it)."""
         return None
 
-    def runtime_due(self, twin: "Twin") -> bool:
+    def runtime_due(self, twin: Twin) -> bool:
         return False
 
-    def admit(self, twin: "Twin", request) -> "web.StreamResponse | None":
+    def admit(self, twin: Twin, request) -> web.StreamResponse | None:
         """Called for every generation request (``/generate``, ``/v1/completions``, ``/v1/chat/completions``) before
         its handler: a response to answer with instead (an HTTP error), or None to serve it."""
         return None
 
-    def fire_runtime(self, twin: "Twin") -> None:
+    def fire_runtime(self, twin: Twin) -> None:
         pass
 
 

@@ -583,7 +583,7 @@ class PerfModel:
     def uses_cuda_graph(self, batch_size: int) -> bool:
         return self.cuda_graph_max_bs > 0 and 0 < batch_size <= self.cuda_graph_max_bs
 
-    def _decode_terms(self, batch_size: int, context_tokens: int) -> dict[str, float]:
+    def _decode_terms(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         m, hw = self.model, self.hardware
         bs = max(1, math.ceil(batch_size / self.replicas))
         ctx = context_tokens / self.replicas
@@ -647,13 +647,13 @@ class PerfModel:
             "total": max(gpu, t_cpu_eager) + t_cpu,
         }
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
         """One decode iteration; ``context_tokens`` = sum of KV tokens of the running batch."""
         if batch_size <= 0:
             return 0.0
         return self._decode_terms(batch_size, context_tokens)["total"]
 
-    def breakdown(self, batch_size: int, context_tokens: int) -> dict[str, float]:
+    def breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Decode step terms in seconds (memory, compute, allreduce, launch, cpu, ...) for explanations."""
         return self._decode_terms(max(1, batch_size), context_tokens)
 
@@ -686,7 +686,7 @@ class PerfModel:
             "memory_used_gb": self.weight_gb_per_gpu + self.kv_gb_per_gpu + self.graph_gb_per_gpu,
         }
 
-    def prefill_step_s(self, new_tokens: int, cached_tokens: int = 0, num_seqs: int = 1) -> float:
+    def prefill_step_s(self, new_tokens: int, cached_tokens: float = 0, num_seqs: int = 1) -> float:
         """One prefill (extend) batch of ``new_tokens`` over ``num_seqs`` sequences with ``cached_tokens`` prefix."""
         if new_tokens <= 0:
             return 0.0

@@ -51,7 +51,7 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
     if pp == 1:
         return model
     layers = math.ceil(model.num_layers / pp)
-    update = {"num_layers": layers, "dense_layers": min(layers, math.ceil(model.dense_layers / pp)),
+    update: dict[str, float] = {"num_layers": layers, "dense_layers": min(layers, math.ceil(model.dense_layers / pp)),
               "sliding_window_layers": min(layers, math.ceil(model.sliding_window_layers / pp)),
               "linear_attention_layers": min(layers, math.ceil(model.linear_attention_layers / pp)),
               "linear_state_bytes": math.ceil(model.linear_state_bytes / pp)}
@@ -77,7 +77,7 @@ class PipelinePerf(PerfModel):
         self.full_model = model
         super().__init__(stage_model(model, self.pp), hardware, cfg)
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
         """One token for each of ``batch_size`` requests (s): ``pp x (t_stage(b) + t_xfer(b))``, ``b`` requests per
         micro-batch; ``context_tokens`` is the batch's KV tokens (split evenly over the micro-batches)."""
         if batch_size <= 0:
@@ -87,7 +87,7 @@ class PipelinePerf(PerfModel):
         stage = super().decode_step_s(b, context_tokens / m)
         return self.pp * (stage + transfer_s(self, b))
 
-    def prefill_step_s(self, new_tokens: int, cached_tokens: int = 0, num_seqs: int = 1) -> float:
+    def prefill_step_s(self, new_tokens: int, cached_tokens: float = 0, num_seqs: int = 1) -> float:
         """A prefill batch through the pipeline (s): ``(m + pp - 1) x t_stage(N/m) + pp x t_xfer(N/m)`` with
         ``m = min(pp, num_seqs)`` micro-batches."""
         if new_tokens <= 0:

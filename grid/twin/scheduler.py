@@ -55,7 +55,7 @@ class NewTokenRatio:
     current: float
 
     @classmethod
-    def for_conservativeness(cls, conservativeness: float = 1.0) -> "NewTokenRatio":
+    def for_conservativeness(cls, conservativeness: float = 1.0) -> NewTokenRatio:
         init = min(NEW_TOKEN_RATIO * conservativeness, 1.0)
         low = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
         return cls(init=init, min=low, decay=(init - low) / NEW_TOKEN_RATIO_DECAY_STEPS, current=init)
@@ -270,8 +270,9 @@ class Scheduler:
 
     def _maybe_finish(self, st: _State, finished: dict[str, str]) -> None:
         if st.generated >= st.target:
-            eos = st.req.eos_after is not None and st.req.eos_after <= st.req.max_new_tokens
-            finished[st.req.rid] = "stop" if eos and st.generated >= st.req.eos_after else "length"
+            eos_after = st.req.eos_after
+            eos = eos_after is not None and eos_after <= st.req.max_new_tokens and st.generated >= eos_after
+            finished[st.req.rid] = "stop" if eos else "length"
             self.running.remove(st)
 
     def _decode_step(self, finished: dict[str, str]) -> Step:

@@ -612,7 +612,7 @@ class Twin(TwinAPI):
                     continue
                 if r.t_first is None:
                     r.t_first = end
-                elif itl is not None and n:
+                elif itl is not None and n and r.t_last is not None:
                     gap = (end - r.t_last) / n
                     for _ in range(n):
                         itl.observe(gap)

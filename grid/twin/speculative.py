@@ -86,7 +86,10 @@ class SpeculativePerf(PerfModel):
 
     def __init__(self, model: ModelSpec, hardware, cfg) -> None:
         super().__init__(model, hardware, cfg)
-        self.spec_algorithm, self.spec_steps, self.spec_topk, self.spec_draft_tokens = resolved(cfg)
+        spec = resolved(cfg)
+        if spec is None:
+            raise ValueError("SpeculativePerf needs cfg.speculative_algorithm")
+        self.spec_algorithm, self.spec_steps, self.spec_topk, self.spec_draft_tokens = spec
         given = cfg.speculative_accept_length
         if given is not None and not (1.0 <= given <= self.spec_draft_tokens):
             raise ValueError(f"speculative_accept_length must be between 1 and speculative_num_draft_tokens "
@@ -118,7 +121,7 @@ class SpeculativePerf(PerfModel):
         gpu += 2 * self._allreduce_s(tokens)
         return max(gpu, 0.0 if graph else kernels * _perf.T_OP_CPU_EAGER)
 
-    def iteration_terms(self, batch_size: int, context_tokens: int) -> dict[str, float]:
+    def iteration_terms(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Seconds of one speculative iteration over ``batch_size`` requests: ``verify``, ``draft`` (all draft
         forwards), ``total``, and ``tokens_per_request`` (the acceptance length)."""
         b = max(1, batch_size)
@@ -130,7 +133,7 @@ class SpeculativePerf(PerfModel):
         draft += self.spec_steps * self._draft_forward_s(b * self.spec_topk, graph)  # later steps + draft extend
         return {"verify": t_verify, "draft": draft, "total": t_verify + draft, "tokens_per_request": self.accept_length}
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
         """Seconds per generated token of every running request: one iteration / acceptance length."""
         if batch_size <= 0:
             return 0.0

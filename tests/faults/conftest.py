@@ -6,6 +6,7 @@ import pytest
 
 from grid.compose import compose_spec
 from grid.engines.base import get_engine
+from grid.server.handle import LaunchResult
 from grid.server.session import ServerSession
 from grid.sweep.measure import measure_trial
 from grid.sweep.space import expand
@@ -29,11 +30,11 @@ class RecordingSession(ServerSession):
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.launches: list[dict] = []
+        self.launches: list[LaunchResult] = []
         self.groups: list[int] = []
 
-    def launch(self, **kw):
-        result = super().launch(**kw)
+    def launch(self, request):
+        result = super().launch(request)
         self.launches.append(result)
         pgid = None if self.server is None else (self.server.pgid or self.server.last_pgid)
         if pgid and pgid not in self.groups:

@@ -36,11 +36,11 @@ def test_health_503_until_ready_no_load_before(tmp_path, trial):
     spec = make_spec(tmp_path, "load.concurrency=[1]", "load.output_len=16", faults=faults)
     plan, rows, session = trial(spec)
     launch = session.launches[0]
-    assert launch["status"] == "ok" and launch["phases"] == ["refused", "503", "200"]
+    assert launch.status == "ok" and launch.phases == ["refused", "503", "200"]
     # grid's clock starts before the twin's imports (~0.5 real s = ~10 modelled s at x20)
-    assert launch["port_open_s"] < 30 and 60 <= launch["startup_s"] < 85
+    assert launch.port_open_s < 30 and 60 <= launch.startup_s < 85
     assert [r["status"] for r in rows] == ["ok"] and rows[0]["trial_status"] == "ok"
-    assert stored_rows(spec, plan)[0]["startup_s"] == pytest.approx(launch["startup_s"])
+    assert stored_rows(spec, plan)[0]["startup_s"] == pytest.approx(launch.startup_s)
     log = (tmp_path / "logs" / f"{plan.config_hash}.log").read_text().splitlines()
     ready = next(i for i, line in enumerate(log) if "fired up and ready to roll" in line)
     sent = [i for i, line in enumerate(log) if '"POST /generate' in line and "127.0.0.1:0" not in line]
@@ -91,7 +91,7 @@ def test_cuda_graph_oom_at_startup(tmp_path, trial):
     assert "exited with code 1" in rows[0]["trial_error_message"]
     assert "CUDA out of memory" in rows[0]["trial_error_message"]  # the server's own words, not only the exit code
     assert "CUDA out of memory" in rows[0]["log_tail"] and rows[0]["startup_s"] is None
-    assert session.launches[0]["exit_code"] == 1
+    assert session.launches[0].exit_code == 1
     assert_no_leftovers(session)
 
 
@@ -205,7 +205,7 @@ def test_leftover_listener_on_port_uses_free_port(tmp_path, trial):
         port = held.getsockname()[1]
         spec = make_spec(tmp_path, "load.concurrency=[1]", "load.output_len=16", f"engine.port={port}")
         plan, rows, session = trial(spec)
-        used = session.launches[0]["port"]
+        used = session.launches[0].port
         assert used != port and rows[0]["trial_status"] == "ok"          # never charged to the configuration
         assert f"port_in_use: {port} held by another process" in rows[0]["trial_error_message"]
         assert f"--port {used}" in rows[0]["command"]
@@ -214,6 +214,7 @@ def test_leftover_listener_on_port_uses_free_port(tmp_path, trial):
 
 def test_port_taken_between_check_and_launch_is_retried(tmp_path):
     from grid.engines.base import get_engine
+    from grid.server.handle import LaunchRequest
     from grid.server.session import ServerSession
     from grid.sweep.space import expand
 
@@ -226,9 +227,9 @@ def test_port_taken_between_check_and_launch_is_retried(tmp_path):
         held.listen()
         port = held.getsockname()[1]
         lp = engine.launch_plan(expand(spec)[0], port)   # as if the port was free when picked
-        result = session.launch(argv=lp.argv, env=lp.env, port=port, log_path=f"{tmp_path}/s.log", time_scale=50,
-                                startup_time_scale=20, startup_timeout_s=600, api="generate", model="m",
-                                api_key=None)
+        result = session.launch(LaunchRequest(argv=lp.argv, env=lp.env, port=port, log_path=f"{tmp_path}/s.log",
+                                              time_scale=50, startup_time_scale=20, startup_timeout_s=600,
+                                              api="generate", model="m", api_key=None))
         session.stop(3)
-    assert result["status"] == "ok" and result["port"] != port
-    assert result["infra_retries"] == [f"port_in_use: {port} taken at launch; retried on {result['port']}"]
+    assert result.status == "ok" and result.port != port
+    assert result.infra_retries == [f"port_in_use: {port} taken at launch; retried on {result.port}"]

@@ -32,9 +32,9 @@ class LosesActor(RecordingSession):
         if self.lost:
             raise InfrastructureLost("actor_lost", "the server actor of node n1 died during alive(): ActorDiedError")
 
-    def launch(self, **kw):
+    def launch(self, request):
         self._check("launch")
-        return super().launch(**kw)
+        return super().launch(request)
 
     def alive(self):
         self._check("alive")

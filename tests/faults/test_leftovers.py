@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_managed_server_records_its_group_and_removes_it_on_stop(tmp_path, monke
         (record,) = ProcessRegistry(tmp_path / "processes").records()
         assert record.pgid == server.pgid and record.run_id == "run-x"
         assert record.start_ticks == process_start_ticks(server.pgid)
-        assert open(f"/proc/{server.pid}/environ", "rb").read().count(b"GRID_RUN_ID=run-x\0") == 1
+        assert Path(f"/proc/{server.pid}/environ").read_bytes().count(b"GRID_RUN_ID=run-x\0") == 1
     finally:
         server.stop(2)
     assert ProcessRegistry(tmp_path / "processes").records() == [] and group_members(record.pgid) == []

@@ -38,7 +38,7 @@ class LocalCluster:
         self.tmpdir = tempfile.mkdtemp(prefix="gmn", dir="/tmp")  # short: AF_UNIX paths are limited to 107 bytes
         self.env = cluster_env(self.tmpdir)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.multinode_cluster",
                                       json.dumps(self.workers),
                                       *([str(self.dashboard_port)] if self.dashboard_port else [])],

@@ -69,7 +69,7 @@ class ScriptedServer:
             await asyncio.sleep(reply.hang_after_s)
         return resp
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         app = web.Application()
         for path in ("/generate", "/v1/completions", "/v1/chat/completions"):
             app.router.add_post(path, self._handle)

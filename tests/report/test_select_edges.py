@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from grid.config.schema import ObjectiveSpec, SLOSpec
 from grid.metrics.loadpoint import SLO

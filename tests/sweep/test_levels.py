@@ -59,7 +59,7 @@ def test_levels_skip_only_what_cannot_count():
     # no best yet: a configuration's own point raises it (load.repeats=1)
     levels = Levels(pts, forecasts=forecasts, best=None, error=0.25, unit="tok/s", metric="output_tok_per_s")
     seen = []
-    for index, point, skip in levels:
+    for _index, point, skip in levels:
         seen.append(skip[0] if skip else None)
         if skip is None:
             levels.record(point, "ok", None, {1: 51.0, 8: 281.0, 32: 820.0, 64: 880.0}[int(point.value)])
@@ -68,7 +68,7 @@ def test_levels_skip_only_what_cannot_count():
     for early_stop, expect in ((True, [None, None, EARLY_STOP_SLO, EARLY_STOP_SLO]), (False, [None] * 4)):
         levels = Levels(pts, early_stop=early_stop)
         seen = []
-        for index, point, skip in levels:
+        for _index, point, skip in levels:
             seen.append(skip[0] if skip else None)
             if skip is None:
                 levels.record(point, "ok", point.value < 8, None)
@@ -121,7 +121,7 @@ def test_capacity_levels_are_the_bisection_probes():
         return LoadPoint("rate", rate, 8, seed=index)
 
     levels = Levels([], capacity=Capacity(9.6, 16.0, 0.05, 10, make))
-    for index, point, skip in levels:
+    for _index, point, skip in levels:
         assert skip is None
         levels.record(point, "ok" if point.value != 14.4 else "partial", point.value <= 15.0, None)
     # 14.4 held the SLOs' percentile but a request failed (partial): it does not count as held

@@ -49,7 +49,7 @@ class TwinProc:
                    GRID_TWIN_VERSION=version)
         if faults:
             env["GRID_TWIN_FAULTS"] = json.dumps(faults)
-        self.fh = open(self.log_path, "w")
+        self.fh = open(self.log_path, "w")  # noqa: SIM115 (closed when the twin is stopped)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "grid.twin", "--model-path", str(mdir), "--port", str(self.port), *args],
             stdout=self.fh, stderr=subprocess.STDOUT, env=env)

@@ -7,6 +7,7 @@ from test_measure import run_one, spec_for
 from grid.engines.base import get_engine
 from grid.report.render import diagnosis_lines, markdown, short_diagnosis
 from grid.report.select import rank
+from grid.server.handle import LaunchRequest
 from grid.server.session import ServerSession
 from grid.storage.parquet import read_table
 from grid.sweep.measure import measure_trial
@@ -47,10 +48,11 @@ def test_openai_engine_measures_a_running_twin_without_launching(tmp_path):
     port, _ = session.pick_port(0)
     plan = engine.launch_plan(expand(twin_spec)[0], port)
     (tmp_path / "twin" / "logs").mkdir(parents=True, exist_ok=True)
-    up = session.launch(argv=plan.argv, env=plan.env, port=port, log_path=str(tmp_path / "twin" / "logs" / "t.log"),
-                        time_scale=plan.time_scale, startup_time_scale=plan.startup_time_scale,
-                        startup_timeout_s=600, api="generate", model=twin_spec.model.name, api_key=None)
-    assert up["status"] == "ok", up
+    up = session.launch(LaunchRequest(argv=plan.argv, env=plan.env, port=port,
+                                      log_path=str(tmp_path / "twin" / "logs" / "t.log"), time_scale=plan.time_scale,
+                                      startup_time_scale=plan.startup_time_scale, startup_timeout_s=600,
+                                      api="generate", model=twin_spec.model.name, api_key=None))
+    assert up.status == "ok", up
     try:
         spec = spec_for(tmp_path / "ext", "engine=openai", f"engine.base_url=http://127.0.0.1:{port}",
                         "engine.api=completions")

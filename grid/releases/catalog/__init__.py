@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ def _load(path: Path) -> Release:
                    by_flag=by_flag, by_dest=by_dest)
 
 
-@lru_cache(maxsize=None)
+@cache
 def releases() -> tuple[str, ...]:
     """The catalogued releases, oldest first (``("0.5.9", "0.5.10", ...)``)."""
     names = [p.name[len("sglang-"):-len(".json")] for p in DATA_DIR.glob("sglang-*.json")]
@@ -110,7 +110,7 @@ def releases() -> tuple[str, ...]:
     return tuple(sorted(names, key=_release_key))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _release_exact(name: str) -> Release:
     return _load(DATA_DIR / f"sglang-{name}.json")
 

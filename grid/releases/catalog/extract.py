@@ -116,7 +116,7 @@ def ast_options(path: Path) -> list[dict[str, Any]]:
             continue
         kw = {k.arg: k.value for k in node.keywords if k.arg}
 
-        def lit(key: str) -> Any:
+        def lit(key: str, kw: dict[str, ast.expr] = kw) -> Any:
             try:
                 return ast.literal_eval(kw[key]) if key in kw else None
             except ValueError:
@@ -172,7 +172,8 @@ def routes(root: Path) -> list[dict[str, Any]]:
             attr = node.func.attr
             if attr not in ("get", "post", "put", "delete", "patch", "api_route", "add_api_route", "route"):
                 continue
-            if not node.args or _template(node.args[0]) is None or not _template(node.args[0]).startswith("/"):
+            route = _template(node.args[0]) if node.args else None
+            if route is None or not route.startswith("/"):
                 continue
             methods: set[str] = set()
             if attr in ("get", "post", "put", "delete", "patch"):
@@ -183,7 +184,7 @@ def routes(root: Path) -> list[dict[str, Any]]:
                         methods |= {m.upper() for m in ast.literal_eval(kw.value)}
                     except ValueError:
                         pass
-            found.setdefault(_template(node.args[0]), set()).update(methods or {"GET"})
+            found.setdefault(route, set()).update(methods or {"GET"})
     return [{"path": p, "methods": sorted(m)} for p, m in sorted(found.items())]
 
 
@@ -208,7 +209,8 @@ def metric_names(root: Path) -> list[dict[str, str]]:
     return [{"name": n, "kind": k} for n, k in sorted(found.items())]
 
 
-def _functions_with(root: Path, folders: tuple[str, ...], needle: str) -> Iterable[tuple[Path, ast.FunctionDef]]:
+def _functions_with(root: Path, folders: tuple[str, ...], needle: str
+                    ) -> Iterable[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef]]:
     for path in _py_files(root, *folders):
         text = path.read_text()
         if needle not in text:
@@ -225,7 +227,7 @@ def log_formats(root: Path) -> dict[str, list[str]]:
     scheduler function that prints ``Prefill batch`` / ``Decode batch`` (optional pieces included, in source order)."""
     out: dict[str, list[str]] = {}
     for key, needle in (("prefill", "Prefill batch"), ("decode", "Decode batch")):
-        for path, fn in _functions_with(root, ("srt/managers", "srt/observability"), needle):
+        for _path, fn in _functions_with(root, ("srt/managers", "srt/observability"), needle):
             start = next(n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign))
                          and any(needle in (_template(s) or "") for s in ast.walk(n)))
             target = start.targets[0] if isinstance(start, ast.Assign) else start.target

@@ -86,7 +86,7 @@ def _one(wheel: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grid.releases.catalog.generate", description=__doc__.split("\n")[0])
-    ap.add_argument("--releases", nargs="*", help="releases to refresh (default: all from %s)" % FIRST_RELEASE)
+    ap.add_argument("--releases", nargs="*", help=f"releases to refresh (default: all from {FIRST_RELEASE})")
     ap.add_argument("--cache", type=Path, default=CACHE_DIR)
     ap.add_argument("--out", type=Path, default=DATA_DIR)
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # internal: read one wheel in this process

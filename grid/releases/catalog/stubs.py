@@ -22,7 +22,7 @@ import sys
 import types
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 #: Third-party packages imported for real: msgspec (0.5.20+ ServerArgs is a msgspec-validated dataclass; issue 9),
 #: the typing helpers and yaml (grid depends on them). pydantic is stubbed: real pydantic rejects stubbed field types.
@@ -87,7 +87,7 @@ class _StubMeta(type):
     def __enter__(cls) -> Any:
         return cls
 
-    def __exit__(cls, *exc: Any) -> bool:
+    def __exit__(cls, *exc: Any) -> Literal[False]:
         return False
 
     def __contains__(cls, item: Any) -> bool:
