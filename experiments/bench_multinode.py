@@ -3,7 +3,7 @@
     python experiments/bench_multinode.py            # 6 configurations, ~3-5 min on 2 cores
     python experiments/bench_multinode.py --configs 4
 
-Each run starts a fresh cluster (tests/integration/multinode_cluster.py: a head node without a ``grid_node`` slot and
+Each run starts a fresh cluster (tests/cluster/multinode_cluster.py: a head node without a ``grid_node`` slot and
 N worker nodes with one slot each, all on 127.0.0.1), runs ``python -m grid.run`` with ``ray.address=<cluster>``
 into a new run directory and times it from start to exit (Ray start-up of the driver included, cluster start-up
 not). It prints both wall times and their ratio. The twin's servers share the machine's CPUs, so on a small machine
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.multinode_cluster import LocalCluster  # noqa: E402
+from tests.cluster.multinode_cluster import LocalCluster  # noqa: E402
 
 HW = "rtx_pro_6000_x8_vm"
 FRACTIONS = [0.8, 0.82, 0.85, 0.88, 0.9, 0.92, 0.94, 0.95]

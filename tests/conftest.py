@@ -113,3 +113,15 @@ class Printed:
 def printed() -> type[Printed]:
     """Parsers of grid's console output (see the module docstring)."""
     return Printed
+
+
+_COSTLY = ("integration", "faults", "real_server")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test without a costlier marker is a ``unit`` test, so ``-m unit`` selects the fast, in-process ones.
+    The directory says which package a test covers (tests/<package>/ mirrors grid/<package>/); the marker says
+    what it costs."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in _COSTLY):
+            item.add_marker(pytest.mark.unit)

@@ -14,7 +14,7 @@ Ray's switch for its single-machine-only platforms) makes Ray take 127.0.0.1 as 
 those services, the runtime-env agent and the metrics agent bind to it; ``dashboard_host="127.0.0.1"`` binds the
 dashboard. Measured on Ray 2.60 with ``ss -ltnp``: without the switch the GCS, raylet and workers listened on ``::``,
 the dashboard agent on 0.0.0.0 and the node's external address; with it every socket was 127.0.0.1
-(tests/integration/test_cluster_network.py keeps checking it). The switch only changes which address Ray picks for the
+(tests/cluster/test_cluster_network.py keeps checking it). The switch only changes which address Ray picks for the
 node and makes ``ray start`` refuse to form a multi-node cluster, so it is set for the local cluster only.
 
 The dashboard port (``ray.dashboard_port``, Ray's default 8265) may be held by another process, e.g. a second sweep's

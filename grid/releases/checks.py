@@ -13,7 +13,7 @@ Three layers, each with its source in SGLang's released wheels (docs/sources.md#
 
 An impossible configuration is recorded ``invalid`` (error class ``refused``) with the reason and no launch is spent
 on it (``Engine.refuse``). The twin's CLI (grid/twin/cli.py) enforces the same rules at launch, as SGLang does;
-tests/unit/test_checks.py compares the two on the same configurations.
+tests/releases/test_checks.py compares the two on the same configurations.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Rule:
     """One launch-time refusal of SGLang: releases ``since`` .. ``until`` (inclusive; None = still), the hardware it
     applies on (any of ``hardware``), SGLang's own message (``{}`` filled from ``when``'s tuple), and ``when``:
     settings, model -> None (accepted) or the tuple of message arguments (refused). ``where``: the SGLang function
-    that raises it (the catalog's ``refusals`` list, from which each message was copied; tests/unit/test_catalog.py
+    that raises it (the catalog's ``refusals`` list, from which each message was copied; tests/releases/test_catalog.py
     checks every message against it)."""
 
     name: str
@@ -249,7 +249,7 @@ _FI_TRTLLM_Q = ("modelopt_fp4", "fp8", "modelopt_fp8", "compressed-tensors", Non
 _NSA = "_handle_model_specific_adjustments / _set_default_nsa_kv_cache_dtype"
 
 #: The launch-time combination rules, in the order SGLang checks them. Messages are SGLang's own, copied from the
-#: catalog's ``refusals`` of each release in range (tests/unit/test_catalog.py checks them). Release ranges from the
+#: catalog's ``refusals`` of each release in range (tests/releases/test_catalog.py checks them). Release ranges from the
 #: catalog: TBO without an a2a backend is refused as such until 0.5.14 and needs DP attention from 0.5.15 (not 0.5.16);
 #: tilelang with an fp8_e4m3 KV cache is refused on CUDA in 0.5.17-0.5.21 and from 0.5.22 needs both backends tilelang
 #: and SM >= 89.

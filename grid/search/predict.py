@@ -160,7 +160,7 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
 #: the simulation cannot tell apart: the MoE runner flag is keyed as the kernel class it resolves to
 #: (``PerfModel.moe_runner_class``, the only thing the performance model reads of it), and the memory fraction as
 #: the KV pool and running-request cap it yields, each capped at what the wave can use (``c`` requests of
-#: ``input + output`` tokens; a larger pool or cap never binds). tests/unit/test_search.py checks the shortcut
+#: ``input + output`` tokens; a larger pool or cap never binds). tests/search/test_search.py checks the shortcut
 #: against a full simulation.
 _WAVES: dict[tuple, object] = {}
 _WAVES_MAX = 4096

@@ -5,7 +5,7 @@ Parsing is prometheus_client's own text parser (``text_string_to_metric_families
 they are combined per gauge as :data:`GAUGES` says (requests and token counts add up over DP ranks, fractions take
 the largest rank, as 0.5.23's ``token_usage`` itself does over pools).
 
-Spelling: every catalogued release (0.5.9-0.5.23, grid/releases/catalog; tests/unit/test_catalog.py checks each name
+Spelling: every catalogued release (0.5.9-0.5.23, grid/releases/catalog; tests/releases/test_catalog.py checks each name
 grid reads) registers ``sglang:num_running_reqs``; sgl-project/sglang PR #15758 renamed the gauges to
 ``sglang_num_running_reqs`` in builds outside that range (llm-d/llm-d PR #1970 renamed its dashboards for it), so both
 spellings (:data:`SGLANG_PREFIXES`) are read for every release. vLLM's names are read through

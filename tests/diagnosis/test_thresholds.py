@@ -12,7 +12,7 @@ from grid.diagnosis import rules
 from grid.diagnosis.rules import classify
 
 GB = 1e9
-# The seed session's load point (tests/unit/test_diagnosis.py): latency-bound, every figure far from a threshold.
+# The seed session's load point (tests/diagnosis/test_rules.py): latency-bound, every figure far from a threshold.
 BASE = {"status": "ok", "completed": 64, "point_kind": "concurrency", "point_value": 64.0,
         "gpu_telemetry_source": "nvml", "gpu_sm_util_mean": 1.0, "gpu_mem_bw_util_mean": 0.52,
         "gpu_power_w_mean": 328.0, "gpu_power_limit_w": 600.0, "gpu_power_frac_mean": 328 / 600,

@@ -1,11 +1,8 @@
 """grid.compare on two recorded runs (Parquet written with grid's own writers): an SGLang upgrade changes every
 config hash, so configurations are matched by settings; exact deltas, thresholds and verdicts."""
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_measure import spec_for  # noqa: E402
+from tests.sweep.test_measure import spec_for  # noqa: E402
 
 from grid.compare import main  # noqa: E402
 from grid.report.compare import compare, default_threshold, spread_percent  # noqa: E402

@@ -4,14 +4,11 @@ browser (Debian's chromium + chromium-driver through selenium)."""
 
 import base64
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_measure import spec_for  # noqa: E402
+from tests.sweep.test_measure import spec_for  # noqa: E402
 
 from grid.app import report  # noqa: E402
 from grid.sweep.space import expand  # noqa: E402

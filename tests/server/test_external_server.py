@@ -9,7 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from test_measure import spec_for
+from tests.sweep.test_measure import spec_for
 
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
@@ -184,7 +184,7 @@ def test_a_tokenizer_that_does_not_load_is_refused(tmp_path):
 def test_chat_api_measures_end_to_end_with_reasoning(tmp_path):
     """engine.api=chat on the twin serving a reasoning model: every request ok, TTFT (first reasoning token) before
     TTFO (first content token), text prompts built for the chat messages."""
-    from test_measure import run_one
+    from tests.sweep.test_measure import run_one
 
     from grid.storage.parquet import read_table
 

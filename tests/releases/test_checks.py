@@ -97,7 +97,7 @@ def test_choices_and_versions():
 
 
 def test_sim_engine_refuses_before_launch(tmp_path):
-    from test_measure import run_one, spec_for
+    from tests.sweep.test_measure import run_one, spec_for
 
     spec = spec_for(tmp_path, "model=glm5_nvfp4", "hardware=rtx_pro_6000_x8", "+server.two_batch_overlap=true")
     plan, rows, reported = run_one(spec)

@@ -1,8 +1,7 @@
-"""Helpers for the fault suite: one trial against the twin without Ray, with faults injected via GRID_TWIN_FAULTS."""
+"""Helpers for the fault suite (its conftest.py hands ``run_trial`` to tests as the ``trial`` fixture): one trial against the twin without Ray, with faults injected via GRID_TWIN_FAULTS."""
 
 import json
 
-import pytest
 
 from grid.compose import compose_spec
 from grid.engines.base import get_engine
@@ -50,7 +49,3 @@ def run_trial(spec, session=None, on_point=None):
     rows = measure_trial(spec, engine, plan, session, trial_id="t0", on_point=on_point)
     return plan, rows, session
 
-
-@pytest.fixture
-def trial():
-    return run_trial

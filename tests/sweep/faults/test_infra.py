@@ -12,7 +12,7 @@ from grid.server.process import group_alive
 from grid.storage.parquet import read_table
 from grid.sweep.driver import plan_run
 
-from conftest import RecordingSession, make_spec
+from tests.sweep.faults.faultkit import RecordingSession, make_spec
 
 pytestmark = pytest.mark.faults
 

@@ -3,7 +3,7 @@ SLOs from the stored requests (nothing stored is rewritten), and an interrupted 
 
 from pathlib import Path
 
-from test_measure import run_one, spec_for
+from tests.sweep.test_measure import run_one, spec_for
 from rich.console import Console
 
 from grid.app import report

@@ -15,7 +15,7 @@ from grid.storage.parquet import read_table
 from grid.sweep.notes import first_wave_ttft_s, plan_notes
 from grid.sweep.space import expand
 
-from conftest import make_spec
+from tests.sweep.faults.faultkit import make_spec
 
 pytestmark = pytest.mark.faults
 

@@ -1,6 +1,6 @@
 """A multi-node Ray cluster on this one machine, for tests and experiments/bench_multinode.py.
 
-``python -m tests.integration.multinode_cluster '<json list of worker nodes>'`` starts a head node (no ``grid_node``
+``python -m tests.cluster.multinode_cluster '<json list of worker nodes>'`` starts a head node (no ``grid_node``
 slot, so trials run on the workers only) and one Ray node per entry (``{"resources": {...}, "num_cpus": n}``) with
 ``ray.cluster_utils.Cluster``: every node is a raylet of its own with its own ports and object store, exactly as on
 separate machines, all on 127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, grid/cluster/local.py) and under a
@@ -39,7 +39,7 @@ class LocalCluster:
         self.env = cluster_env(self.tmpdir)
 
     def __enter__(self) -> LocalCluster:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.multinode_cluster",
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.cluster.multinode_cluster",
                                       json.dumps(self.workers),
                                       *([str(self.dashboard_port)] if self.dashboard_port else [])],
                                      cwd=ROOT, env=self.env, text=True,

@@ -1,4 +1,4 @@
-"""Sweeps on the twin through a real multi-node Ray cluster on this machine (tests/integration/multinode_cluster.py):
+"""Sweeps on the twin through a real multi-node Ray cluster on this machine (tests/cluster/multinode_cluster.py):
 two nodes of one hardware run two trials at once, each row names its node, the status command and Ray's state API
 show what runs where, a sweep runs only on nodes of its hardware, and a node lost mid-trial (also together with a
 killed driver) loses nothing."""
@@ -16,8 +16,8 @@ import pytest
 
 from grid.server.process import free_port, group_alive
 from grid.status import read_status
-from tests.integration.multinode_cluster import LocalCluster
-from tests.resume.test_resume import wait_for
+from tests.cluster.multinode_cluster import LocalCluster
+from tests.sweep.test_resume import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=lost", "+sweep.grid.mem_fraction_static=[0.80,0.81]",

@@ -14,7 +14,7 @@ from grid.report.select import rank
 from grid.server.process import group_alive, http_status, port_is_free
 from grid.storage.parquet import read_table, recorded_hashes
 
-from conftest import make_spec
+from tests.sweep.faults.faultkit import make_spec
 
 pytestmark = pytest.mark.faults
 
@@ -63,7 +63,7 @@ def test_scheduler_dies_mid_load_is_server_hang(tmp_path, trial):
             health.update(health=http_status(server.host, server.port, "/health"),
                           generate=http_status(server.host, server.port, "/health_generate"))
 
-    from conftest import RecordingSession
+    from tests.sweep.faults.faultkit import RecordingSession
 
     session = RecordingSession(clean_wait_s=5)
     plan, rows, _ = trial(spec, session=session, on_point=on_point)
@@ -151,7 +151,7 @@ def test_sigkill_launcher_children_keep_port(tmp_path, trial):
             killed.update(pid=server.pid, holder=holder, port=server.port)
             os.kill(server.pid, signal.SIGKILL)
 
-    from conftest import RecordingSession
+    from tests.sweep.faults.faultkit import RecordingSession
 
     session = RecordingSession(clean_wait_s=5)
     plan, rows, _ = trial(spec, session=session, on_point=kill_launcher)
@@ -175,7 +175,7 @@ def test_escaped_port_holder_marks_node_env_dirty(tmp_path, trial):
     pid_file = tmp_path / "holder.pid"
     spec = make_spec(tmp_path / "a", "load.concurrency=[1]", "load.output_len=16",
                      faults=[{"kind": "port_holder_child", "pid_file": str(pid_file), "escape": True}])
-    from conftest import RecordingSession
+    from tests.sweep.faults.faultkit import RecordingSession
 
     session = RecordingSession(clean_wait_s=1)
     try:

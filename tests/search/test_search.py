@@ -10,7 +10,7 @@ from grid.search.plan import build, expected_launches, gpu_seconds
 from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided, TwinRanked
 from grid.sweep.notes import known_notes
 from grid.sweep.space import expand
-from test_configs import spec_for  # tests/unit is on the path
+from tests.config.test_configs import spec_for  # tests/unit is on the path
 
 
 @pytest.fixture(scope="module")

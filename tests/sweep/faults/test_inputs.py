@@ -13,9 +13,9 @@ from grid.storage.parquet import read_table, recorded_hashes, set_aside_corrupt,
 from grid.storage.schema import load_point_row
 from grid.sweep.space import expand
 
-from conftest import make_spec
+from tests.sweep.faults.faultkit import make_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.faults
 
 
@@ -64,7 +64,7 @@ def test_servers_bind_localhost_by_default(tmp_path):
     spec = make_spec(tmp_path)
     argv = get_engine(spec).launch_plan(expand(spec)[0], 30000).argv
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
-    from grid.cluster.local import ray_init_args  # the Ray side: tests/integration/test_cluster_network.py
+    from grid.cluster.local import ray_init_args  # the Ray side: tests/cluster/test_cluster_network.py
 
     init = ray_init_args(spec.ray, "grid", "grid_node")
     assert init.kwargs["dashboard_host"] == "127.0.0.1" and init.kwargs["_node_ip_address"] == "127.0.0.1"

@@ -2,7 +2,7 @@
 report shows it; engine=openai measures a server that is already up (a twin started here) without launching one."""
 
 import pyarrow.parquet as pq
-from test_measure import run_one, spec_for
+from tests.sweep.test_measure import run_one, spec_for
 
 from grid.engines.base import get_engine
 from grid.report.render import diagnosis_lines, markdown, short_diagnosis

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_measure import run_one, spec_for
+from tests.sweep.test_measure import run_one, spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
