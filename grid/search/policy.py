@@ -162,7 +162,23 @@ class Exhaustive(Policy):
     """Every configuration, in launch order, until a budget stops it."""
 
 
-class TwinRanked(Policy):
+class ForecastOrdered(Policy):
+    """Refused first (they cost nothing), then known failures when ``try_known_failures``, then the rest by forecast
+    (best first; those without a forecast after), known failures last otherwise."""
+
+    def order(self, cands: list[Candidate]) -> list[Candidate]:
+        sign = -1.0 if self.higher_is_better else 1.0
+
+        def key(c: Candidate):
+            group = 0 if c.refused else (1 if self.try_known_failures else 3) if c.known_to_fail else 2
+            return (group, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
+        return sorted(cands, key=key)
+
+    def needs_results(self, c: Candidate) -> bool:
+        return not (c.known_to_fail and self.try_known_failures)  # a decision on c waits for what is running
+
+
+class TwinRanked(ForecastOrdered):
     """Best forecast first; stop when the next candidate cannot beat the best measured score by the spread.
 
     The twin's error on one configuration is taken as normal with sigma ``twin_error``; a candidate is widened by
@@ -175,17 +191,6 @@ class TwinRanked(Policy):
         super().__post_init__()
         n = sum(1 for c in self.candidates if not c.refused and not c.known_to_fail)
         self.z = NormalDist().inv_cdf(1 - 1 / max(2, n))
-
-    def order(self, cands: list[Candidate]) -> list[Candidate]:
-        sign = -1.0 if self.higher_is_better else 1.0
-
-        def key(c: Candidate):
-            group = 0 if c.refused else (1 if self.try_known_failures else 3) if c.known_to_fail else 2
-            return (group, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
-        return sorted(cands, key=key)
-
-    def needs_results(self, c: Candidate) -> bool:
-        return not (c.known_to_fail and self.try_known_failures)  # a decision on c waits for what is running
 
     def bias(self) -> float:
         """Median measured/forecast ratio over the configurations measured with both (1.0 before any)."""
@@ -223,7 +228,7 @@ class TwinRanked(Policy):
         return True
 
 
-class TwinGuided(Policy):
+class TwinGuided(ForecastOrdered):
     """Ranked on the twin, corrected by what is measured, stopped when nothing left is likely to win.
 
     Each measurement's log(measured / forecast) is a residual of the twin; a Bayesian ridge regression of the
@@ -255,17 +260,6 @@ class TwinGuided(Policy):
         self.row = {c.config_hash: i for i, c in enumerate(self.candidates)}
         self.last_p: float | None = None
         self._fitted: tuple | None = None
-
-    def order(self, cands: list[Candidate]) -> list[Candidate]:
-        sign = -1.0 if self.higher_is_better else 1.0
-
-        def key(c: Candidate):
-            group = 0 if c.refused else (1 if self.try_known_failures else 3) if c.known_to_fail else 2
-            return (group, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
-        return sorted(cands, key=key)
-
-    def needs_results(self, c: Candidate) -> bool:
-        return not (c.known_to_fail and self.try_known_failures)
 
     def _log(self, v: float) -> float:
         return math.log(v) if self.higher_is_better else -math.log(v)
