@@ -139,13 +139,15 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     by_hash = {c.config_hash: c for c in sp.policy.candidates}
     gpu_s = sum(by_hash[h].gpu_s for h in launches)
     every = sum(c.gpu_s for c in sp.policy.candidates if not c.refused and c.config_hash not in sp.recorded)
-    which = f"launches left ({len(sp.recorded)} recorded)" if sp.recorded else "launches expected"
+    # recorded configurations of this sweep (the run directory may also hold others, e.g. of an earlier grid)
+    recorded = [p.config_hash for p in sp.plans if p.config_hash in sp.recorded]
+    which = f"launches left ({len(recorded)} recorded)" if recorded else "launches expected"
     lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
     if not engine_class(spec.engine.kind).external:
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.gpu_count} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
-                     f"{'launches left' if sp.recorded else 'expected launches'}"
+                     f"{'launches left' if recorded else 'expected launches'}"
                      + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))
     return lines

@@ -118,6 +118,9 @@ def test_a_resumed_plan_counts_only_the_launches_left(tmp_path):
     assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 7143.3
     assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 1.98 "
                         "GPU-hours for the launches left (every launchable configuration: 43.65)")
+    # a run directory's rows of configurations outside this sweep (an earlier grid) are not counted as recorded
+    sp.resume({"0123456789ab": 1.0})
+    assert sp.cost_lines(spec)[0].endswith("4 launches expected")
     sp.resume({h: sp.forecasts[h].value for h in four})
     assert expected_launches(sp) == []
     assert sp.cost_lines(spec)[0].endswith("0 launches left (4 recorded)")
