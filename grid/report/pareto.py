@@ -153,3 +153,26 @@ def fronts(rows: Iterable[Mapping[str, Any]], objective_kind: str,
             f.dominated_by = [p for p in front if dominates(p, pick, x, y)]
         out.append(f)
     return out
+
+
+def level_series(rows: Iterable[Mapping[str, Any]], key: str,
+                 kind: str | None = None) -> list[tuple[float, float, float, float]]:
+    """What a plot draws for one configuration: (load level, mean, min, max of ``key`` over the level's repeats) per
+    level by ascending level, from the rows whose status is ``ok``, ``key`` is measured and, when ``kind`` is given,
+    ``point_kind`` is ``kind`` (pure). With one repeat min = mean = max."""
+    levels: dict[float, list[float]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get(key) is not None and (kind is None or r.get("point_kind") == kind):
+            levels.setdefault(r["point_value"], []).append(r[key])
+    return [(lv, sum(v) / len(v), min(v), max(v)) for lv, v in sorted(levels.items())]
+
+
+def draw_series(ax, series: list[tuple[float, float, float, float]], **style: Any) -> None:
+    """One line through the means of ``series`` (:func:`level_series`), with min..max bars where a level has
+    repeats that differ."""
+    xs, means = [s[0] for s in series], [s[1] for s in series]
+    if any(s[2] != s[3] for s in series):
+        err = [[m - s[2] for m, s in zip(means, series)], [s[3] - m for m, s in zip(means, series)]]
+        ax.errorbar(xs, means, yerr=err, marker="o", capsize=2, **style)
+    else:
+        ax.plot(xs, means, marker="o", **style)

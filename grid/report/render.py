@@ -12,6 +12,7 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
+from grid.report.pareto import draw_series, level_series
 from grid.report.select import Verdict
 
 POINT_COLUMNS = (
@@ -219,7 +220,8 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
 
 
 def plot(verdicts: list[Verdict], path: Path) -> Path | None:
-    """Output tok/s and median TPOT against load level for every configuration that ran load."""
+    """Output tok/s and median TPOT against load level for every configuration that ran load: per configuration the
+    mean over the repeats of each level, by ascending level, with min..max bars where repeats differ."""
     ran = [v for v in verdicts if any(r.get("output_tok_per_s") is not None for r in v.rows)]
     if not ran:
         return None
@@ -229,12 +231,10 @@ def plot(verdicts: list[Verdict], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for v in ran:
-        pts = [r for r in v.rows if r.get("output_tok_per_s") is not None]
-        xs = [r["point_value"] for r in pts]
+    for v in ran:   # one line per configuration through its levels' means over repeats (bars: min..max)
         style = dict(lw=2.5) if v.outcome == "best" else dict(lw=1, alpha=0.8)
-        ax1.plot(xs, [r["output_tok_per_s"] for r in pts], marker="o", label=v.label, **style)
-        ax2.plot(xs, [r.get("tpot_median_ms") for r in pts], marker="o", label=v.label, **style)
+        draw_series(ax1, level_series(v.rows, "output_tok_per_s"), label=v.label, **style)
+        draw_series(ax2, level_series(v.rows, "tpot_median_ms"), label=v.label, **style)
     ax1.set(xlabel="load level (concurrency or req/s)", ylabel="output tok/s", title="Throughput")
     ax2.set(xlabel="load level (concurrency or req/s)", ylabel="median TPOT (ms)", title="Per-token latency")
     for ax in (ax1, ax2):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grid.report.pareto import dominates, fronts, pareto_front, throughput_metric
+from grid.report.pareto import draw_series, dominates, fronts, level_series, pareto_front, throughput_metric
 
 
 def pt(label, idx, tok, tpot, ttft=100.0, status="ok", trial="ok", level=None):
@@ -104,3 +104,22 @@ def test_a_level_with_a_failed_repeat_is_no_candidate():
     rows = REPEATED[:9] + [dict(rep("T", 64, 3, 500.0, 1.0), status="partial")]
     levels = [(p["label"], p["point_value"]) for p in fronts(rows, "max_output_throughput")[0].points]
     assert levels == [("T", 8), ("T", 32)]
+
+
+def test_plot_series_are_per_level_means_in_level_order():
+    # repeats come in run order 8, 32, 64, 8, ...: a line through the rows drew 8 -> 32 -> 64 -> 8
+    t = [r for r in REPEATED if r["label"] == "T"]
+    assert [(lv, round(m, 5), lo, hi) for lv, m, lo, hi in level_series(t, "output_tok_per_s")] == [
+        (8.0, 73.33667, 73.25, 73.397), (32.0, 199.533, 199.192, 199.873), (64.0, 298.13867, 297.744, 298.545)]
+    r = [x for x in REPEATED if x["label"] == "R"]     # not_run repeats are left out
+    assert level_series(r, "tpot_median_ms") == [(8.0, 108.132, 108.132, 108.132),
+                                                 (64.0, 214.078, 214.062, 214.096)]
+    assert level_series(r, "tpot_median_ms", kind="request_rate") == []
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    draw_series(ax, level_series(t, "output_tok_per_s"), label="T")
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == [8.0, 32.0, 64.0]
+    plt.close(fig)
