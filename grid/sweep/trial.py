@@ -23,7 +23,7 @@ from grid.cluster.actor import ActorOwner, ActorServer, node_actor, serving_task
 from grid.status import clear_running, mark_running
 from grid.config.schema import RunSpec
 from grid.engines.base import engine_class, get_engine
-from grid.sweep.measure import measure_trial
+from grid.sweep.measure import clip_message, measure_trial
 from grid.server.infra import InfrastructureLost
 from grid.plan import TrialPlan
 
@@ -38,7 +38,7 @@ def _metrics(row: dict[str, Any]) -> dict[str, Any]:
     out["trial_status"] = row.get("trial_status")
     out["error_class"] = row.get("error_class") or row.get("trial_error_class")
     out["trial_error_class"] = row.get("trial_error_class")
-    out["message"] = (row.get("trial_error_message") or "")[:200] or None
+    out["message"] = clip_message(row.get("trial_error_message")) or None
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -111,7 +111,7 @@ def run_trial(config: dict[str, Any], *, spec: RunSpec, plans: dict[str, TrialPl
         first = rows[0] if rows else {}
         tune.report({"trial_status": first.get("trial_status", "failed"),
                      "error_class": first.get("trial_error_class") or "unknown",
-                     "message": (first.get("trial_error_message") or "")[:200]})
+                     "message": clip_message(first.get("trial_error_message"))})
 
 
 def dry_run_nodes(spec: RunSpec) -> list[str]:
