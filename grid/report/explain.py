@@ -35,7 +35,7 @@ class Cause:
 class FailureGroup:
     status: str                          # invalid | failed
     error_class: str
-    message: str                         # normalised message shared by the group
+    message: str                         # normalised message shared by the group (the grouping key)
     verdicts: list[Verdict]
     pattern: list[tuple[str, list[Any]]] = field(default_factory=list)  # (setting, values always failing this way)
     uncovered: list[str] = field(default_factory=list)  # labels the pattern does not explain
@@ -63,10 +63,16 @@ class FailureGroup:
             text += f" (and {', '.join(self.uncovered)})"
         return text
 
+    @property
+    def example(self) -> str:
+        """One real message of the group (its first configuration's, unmasked); the normalised one when none."""
+        return next((m for v in self.verdicts if v.rows and (m := failure_message(v.rows[0]))), self.message)
+
     def headline(self) -> str:
-        """``invalid garbage_output: probe N: '…' — 12 configurations``."""
+        """``invalid garbage_output: probe 0: '!!!!' — 12 configurations``: one real message of the group
+        (:attr:`example`; numbers and quoted text are masked only to group)."""
         n = len(self.verdicts)
-        return (f"{self.status} {self.error_class}: {self.message} — {n} configuration{'s' if n != 1 else ''}")
+        return (f"{self.status} {self.error_class}: {self.example} — {n} configuration{'s' if n != 1 else ''}")
 
 
 def _v(value: Any) -> str:

@@ -74,7 +74,9 @@ def test_groups_patterns_and_causes_exact():
                                       "dsa_prefill_backend=flashmla_kv")
     assert garbage.causes == []
     md = "\n".join(markdown_lines(groups))
-    assert "- **invalid garbage_output: probe N: '…' — 3 configurations**" in md
+    # the title is one real message of the group: numbers and quotes are masked only to group
+    assert "- **invalid garbage_output: probe 11: '!!!!' — 3 configurations**" in md
+    assert crash.headline() == f"failed startup_exit: {FA3_LINE[22:]} — 5 configurations"
     assert "  - known cause `dsa_fa3_sm120`: fa3 needs Hopper (source: calibration §1a)" in md
 
 
