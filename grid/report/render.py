@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.table import Table
@@ -46,9 +47,23 @@ def fmt(row: dict, key: str, pattern: str) -> str:
 
 
 def diagnosis_lines(v: Verdict) -> list[str]:
-    """One line per diagnosed load point: level, verdict, evidence (grid/diagnosis/rules.py; stored columns)."""
-    return [f"{r['point_kind']} {r['point_value']:g}: {r['bottleneck']} — {r.get('bottleneck_evidence') or ''}"
-            for r in v.rows if r.get("bottleneck")]
+    """One line per diagnosed load level and distinct diagnosis: level, verdict, evidence (grid/diagnosis/rules.py;
+    stored columns). Repeats of a level (``load.repeats``) that read the same share one line, which says which
+    repeats it stands for (``concurrency 64 (repeats 0, 1, 2): ...``); a level measured once reads as before."""
+    texts: dict[tuple[Any, Any], dict[str, list[Any]]] = {}
+    for r in v.rows:
+        if r.get("bottleneck"):
+            text = f"{r['bottleneck']} — {r.get('bottleneck_evidence') or ''}"
+            texts.setdefault((r["point_kind"], r["point_value"]), {}).setdefault(text, []).append(
+                r.get("repeat_index") or 0)
+    out = []
+    for (kind, value), by_text in texts.items():
+        measured = sum(len(reps) for reps in by_text.values())
+        for text, reps in by_text.items():
+            which = "" if measured == 1 else \
+                f" (repeat{'s' if len(reps) > 1 else ''} {', '.join(str(x) for x in sorted(reps))})"
+            out.append(f"{kind} {value:g}{which}: {text}")
+    return out
 
 
 def short_diagnosis(v: Verdict) -> str:
@@ -64,9 +79,11 @@ def short_diagnosis(v: Verdict) -> str:
 
 def points_table(v: Verdict, title: str) -> Table:
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
-    columns = [(key, pat) for _, key, pat in POINT_COLUMNS if key in CONSOLE_HEADERS]
+    repeated = any(r.get("repeat_index") for r in v.rows)   # the repeat column only where a level ran again
+    columns = [(key, pat) for _, key, pat in POINT_COLUMNS
+               if key in CONSOLE_HEADERS or (key == "repeat_index" and repeated)]
     for key, _ in columns:
-        t.add_column(CONSOLE_HEADERS[key], justify="right", no_wrap=True)
+        t.add_column(CONSOLE_HEADERS.get(key, "rep"), justify="right", no_wrap=True)
     for row in v.rows:
         t.add_row(*(fmt(row, key, pat) for key, pat in columns))
     return t

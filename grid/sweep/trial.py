@@ -29,7 +29,8 @@ from grid.plan import TrialPlan
 
 ACTOR_LOST_ATTEMPTS = 2  # attempts per trial when the node's actor is lost (the first + one on a new actor)
 
-REPORTED = ("point_index", "point_kind", "point_value", "status", "output_tok_per_s", "total_tok_per_s", "ttft_median_ms",
+REPORTED = ("point_index", "point_kind", "point_value", "repeat_index", "status", "output_tok_per_s", "total_tok_per_s",
+            "ttft_median_ms",
             "tpot_median_ms", "e2e_median_ms", "completed", "failed")
 
 

@@ -202,3 +202,21 @@ def test_progress_messages_are_cut_at_a_word_boundary():
     assert clip_message("short\n  message") == "short message"
     assert clip_message(None) == ""
     assert clip_message("x" * 30, width=10) == "xxxxxxxx …"
+
+
+def test_progress_line_names_the_repeat():
+    from rich.console import Console
+
+    from grid.sweep.progress import ProgressCallback
+    from grid.sweep.trial import REPORTED
+
+    assert "repeat_index" in REPORTED     # the trial reports it with every load point
+    console = Console(record=True, width=200)
+    cb = ProgressCallback({}, 1, console)
+    point = {"point_index": 5, "point_kind": "concurrency", "point_value": 64.0, "status": "ok",
+             "output_tok_per_s": 298.545, "ttft_median_ms": 356.54, "tpot_median_ms": 214.061}
+    cb.on_trial_result(0, [], None, {**point, "repeat_index": 1})
+    cb.on_trial_result(0, [], None, {**point, "point_index": 2, "repeat_index": 0})
+    assert console.export_text().splitlines() == [
+        "   point 5 (concurrency 64, repeat 1): ok  out 298.5 tok/s  TTFT p50 357 ms  TPOT p50 214.1 ms",
+        "   point 2 (concurrency 64): ok  out 298.5 tok/s  TTFT p50 357 ms  TPOT p50 214.1 ms"]
