@@ -8,7 +8,7 @@ plus the modelled duration of every load point, grid/search/predict.py) times th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grid.config.schema import RunSpec
@@ -26,6 +26,14 @@ class SearchPlan:
     known: dict[str, Known]
     forecasts: dict[str, Forecast | None]
     policy: Policy
+    #: configurations an earlier run recorded (hash -> measured score, None: failed or no SLO met); the policy was
+    #: resumed with them and the estimate counts only what is left to run
+    recorded: dict[str, float | None] = field(default_factory=dict)
+
+    def resume(self, recorded: dict[str, float | None]) -> None:
+        """Resume the policy with configurations an earlier run recorded (:meth:`Policy.resume`)."""
+        self.recorded = dict(recorded)
+        self.policy.resume(self.recorded)
 
     def cost_lines(self, spec: RunSpec) -> list[str]:
         """What the sweep is expected to cost, one line each (printed before it starts)."""
@@ -68,13 +76,16 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
 
 
 def expected_launches(sp: SearchPlan) -> list[str]:
-    """The hashes the policy would launch if every measurement came out as the twin forecasts (a dry run of it)."""
+    """The hashes the policy would launch if every measurement came out as the twin forecasts (a dry run of it),
+    resumed with ``sp.recorded``: only what is left to run."""
     trial = type(sp.policy)([c for c in sp.policy.candidates], Budget(sp.policy.budget.max_launches,
                                                                        sp.policy.budget.max_gpu_s),
                             higher_is_better=sp.policy.higher_is_better,
                             try_known_failures=sp.policy.try_known_failures, twin_error=sp.policy.twin_error,
                             spread=sp.policy.spread, seed=sp.policy.seed, tolerance=sp.policy.tolerance,
                             risk=sp.policy.risk)
+    if sp.recorded:
+        trial.resume(sp.recorded)
     launched: list[str] = []
     while True:
         h = trial.next()
@@ -98,12 +109,15 @@ COST_FIELDS: tuple[tuple[str, str], ...] = (
     ("known to fail here", "configurations a failure-table row (grid/twin/failures.py) says fail on this hardware "
      "and release; run last (first with search.try_known_failures)"),
     ("launches expected", "the launches the search policy makes when every measurement comes out as the twin "
-     "forecasts and every known failure fails (grid.search.plan.expected_launches)"),
+     "forecasts and every known failure fails (grid.search.plan.expected_launches); on a resumed run `launches "
+     "left (N recorded)`: the policy resumed with the N configurations already recorded, which are not counted"),
     ("GPU-hours for the expected launches", "sum over those launches of the twin's modelled startup "
-     "(PerfModel.startup_phases_s) plus the modelled seconds of every load point (grid/search/predict.py; with "
-     "objective max_capacity, the bisection's probes from the twin's bracket), times hardware.gpu_count, / 3600; "
-     "points early stopping may skip are counted (an upper bound)"),
-    ("every launchable configuration", "the same over every configuration not refused (shown when it differs)"),
+     "(PerfModel.startup_phases_s, once per launch) plus the modelled seconds of every load point, each level "
+     "counted load.repeats times (grid/search/predict.py; with objective max_capacity, the bisection's probes from "
+     "the twin's bracket, not repeated), times hardware.gpu_count, / 3600; points early stopping may skip are "
+     "counted (an upper bound); on a resumed run `GPU-hours for the launches left`"),
+    ("every launchable configuration", "the same over every configuration not refused and not already recorded "
+     "(shown when it differs)"),
 )
 
 
@@ -112,7 +126,7 @@ def describe_cost() -> str:
     out = ["### pre-run cost estimate", "", "Printed before a sweep launches anything (also with dry_run=true), e.g. "
            "`Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail here (last), "
            "4 launches expected` and `Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load "
-           "model): 3.96 GPU-hours for the expected launches (every launchable configuration: 24.76)` "
+           "model): 7.94 GPU-hours for the expected launches (every launchable configuration: 49.61)` "
            "(`+sweep=nsa_backends`, grid/search/plan.py `cost_lines`).", "", "| number | definition |", "|---|---|"]
     out += [f"| {k} | {d} |" for k, d in COST_FIELDS]
     return "\n".join(out) + "\n"
@@ -124,12 +138,16 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     launches = expected_launches(sp)
     by_hash = {c.config_hash: c for c in sp.policy.candidates}
     gpu_s = sum(by_hash[h].gpu_s for h in launches)
-    every = sum(c.gpu_s for c in sp.policy.candidates if not c.refused)
+    every = sum(c.gpu_s for c in sp.policy.candidates if not c.refused and c.config_hash not in sp.recorded)
+    # recorded configurations of this sweep (the run directory may also hold others, e.g. of an earlier grid)
+    recorded = [p.config_hash for p in sp.plans if p.config_hash in sp.recorded]
+    which = f"launches left ({len(recorded)} recorded)" if recorded else "launches expected"
     lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
-             f"{len(launches)} launches expected"]
+             f"{len(launches)} {which}"]
     if not engine_class(spec.engine.kind).external:
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.gpu_count} GPUs, the twin's startup and "
-                     f"load model): {gpu_s / 3600:.2f} GPU-hours for the expected launches"
+                     f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
+                     f"{'launches left' if recorded else 'expected launches'}"
                      + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))
     return lines

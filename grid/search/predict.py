@@ -30,8 +30,9 @@ from grid.plan import TrialPlan
 @dataclass(frozen=True)
 class Forecast:
     """The twin's forecast of one configuration. ``value``: the objective's score (None: no point meets the SLOs,
-    or the twin cannot model it); ``startup_s`` / ``load_s``: modelled seconds of the launch and of all its load
-    points."""
+    or the twin cannot model it); ``startup_s``: modelled seconds of the launch (once per launch); ``load_s``:
+    modelled seconds of all its load points, each level counted ``load.repeats`` times as the trial measures it
+    (grid/plan.py ``load_points``; capacity probes are not repeated, grid/sweep/measure.py ``run_points``)."""
 
     startup_s: float
     load_s: float
@@ -224,7 +225,8 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
 
 
 def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
-    """The twin's forecast of ``plan``; None when the twin's argument checks refuse it."""
+    """The twin's forecast of ``plan``; None when the twin's argument checks refuse it. ``load_s`` counts every level
+    ``load.repeats`` times (the score is the same: the twin's forecast of a level does not change between repeats)."""
     perf = twin_model(spec, plan.settings, version)
     if perf is None:
         return None
@@ -235,4 +237,6 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
         # what the trial will run: the bisection from the twin's bracket, if the measurements came out as forecast
         rows = capacity_probes(spec, plan, perf, *capacity_bracket(spec, value),
                                max_probes=spec.objective.capacity_max_probes)
-    return Forecast(startup, sum(r["duration_s"] + r.get("overhead_s", 0.0) for r in rows), value)
+    # each level is measured load.repeats times (its own steady-state warm-up wave each time); probes once
+    repeats = 1 if spec.objective.kind == "max_capacity" else plan.load.repeats
+    return Forecast(startup, repeats * sum(r["duration_s"] + r.get("overhead_s", 0.0) for r in rows), value)

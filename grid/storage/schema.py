@@ -136,7 +136,8 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("trial_status", "string", "", "ok | failed | invalid | skipped"),
     ("trial_error_class", "string", "", "why the trial failed (startup_oom, server_crash, ...)"),
     ("trial_error_message", "string", "", "trial error detail"),
-    ("startup_s", "float64", "s", "server start to ready"),
+    ("startup_s", "float64", "s", "server start to ready (modelled s; the twin: its own modelled startup, "
+                                  "without host latency)"),
     ("launch_unix_ns", "int64", "ns", "wall-clock time the server launch began (null: not launched, e.g. refused)"),
     ("ready_unix_ns", "int64", "ns",
      "wall-clock time launch, readiness wait and correctness probe ended (whatever their outcome)"),

@@ -317,7 +317,7 @@ def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> SearchPlan:
     recorded = {h for h in plan.done if h not in {p.config_hash for p in plan.todo}}
     if recorded:
         known = scores(spec, recorded)
-        search.policy.resume({h: known.get(h) for h in recorded})
+        search.resume({h: known.get(h) for h in recorded})
     order = {c.config_hash: i for i, c in enumerate(search.policy.queue)}
     plan.todo = sorted(plan.todo, key=lambda p: order.get(p.config_hash, len(order)))
     return search

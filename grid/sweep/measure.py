@@ -407,6 +407,15 @@ class TrialRun:
     verdict: TrialVerdict
 
 
+def startup_seconds(engine: Engine, measured_s: float | None, info: dict[str, Any] | None) -> float | None:
+    """The launch's startup in modelled seconds: for the twin its own modelled startup (``twin_startup_s`` of its
+    /server_info: its startup phases, warm-up request and any fault's ready time, grid/twin/server.py), since the launcher's measure (``measured_s``: real seconds from
+    launch to the first 200 of /health_generate, times ``startup_time_scale``) also scales the host's process-start
+    and polling latency (about 1.6 real s, x200 by default: +35%); otherwise ``measured_s``."""
+    twin_s = (info or {}).get("twin_startup_s") if engine.twin else None
+    return float(twin_s) if twin_s is not None else measured_s
+
+
 def _trial_columns(trial: TrialContext) -> dict[str, Any]:
     """The columns every load-point row of the trial shares but the verdict's: the configuration, the command, the
     engine, the launch and what the server said about itself."""
@@ -427,7 +436,7 @@ def _trial_columns(trial: TrialContext) -> dict[str, Any]:
         "engine_version": engine.version(),
         "model": engine.served_model(),
         "hardware": spec.hardware.name,
-        "startup_s": result.startup_s,
+        "startup_s": startup_seconds(engine, result.startup_s, info),
         "launch_unix_ns": start.launch_unix_ns,
         "ready_unix_ns": start.ready_unix_ns,
         "input_len": plan.load.input_len,

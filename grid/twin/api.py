@@ -88,6 +88,7 @@ class _TwinState:
         stop: asyncio.Event
         ready: bool
         ready_at: float
+        startup_s: float | None
         busy_s: float
         last_gen_throughput: float
         last_output_real: float
@@ -518,7 +519,11 @@ class TwinAPI(_TwinState):
                  "effective_max_running_requests_per_dp": mrr}
         info = {**d, "status": "ready" if self.ready else "starting", "max_total_num_tokens": self.capacity,
                 "max_req_input_len": max_req_input_len, "internal_states": [state], "version": self.version,
-                "time_scale": self.serve_scale, "startup_time_scale": self.startup_scale}
+                "time_scale": self.serve_scale, "startup_time_scale": self.startup_scale,
+                # the twin's modelled startup (s): its startup phases, warm-up request and any fault's ready time,
+                # without host latency; the launcher's clock also scales the host's process start and polling by
+                # startup_time_scale (grid/sweep/measure.py startup_seconds)
+                "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3)}
         if self.ver >= (0, 5, 23):
             info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
                         startup_time=round(self.ready_at, 3), frontend="python")

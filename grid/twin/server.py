@@ -152,6 +152,10 @@ class Twin(TwinAPI):
         self.bound = False
         self.ready = False
         self.ready_at = 0.0
+        # modelled seconds from start to ready by the model alone (startup phases, warm-up request, a fault's ready
+        # time), without the host's latency that ready_at, read off the clock, carries x startup_time_scale
+        self.startup_s: float | None = None
+        self._bind_at = 0.0
         self.never_ready = False
         self.sched_dead = False
         self.decode_s = 0.0
@@ -361,6 +365,7 @@ class Twin(TwinAPI):
             self.log.info(f"Set {word} backends for {kv} KV Cache: prefill={getattr(self.perf, 'dsa_prefill_backend', None)}, "
                           f"decode={getattr(self.perf, 'dsa_decode_backend', None)}.")
         events, bind_at, post = self.startup_plan()
+        self._bind_at = bind_at
         bound_task = None
         hang = False
         for t, _, action in events:
@@ -426,6 +431,7 @@ class Twin(TwinAPI):
         start = self.mnow()
         if post_s > 0 and not await self.sleep_until(start + post_s):
             return
+        warmup_s = 0.0
         if not self.args.skip_server_warmup:
             self.log.access(logs.access_line("127.0.0.1:0", "GET", "/model_info", 200, "OK"))
             comp = textgen.make_completion(WARMUP_TEXT, max_new_tokens=8, ignore_eos=False, temperature=0.0,
@@ -434,6 +440,7 @@ class Twin(TwinAPI):
             while not req.finished:
                 await req.event.wait()
                 req.event.clear()
+            warmup_s = (req.t_last or req.t_arrive) - req.t_arrive
             self.log.access(logs.access_line("127.0.0.1:0", "POST", "/generate", 200, "OK"))
         ready_at = max([f.ready_at_s for f in self.faults if f.ready_at_s is not None], default=0.0)
         if ready_at and not await self.sleep_until(ready_at):
@@ -443,6 +450,7 @@ class Twin(TwinAPI):
         self.set_scale(self.serve_scale)
         self.ready = True
         self.ready_at = self.mnow()
+        self.startup_s = max(self._bind_at + post_s + warmup_s, ready_at)
         self.busy_s = 0.0
         self.log.info(logs.READY_LINE)
 

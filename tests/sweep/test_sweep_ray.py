@@ -101,4 +101,7 @@ def test_rerun_resumes_without_running_anything(sweep, printed):
     assert out.returncode == 0
     plan = printed.plan_line(out.stdout)
     assert (plan["name"], plan["configurations"], plan["recorded"], plan["to_run"]) == ("nsa_backends", 4, 4, 0)
+    # the estimate counts only what is left to run
+    assert "0 launches left (4 recorded)" in " ".join(out.stdout.split())
+    assert "0.00 GPU-hours for the launches left" in " ".join(out.stdout.split())
     assert printed.best_label(out.stdout) == "prefill=trtllm decode=trtllm"
