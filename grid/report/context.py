@@ -198,11 +198,20 @@ def cuda_graph_forecast(spec: RunSpec, settings: Mapping[str, Any], batches: Seq
     TPOT follows the decode step. None when the twin refuses either setting (its argument checks, as SGLang's).
     On a GPU whose step is long next to its kernel launches (the PCIe VM of docs/twin.md) the two agree; on a single
     H100 the twin's A5 anchor is 9.28 ms eager vs 7.06 ms with graphs (grid/twin/perf.py)."""
-    from grid.search.knowledge import twin_model
+    from grid.releases.flags import parse_version, to_argv
+    from grid.twin import cli
+    from grid.twin.perf import PerfModel
 
-    perfs = [twin_model(spec, {**settings, "cuda_graph": on}, spec.version) for on in (False, True)]
-    if perfs[0] is None or perfs[1] is None:
-        return None
+    perfs = []
+    for on in (False, True):
+        try:
+            args = cli.parse_args(["--model-path", "m", *to_argv({**settings, "cuda_graph": on},
+                                                                  parse_version(spec.version))], spec.version)
+            cli.resolve_args(args, spec.model)
+            cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+            perfs.append(PerfModel(spec.model, spec.hardware, cfg))
+        except (SystemExit, ValueError, AssertionError, KeyError):
+            return None
     ctx = input_len + output_len / 2
     return [(b, perfs[0].decode_step_s(b, b * ctx) * 1000, perfs[1].decode_step_s(b, b * ctx) * 1000)
             for b in batches]
