@@ -83,7 +83,9 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
-        notes=context.base_warnings(spec) + relevance.notes(verdicts) + accuracy_notes(spec, rows)
+        notes=context.base_warnings(spec, explain.settings_of(best) if best else None,
+                                    plans[0].load if plans else None)
+        + relevance.notes(verdicts, relevance.swept_values(p.settings for p in plans)) + accuracy_notes(spec, rows)
         + context.twin_spread_note(spec, verdicts) + notes,
         command=context.real_command(spec, best) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),

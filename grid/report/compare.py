@@ -12,8 +12,14 @@ A difference counts only when it is larger than the spread of the measurement:
 * *measured*: when a run holds the same configuration and load level more than once (repeats, or a level listed
   twice in a run before ``repeat_index`` existed), the spread of a metric there is (max - min) / mean of the
   repeats, in percent; a pair is compared by its means, against the larger spread of its two sides, else against
-  the largest spread measured anywhere in the two runs;
+  the largest spread measured anywhere in the two runs; a measured spread below ``MIN_MEASURED_THRESHOLD_PERCENT``
+  is raised to it (two repeats of a deterministic server can agree exactly, which says nothing of a smaller
+  difference between two runs);
 * *unknown*: with no repeats at all, ``DEFAULT_THRESHOLD_PERCENT`` applies and the result says so.
+
+Runs measured differently (:func:`load_shape_differences`: how the window was taken, dataset, ISL/OSL, requests per
+point, repeats) are still compared, but the comparison names each difference first: a TTFT measured over requests
+started together is not the same quantity as one measured in a steady state.
 """
 
 from __future__ import annotations
@@ -51,6 +57,47 @@ DEFAULT_THRESHOLD_PERCENT: dict[str, dict[str, float]] = {
     "all_requests": {"output_tok_per_s": 10.0, "tpot_median_ms": 5.0, "tpot_p99_ms": 10.0, "ttft_median_ms": 70.0,
                      "ttft_p99_ms": 35.0},
 }
+
+
+#: Floor (percent) of a *measured* threshold: the spread of two or three repeats can be 0 (the twin is deterministic
+#: at a fixed seed), and a 0 % threshold would call any difference, however small, better or worse. 1 % is below
+#: every entry of ``DEFAULT_THRESHOLD_PERCENT`` (so a measured spread still tightens the default) and above the
+#: rounding of the printed values (one decimal of tok/s and ms).
+MIN_MEASURED_THRESHOLD_PERCENT = 1.0
+
+#: Load-point columns that say how a run was measured: column -> name printed in a load-shape warning.
+LOAD_SHAPE_COLUMNS: dict[str, str] = {
+    "window_kind": "measurement window (window_kind; load.closed_loop_start: steady_state = staggered, "
+                   "all_requests = together)",
+    "point_kind": "load kind (point_kind)",
+    "dataset": "dataset",
+    "input_len": "input length ISL (input_len, tokens)",
+    "output_len": "output length OSL (output_len, tokens)",
+    "num_prompts": "measured requests per load point (num_prompts)",
+}
+
+
+def _shape_values(rows: list[Mapping[str, Any]], column: str) -> list[Any]:
+    return sorted({r.get(column) for r in rows if r.get(column) is not None}, key=str)
+
+
+def load_shape_differences(rows_a: list[Mapping[str, Any]], rows_b: list[Mapping[str, Any]]) -> list[str]:
+    """One line per way the two runs' load was shaped differently: for each column of ``LOAD_SHAPE_COLUMNS``
+    measured on ok load points, the set of its values in A and in B when they differ, and the number of repeats
+    of a load level (``repeat_index`` + 1, ``load.repeats``). Columns a run did not record (older rows) are skipped.
+    Empty when both runs were measured alike."""
+    ok_a = [r for r in rows_a if r.get("status") == "ok"] or list(rows_a)
+    ok_b = [r for r in rows_b if r.get("status") == "ok"] or list(rows_b)
+    out = []
+    for column, name in LOAD_SHAPE_COLUMNS.items():
+        va, vb = _shape_values(ok_a, column), _shape_values(ok_b, column)
+        if va and vb and va != vb:
+            out.append(f"{name}: A {', '.join(map(str, va))}; B {', '.join(map(str, vb))}")
+    reps_a = max(((r.get("repeat_index") or 0) + 1 for r in ok_a), default=1)
+    reps_b = max(((r.get("repeat_index") or 0) + 1 for r in ok_b), default=1)
+    if reps_a != reps_b:
+        out.append(f"repeats per load level (load.repeats): A {reps_a}; B {reps_b}")
+    return out
 
 
 def default_threshold(metric: str, *points: list[Mapping[str, Any]]) -> float:
@@ -108,6 +155,7 @@ class Comparison:
     versions_b: list[str]
     configs: list[ConfigDiff]
     spread_measured: bool       # some metric's spread came from repeated load points
+    load_differences: list[str] = field(default_factory=list)  # load_shape_differences(A, B)
 
     def by_change(self, change: str) -> list[ConfigDiff]:
         return [c for c in self.configs if c.change == change]
@@ -166,6 +214,7 @@ def _values(points: list[Mapping[str, Any]], metric: str) -> list[float]:
 
 def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, Any]]) -> Comparison:
     """Compare run A (before) with run B (after); see the module docstring for matching and thresholds."""
+    rows_a, rows_b = list(rows_a), list(rows_b)
     a, b = _by_config(rows_a), _by_config(rows_b)
     pts_a = {h: _points(rows) for h, rows in a.items()}
     pts_b = {h: _points(rows) for h, rows in b.items()}
@@ -190,9 +239,9 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
                         continue
                     own = [s for s in (spread_percent(va), spread_percent(vb)) if s is not None]
                     if own:
-                        threshold, source = max(own), "measured"
+                        threshold, source = max(max(own), MIN_MEASURED_THRESHOLD_PERCENT), "measured"
                     elif m in run_spread:
-                        threshold, source = run_spread[m], "measured"
+                        threshold, source = max(run_spread[m], MIN_MEASURED_THRESHOLD_PERCENT), "measured"
                     else:
                         threshold, source = default_threshold(m, pa_, pb_), "unknown"
                     delta = (fmean(vb) - fmean(va)) / abs(fmean(va)) * 100
@@ -207,7 +256,7 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
         configs.append(c)
     configs.sort(key=lambda c: c.label)
     versions = [sorted({r.get("engine_version") or "?" for rows in x.values() for r in rows}) for x in (a, b)]
-    return Comparison(versions[0], versions[1], configs, bool(run_spread))
+    return Comparison(versions[0], versions[1], configs, bool(run_spread), load_shape_differences(rows_a, rows_b))
 
 
 ORDER = ("broke", "slower", "mixed", "faster", "fixed", "same", "still failing", "only in A", "only in B")
@@ -217,8 +266,15 @@ def markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
     """The comparison as markdown: a summary line per kind of change, then each configuration's differences."""
     va, vb = ", ".join(cmp.versions_a), ", ".join(cmp.versions_b)
     lines = [f"# {name_a} (SGLang {va}) vs {name_b} (SGLang {vb})", ""]
+    if cmp.load_differences:
+        lines += ["**Warning: the two runs were measured differently**, so a difference below may come from how "
+                  "the load was shaped rather than from the server:", ""]
+        lines += [f"- {d}" for d in cmp.load_differences]
+        lines.append("")
     if cmp.spread_measured:
-        lines.append("Thresholds: the spread measured by repeated load points ((max - min) / mean); where both "
+        lines.append("Thresholds: the spread measured by repeated load points ((max - min) / mean), at least "
+                     f"{MIN_MEASURED_THRESHOLD_PERCENT:g}% (MIN_MEASURED_THRESHOLD_PERCENT: repeats that agree "
+                     "exactly do not show a smaller difference is real); where both "
                      "runs repeated a level, a difference counts only when the 95% confidence intervals of the two "
                      "means do not overlap (threshold source 'confidence').")
     else:

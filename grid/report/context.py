@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grid.config.schema import RunSpec
+from grid.config.schema import LoadSpec, RunSpec
 from grid.engines.base import engine_class
 from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
@@ -190,19 +190,70 @@ def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
             "confirm it."]
 
 
-def base_warnings(spec: RunSpec) -> list[str]:
+def cuda_graph_forecast(spec: RunSpec, settings: Mapping[str, Any], batches: Sequence[int], input_len: int,
+                        output_len: int) -> list[tuple[int, float, float]] | None:
+    """The twin's decode step (``grid.twin.perf.PerfModel.decode_step_s``, ms) of ``settings`` on ``spec``'s model
+    and hardware with CUDA graphs off and on, at each batch of ``batches`` holding ``batch x (ISL + OSL/2)`` KV
+    tokens (the mean context of a closed loop of ``input_len`` / ``output_len`` tokens): [(batch, off ms, on ms)].
+    TPOT follows the decode step. None when the twin refuses either setting (its argument checks, as SGLang's).
+    On a GPU whose step is long next to its kernel launches (the PCIe VM of docs/twin.md) the two agree; on a single
+    H100 the twin's A5 anchor is 9.28 ms eager vs 7.06 ms with graphs (grid/twin/perf.py)."""
+    from grid.releases.flags import parse_version, to_argv
+    from grid.twin import cli
+    from grid.twin.perf import PerfModel
+
+    perfs = []
+    for on in (False, True):
+        try:
+            args = cli.parse_args(["--model-path", "m", *to_argv({**settings, "cuda_graph": on},
+                                                                  parse_version(spec.version))], spec.version)
+            cli.resolve_args(args, spec.model)
+            cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
+            perfs.append(PerfModel(spec.model, spec.hardware, cfg))
+        except (SystemExit, ValueError, AssertionError, KeyError):
+            return None
+    ctx = input_len + output_len / 2
+    return [(b, perfs[0].decode_step_s(b, b * ctx) * 1000, perfs[1].decode_step_s(b, b * ctx) * 1000)
+            for b in batches]
+
+
+def base_warnings(spec: RunSpec, best_settings: Mapping[str, Any] | None = None,
+                  load: LoadSpec | None = None) -> list[str]:
     """Warnings about settings every configuration of the sweep shares (``sweep.base`` over ``server``): CUDA graphs
     turned off (SGLang's own capture-failure hint calls ``--disable-cuda-graph`` "Not recommended. Huge performance
-    loss": python/sglang/srt/model_executor/cuda_graph_runner.py, 0.5.x)."""
+    loss": python/sglang/srt/model_executor/cuda_graph_runner.py, 0.5.x). How much they lose depends on the
+    hardware, so the warning quotes the twin's forecast (:func:`cuda_graph_forecast`) for ``best_settings`` (the
+    best configuration's, else the base's) at the closed-loop levels of ``load`` (the trials' ``LoadSpec``, else
+    ``spec.load``; 1 for open-loop runs)."""
     sweep = spec.sweep
     base = {**spec.server, **(sweep.base if sweep else {})}
     out = []
     if base.get("cuda_graph") is False:
         varied = sweep is not None and ("cuda_graph" in sweep.grid or any("cuda_graph" in c for c in sweep.configs))
-        out.append("The sweep's base turns CUDA graphs off (cuda_graph=false)"
-                   + (" except where a configuration sets it" if varied else " for every configuration")
-                   + ": decode runs kernel by kernel, so absolute throughput and TPOT are worse than a deployment "
-                   "with CUDA graphs; compare configurations with each other, not with production numbers.")
+        head = ("The sweep's base turns CUDA graphs off (cuda_graph=false)"
+                + (" except where a configuration sets it" if varied else " for every configuration")
+                + ": decode runs kernel by kernel")
+        load = load or spec.load
+        settings = {**base, **(best_settings or {})}
+        steps = cuda_graph_forecast(spec, settings, list(load.concurrency) or [1], load.input_len, load.output_len)
+        if steps is None:
+            out.append(head + ", so absolute throughput and TPOT may be worse than a deployment with CUDA graphs "
+                       "(the twin cannot model this configuration to say by how much); compare configurations with "
+                       "each other, not with production numbers.")
+            return out
+        gains = [(off - on) / on * 100 for _, off, on in steps]
+        levels = ", ".join(str(b) for b, _, _ in steps)
+        span = (f"{min(gains):.1f}%" if round(min(gains), 1) == round(max(gains), 1)
+                else f"{min(gains):.1f}-{max(gains):.1f}%")
+        where = (f"on {spec.hardware.name} the twin forecasts decode steps (TPOT) {span} longer without CUDA graphs "
+                 f"than with them at batch {levels} (the twin's performance model, docs/twin.md; kernel launches "
+                 "cost only where they exceed the GPU's own time per step)")
+        if max(gains) < 1.0:
+            out.append(head + f"; {where}, so on this hardware the numbers should hold with CUDA graphs too "
+                       "(confirm with cuda_graph=true on GPUs before quoting them for a deployment).")
+        else:
+            out.append(head + f"; {where}: absolute throughput and TPOT are worse than a deployment with CUDA "
+                       "graphs by about that; compare configurations with each other, not with production numbers.")
     return out
 
 

@@ -10,6 +10,7 @@ may have mattered or the gauges were not scraped (nothing to say then).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
@@ -65,28 +66,51 @@ register("torch_compile_max_bs")(_batch_cap("torch_compile_max_bs", "compiled ba
 register("max_running_requests")(_batch_cap("max_running_requests", "cap"))
 
 
+#: A scheduling policy orders the requests waiting in the queue; with at most this many waiting at once there is one
+#: order only (python/sglang/srt/managers/schedule_policy.py SchedulePolicy.calc_priority sorts waiting_queue).
+QUEUE_IRRELEVANT = 1
+
+
 @register("schedule_policy")
 def _queue_order(rows: Sequence[Mapping[str, Any]], values: list[Any]) -> str | None:
     peak = _peak(rows, "srv_queue_max")
-    if peak is None or peak > 0:
+    if peak is None or peak > QUEUE_IRRELEVANT:
         return None
-    return ("schedule_policy could not have mattered at the measured load: no request ever waited in the server's "
-            "queue (sglang:num_queue_reqs stayed 0), and the policy only orders waiting requests; load more")
+    return (f"schedule_policy could not have mattered at the measured load: at most {peak:g} request"
+            f"{'' if peak == 1 else 's'} waited in the server's queue at once (sglang:num_queue_reqs), and the "
+            "policy only orders waiting requests, of which one or none has a single order; load more (a higher "
+            "rate or more streams than max_running_requests) to compare them")
 
 
-def notes(verdicts: Iterable[Verdict]) -> list[str]:
+def notes(verdicts: Iterable[Verdict], swept: Mapping[str, Sequence[Any]] | None = None) -> list[str]:
     """One note per varied setting that could not have mattered at the load measured (over the ok load points of
-    every configuration that ran), in setting order."""
+    every configuration that ran), in setting order. A setting is varied when the recorded configurations differ
+    in it, or when ``swept`` (setting -> the values the sweep's configurations give it, :func:`swept_values`) lists
+    more than one value: a search that measured one configuration of several still says its load could not tell
+    them apart."""
     verdicts = list(verdicts)
     rows = [r for v in verdicts for r in v.rows if r.get("status") == "ok" and r.get("trial_status") == "ok"]
     if not rows:
         return []
+    varied = {k: sorted({v for v in by_hash.values() if v is not None}, key=str)
+              for k, by_hash in varied_settings(verdicts).items()}
+    for k, values in (swept or {}).items():
+        if k not in varied and len({json.dumps(v, sort_keys=True) for v in values}) > 1:
+            varied[k] = sorted({v for v in values if v is not None}, key=str)
     out = []
-    for setting, by_hash in sorted(varied_settings(verdicts).items()):
+    for setting, values in sorted(varied.items()):
         check = CHECKS.get(setting)
         if check is None:
             continue
-        note = check(rows, sorted({v for v in by_hash.values() if v is not None}, key=str))
+        note = check(rows, values)
         if note:
             out.append(note)
     return out
+
+
+def swept_values(settings: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Setting -> the values the configurations ``settings`` give it (None where one does not set it), for
+    :func:`notes`."""
+    settings = list(settings)
+    keys = sorted({k for s in settings for k in s})
+    return {k: [s.get(k) for s in settings] for k in keys}

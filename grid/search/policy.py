@@ -6,7 +6,8 @@ say which to run next, and stop.
 * ``twin_guided`` (:class:`TwinGuided`): configurations the twin expects to run, the highest expected improvement
   per GPU-second first, under a model of the twin's error per flag value learned from the measured/forecast residuals
   (grid/search/residuals.py); stops when the probability that one left beats the best measured score by more than
-  ``tolerance`` is below ``risk`` (docs/search.md).
+  ``tolerance`` is below ``risk`` (docs/search.md). Configurations the twin forecasts to meet no SLO are measured
+  too once one of them has met the SLOs in measurement.
 * ``twin_ranked`` (:class:`TwinRanked`): configurations the twin expects to run, best forecast first; after each
   measurement, the next candidate runs only if it could still beat the best measured score by more than the spread:
   its forecast, scaled by the measured/forecast ratio of the configurations measured so far (the twin's bias on this
@@ -244,8 +245,11 @@ class TwinGuided(ForecastOrdered):
       before that the flag terms are not all identified and the hyperparameters rest on too few residuals.
 
     Configurations without a forecast (the twin sees no load point meeting the SLOs) and known failures run only
-    before anything measured a score (or, for known failures, first with ``try_known_failures``). A lower-is-better
-    objective is searched on the reciprocal of its score.
+    before anything measured a score (or, for known failures, first with ``try_known_failures``), with one exception:
+    once a configuration the twin gave no forecast has measured a score, the twin's "no load point meets the SLOs"
+    is shown wrong on this model, hardware and load (its SLO forecast is itself uncertain), so the others without a
+    forecast are measured too, in launch order after those it ranks (it cannot rank them; :meth:`doubted`). A
+    lower-is-better objective is searched on the reciprocal of its score.
     """
 
     def __post_init__(self) -> None:
@@ -279,6 +283,15 @@ class TwinGuided(ForecastOrdered):
             y = np.array([r for _, r in pts])
             self._fitted = (key, fit(self.x[rows], y, self.k, self.twin_error, self.spread))
         return self._fitted[1]
+
+    def doubted(self) -> str | None:
+        """The first configuration measured with a score although the twin forecast no load point meeting the SLOs
+        (its forecast None or not positive), or None: then the configurations without a forecast are not skipped."""
+        return next((h for h, v in self.measured.items()
+                     if v is not None and h in self.by_hash and not (self.by_hash[h].forecast or 0) > 0), None)
+
+    def _unranked(self) -> list[Candidate]:  # launchable, without a positive forecast, in queue order
+        return [c for c in self.queue if not c.refused and not c.known_to_fail and not (c.forecast and c.forecast > 0)]
 
     def _open(self) -> list[Candidate]:  # each with a positive forecast (:func:`_forecast`)
         return [c for c in self.queue if not c.refused and not c.known_to_fail and c.forecast and c.forecast > 0]
@@ -317,24 +330,32 @@ class TwinGuided(ForecastOrdered):
             if self.running:
                 return WAIT
             open_ = self._open()
+            unranked: list[Candidate] = []
             if best is not None:
+                doubted = self.doubted()
                 for c in self.queue:
                     if c.known_to_fail:
                         self.skipped[c.config_hash] = "known to fail here, and a configuration already measured a score"
-                    elif not c.forecast or c.forecast <= 0:
+                    elif (not c.forecast or c.forecast <= 0) and doubted is None:
                         self.skipped[c.config_hash] = "the twin forecasts no load point meeting the SLOs"
                 self.queue = [c for c in self.queue if c.config_hash not in self.skipped]
-                if not open_:
+                unranked = self._unranked()
+                if not open_ and not unranked:
                     return DONE
                 scored = sum(1 for h, v in self.measured.items() if v is not None and h in self.row)
-                self.last_p = self.p_left(best, open_) if scored >= self.terms else None
+                self.last_p = self.p_left(best, open_) if open_ and scored >= self.terms else None
                 if self.last_p is not None and self.last_p < self.risk:
                     m = self.model()
-                    return self._skip_rest(
-                        f"P(one of the {len(open_)} left beats the best measured {best:.4g} by more than "
-                        f"{self.tolerance:.0%}) = {self.last_p:.3f} < risk {self.risk:g} (twin error "
-                        f"{m.scale * self.twin_error:.1%}, {m.share:.0%} of its variance shared per flag value)")
-            c = self.pick(best, open_) if open_ else self.queue[0]
+                    why = (f"P(one of the {len(open_)} left beats the best measured {best:.4g} by more than "
+                           f"{self.tolerance:.0%}) = {self.last_p:.3f} < risk {self.risk:g} (twin error "
+                           f"{m.scale * self.twin_error:.1%}, {m.share:.0%} of its variance shared per flag value)")
+                    if not unranked:
+                        return self._skip_rest(why)
+                    for c in open_:  # the unranked ones stay: the twin's residual model says nothing of them
+                        self.skipped[c.config_hash] = why
+                    self.queue = [c for c in self.queue if c.config_hash not in self.skipped]
+                    open_ = []
+            c = self.pick(best, open_) if open_ else (unranked or self.queue)[0]
         over = self.budget.stops(c)
         if over is not None:
             return self._skip_rest(over)

@@ -5,7 +5,14 @@ config hash, so configurations are matched by settings; exact deltas, thresholds
 from tests.sweep.test_measure import spec_for  # noqa: E402
 
 from grid.compare import main  # noqa: E402
-from grid.report.compare import compare, default_threshold, spread_percent  # noqa: E402
+from grid.report.compare import (  # noqa: E402
+    MIN_MEASURED_THRESHOLD_PERCENT,
+    compare,
+    default_threshold,
+    load_shape_differences,
+    markdown,
+    spread_percent,
+)
 from grid.storage.parquet import read_table  # noqa: E402
 from grid.sweep.space import expand  # noqa: E402
 from report.recorded import record  # noqa: E402
@@ -109,3 +116,48 @@ def test_default_thresholds_follow_how_both_sides_were_measured():
     assert default_threshold("output_tok_per_s", [steady], [whole]) == 10.0
     assert default_threshold("ttft_median_ms", [steady], [steady]) == 10.0
     assert default_threshold("ttft_median_ms", [{}], [steady]) == 70.0     # a row from before window_kind existed
+
+
+def test_runs_measured_differently_are_named_before_the_table(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    plans_a = expand(spec_for(a_dir, *SWEEP))
+    plans_b = expand(spec_for(b_dir, *SWEEP, "load.closed_loop_start=together"))
+    record(a_dir, plans_a, [{1: (100.0, 10.0, 50.0)}] * 4)
+    record(b_dir, plans_b, [{1: (100.0, 10.0, 686.0)}] * 4)                       # TTFT +1272%
+    rows = [read_table(d, "load_points").to_pylist() for d in (a_dir, b_dir)]
+    assert main([str(a_dir), str(b_dir)]) == 0
+    rows[1] = [{**r, "input_len": 8192} for r in rows[1]]                       # the sweep's ISL is 4096
+    cmp = compare(*rows)
+    assert cmp.load_differences == [
+        "measurement window (window_kind; load.closed_loop_start: steady_state = staggered, all_requests = together):"
+        " A steady_state; B all_requests",
+        "input length ISL (input_len, tokens): A 4096; B 8192",
+    ]
+    ttft = {d.metric: d for d in cmp.configs[0].diffs}["ttft_median_ms"]
+    assert (ttft.delta_percent, ttft.threshold_percent, ttft.verdict) == (1272.0, 70.0, "worse")
+    text = markdown(cmp)
+    head = text.splitlines()
+    assert head[2].startswith("**Warning: the two runs were measured differently**")
+    assert head[4] == ("- measurement window (window_kind; load.closed_loop_start: steady_state = staggered, "
+                       "all_requests = together): A steady_state; B all_requests")
+    assert head[5] == "- input length ISL (input_len, tokens): A 4096; B 8192"
+    assert text.index("**Warning") < text.index("| configuration |")
+    assert compare(rows[0], rows[0]).load_differences == []
+    a_twice = rows[0] + [{**r, "repeat_index": 1} for r in rows[0]]
+    assert load_shape_differences(rows[0], a_twice) == ["repeats per load level (load.repeats): A 1; B 2"]
+
+
+def test_a_measured_spread_of_zero_is_floored():
+    # two identical repeats (a deterministic twin) measure a 0% spread; the threshold is floored at 1%
+    a = [row("x", 0, 8, 100.0), row("x", 1, 8, 100.0)]
+    d = {x.metric: x for x in compare(a, [row("x", 0, 8, 100.5)]).configs[0].diffs}["output_tok_per_s"]
+    assert (d.delta_percent, d.threshold_percent, d.spread_source, d.verdict) == \
+        (0.5, MIN_MEASURED_THRESHOLD_PERCENT, "measured", "within spread")
+    assert MIN_MEASURED_THRESHOLD_PERCENT == 1.0
+    d = {x.metric: x for x in compare(a, [row("x", 0, 8, 101.5)]).configs[0].diffs}["output_tok_per_s"]
+    assert (d.delta_percent, d.threshold_percent, d.verdict) == (1.5, 1.0, "better")
+    # a spread measured above the floor is kept
+    d = {x.metric: x for x in compare([row("x", 0, 8, 98.0), row("x", 1, 8, 102.0)],
+                                      [row("x", 0, 8, 103.0)]).configs[0].diffs}["output_tok_per_s"]
+    assert d.threshold_percent == 4.0
+    assert "at least 1% (MIN_MEASURED_THRESHOLD_PERCENT" in markdown(compare(a, [row("x", 0, 8, 100.5)]))

@@ -2,7 +2,7 @@
 
 import json
 
-from grid.report.relevance import notes
+from grid.report.relevance import notes, swept_values
 from grid.report.select import Verdict
 
 
@@ -34,3 +34,21 @@ def test_cuda_graph_max_bs_above_every_batch_could_not_matter():
         "compare them"]
     v[0].rows[0]["srv_running_max"] = 48.0
     assert notes(v) == []
+
+
+def test_schedule_policy_with_one_request_queued_could_not_matter():
+    # the schedule_policy sweep at 0.5 req/s: the twin_guided search measured fcfs only, whose queue peaked at one
+    # request (mean 0.09); the sweep's five policies are known from its configurations, not from the recorded ones
+    fcfs = [verdict("a", {"schedule_policy": "fcfs"}, srv_queue_max=1.0, srv_running_max=15.0)]
+    swept = swept_values([{"schedule_policy": p} for p in ("fcfs", "lpm", "lof", "random", "dfs-weight")])
+    assert swept == {"schedule_policy": ["fcfs", "lpm", "lof", "random", "dfs-weight"]}
+    note = ("schedule_policy could not have mattered at the measured load: at most 1 request waited in the server's "
+            "queue at once (sglang:num_queue_reqs), and the policy only orders waiting requests, of which one or none "
+            "has a single order; load more (a higher rate or more streams than max_running_requests) to compare them")
+    assert notes(fcfs, swept) == [note]
+    assert notes(fcfs) == []                         # one configuration recorded and no sweep given: nothing varied
+    assert notes(fcfs, swept_values([{"schedule_policy": "fcfs"}])) == []
+    two = [fcfs[0], verdict("b", {"schedule_policy": "lpm"}, srv_queue_max=0.0)]
+    assert notes(two) == [note]
+    two[1].rows[0]["srv_queue_max"] = 2.0            # two requests waited: the order among them could matter
+    assert notes(two, swept) == []

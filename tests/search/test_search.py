@@ -296,6 +296,30 @@ def test_twin_guided_cheaper_first_lower_is_better_and_budget():
     assert drain(z, {}) == ["x", "k"]
 
 
+def test_twin_guided_measures_unforecast_configurations_once_one_met_the_slos():
+    # schedule_policy: the twin forecasts no load point meeting the SLOs for any policy (the same forecast inputs:
+    # it does not model the policy); fcfs, launched first, met them at 0.4457 req/s, so the forecast is wrong here and
+    # the other four are measured too, in launch order
+    pol = ["fcfs", "lpm", "lof", "random", "dfs-weight"]
+    cands = [Candidate(x, forecast=None, gpu_s=100.0, settings={"schedule_policy": x}) for x in pol]
+    p = TwinGuided(cands, Budget(), twin_error=0.074, spread=0.01)
+    assert drain(p, {"fcfs": 0.4457, "lpm": 0.4457, "lof": 0.4401, "random": None, "dfs-weight": 0.45}) == pol
+    assert p.skipped == {} and p.doubted() == "fcfs"
+    # nothing scored: each runs while no score exists (unchanged)
+    p = TwinGuided(cands, Budget(), twin_error=0.074, spread=0.01)
+    assert drain(p, {"fcfs": None}) == pol
+    p = TwinGuided(cands[:1] + [Candidate("f", forecast=0.5, gpu_s=100.0, settings={"schedule_policy": "x"})]
+                   + cands[1:3], Budget(), twin_error=0.074, spread=0.01)
+    # a forecast configuration ran first and scored: the twin's "none meets the SLOs" is not contradicted
+    assert drain(p, {"f": 0.44}) == ["f"] and p.doubted() is None
+    assert p.skipped == {h: "the twin forecasts no load point meeting the SLOs" for h in ("fcfs", "lpm", "lof")}
+    # once doubted, the ranked configuration runs first, then the unranked ones
+    q = TwinGuided(cands[:2] + [Candidate("f", forecast=0.5, gpu_s=100.0, settings={"schedule_policy": "x"})],
+                   Budget(), twin_error=0.074, spread=0.01)
+    q.resume({"fcfs": 0.4457})
+    assert drain(q, {"f": 0.44, "lpm": 0.43}) == ["f", "lpm"] and q.skipped == {}
+
+
 def test_the_report_says_what_early_stopping_skipped():
     from grid.app import early_stop_note
 
