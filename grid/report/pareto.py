@@ -77,7 +77,7 @@ def level_means(rows: Iterable[Mapping[str, Any]], keys: Iterable[str]) -> list[
     return out
 
 
-def candidates(rows: Iterable[Mapping[str, Any]], x: str, y: str) -> list[Mapping[str, Any]]:
+def candidates(rows: Iterable[Mapping[str, Any]], x: str, y: str) -> list[dict[str, Any]]:
     """Load levels that can be on a front: trial ``ok``, every repeat of the level that ran (status not ``not_run``)
     ``ok`` with both ``x`` and ``y`` measured; one row per level, ``x`` and ``y`` the means over its repeats (:func:`level_means`)."""
     rows = [r for r in rows if r.get("trial_status") == "ok" and r.get("status") != "not_run"]
@@ -148,7 +148,7 @@ def fronts(rows: Iterable[Mapping[str, Any]], objective_kind: str,
         points = candidates(rows, x, y)
         front = pareto_front(points, x, y)
         pick = None if chosen is None else next((p for p in points if level_key(p) == level_key(chosen)), chosen)
-        f = Front(x, y, points, front, pick)
+        f = Front(x, y, list[Mapping[str, Any]](points), front, pick)
         if pick is not None and not f.chosen_on_front and pick.get(x) is not None and pick.get(y) is not None:
             f.dominated_by = [p for p in front if dominates(p, pick, x, y)]
         out.append(f)
