@@ -133,6 +133,20 @@ def test_dsa_backends_on_a_model_without_dsa_get_a_note(tmp_path):
     assert "only matter for models with DeepSeek Sparse Attention" not in glm.stdout
 
 
+def test_command_line_load_wins_over_the_sweeps_load(tmp_path):
+    # README: `+sweep=cuda_graph load.concurrency=[1,8]` (fewer load points); the sweep's own load block sets
+    # concurrency [8, 48, 96, 160] and used to win silently (estimate unchanged at 16.52 GPU-hours)
+    out = grid_run("+sweep=cuda_graph", "load.concurrency=[1,8]", "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Note: load.concurrency=[1,8] from the command line replaces the sweep's [8, 48, 96, 160]"
+    cost = next(line for line in lines if line.startswith("Estimated cost"))
+    assert "12.47 GPU-hours" in cost
+    same = grid_run("+sweep=cuda_graph", "sweep.load.concurrency=[1,8]", "dry_run=true", tmp_path=tmp_path)
+    assert next(line for line in same.stdout.splitlines() if line.startswith("Estimated cost")) == cost
+    assert "Note:" not in same.stdout
+
+
 def test_unknown_key_names_the_closest_known_key(tmp_path):
     # Hydra's own hint for a misspelt key is to append it with '+'; grid then names the key it probably meant
     out = grid_run("+load.concurency=[4]", "dry_run=true", tmp_path=tmp_path)
