@@ -20,6 +20,7 @@ from pathlib import Path
 from ray import tune
 
 from grid.cluster.node import node_columns
+from grid.server.statuses import status_of
 from grid.storage.parquet import write_trial
 from grid.storage.schema import load_point_row
 
@@ -50,7 +51,7 @@ def node_lost_rows(spec, plan, marker: dict, message: str) -> list[dict]:
 
     base = dict(run_name=spec.name, trial_id=marker.get("trial_id"), config_hash=plan.config_hash,
                 config_json=plan.config_json, label=plan.label, engine=spec.engine.kind, model=spec.model.name,
-                hardware=spec.hardware.name, trial_status="skipped", trial_error_class="node_lost",
+                hardware=spec.hardware.name, trial_status=status_of("node_lost"), trial_error_class="node_lost",
                 trial_error_message=message, input_len=plan.load.input_len, output_len=plan.load.output_len,
                 dataset=plan.load.dataset, **node_columns(marker))
     return [load_point_row({}, **base, point_index=i, point_kind=p.kind, point_value=p.value,

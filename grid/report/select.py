@@ -24,6 +24,7 @@ from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
 from grid.plan import level_name
 from grid.server.logparse import error_headline
+from grid.server.statuses import trial_class
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,8 @@ def _failure_reason(first: dict) -> str:
     cls = first.get("trial_error_class") or "failed"
     msg = first.get("trial_error_message") or ""
     line = error_headline(first.get("log_tail"))
-    if line and cls.startswith("startup"):
+    known = trial_class(cls)
+    if line and known is not None and known.phase == "startup":
         return f"{cls}: {line}"            # the server's own error says more than "exited before ready"
     return f"{cls}: {msg}" + (f" | log: {line}" if line else "")
 

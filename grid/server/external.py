@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from grid.server.handle import LaunchRequest, LaunchResult
 from grid.server.probe import probe
 from grid.server.net import urlopen
-from grid.server.statuses import TrialStatus
+from grid.server.statuses import TrialStatus, status_of
 
 #: Readiness endpoints tried in order: SGLang's /health (200 once warm-up is done, sglang.md §2.1), then the
 #: OpenAI-compatible model list every such server serves.
@@ -185,14 +185,13 @@ class ExternalServer:
             time.sleep(POLL_S)
             path = self.ready()
         if path is None:
-            return LaunchResult("failed", "external_unreachable",
+            return LaunchResult(status_of("external_unreachable"), "external_unreachable",
                                 f"{self.base_url} did not answer {' or '.join(READY_PATHS)} with 200 within "
                                 f"{self.ready_timeout_s:.0f} s (last answers: {self.last_answer})", self.port,
                                 self.base_url)
         verdict = probe(self.base_url, request.api, request.model, key, lambda: "",
                         timeout_s=max(30.0, 600 / request.time_scale), enabled=request.probe_enabled)
-        status: TrialStatus = "ok" if verdict.ok else ("failed" if verdict.error_class == "probe_error"
-                                                       else "invalid")
+        status: TrialStatus = "ok" if verdict.ok else status_of(verdict.error_class)
         return LaunchResult(status, verdict.error_class, verdict.detail, self.port, self.base_url,
                             startup_s=None, phases=[f"ready: {path}"], probe_answers=verdict.answers,
                             probe_status=verdict.status)

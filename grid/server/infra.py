@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
-from grid.server.statuses import TrialErrorClass
+from grid.server.statuses import TrialErrorClass, status_of
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class GuardedServer:
         if result is not None:
             return result
         assert self.lost is not None
-        return LaunchResult("skipped", self.lost.error_class, str(self.lost), request.port)
+        return LaunchResult(status_of(lost_class := self.lost.error_class), lost_class, str(self.lost), request.port)
 
     def alive(self) -> bool:
         return self._call("alive", self.inner.alive, False)
@@ -119,7 +119,7 @@ def infra_verdict(lost: InfrastructureLost, lost_in: str | None, rows: list[dict
     for row in rows:
         if row.get("status") == "not_run":
             row["error_class"] = lost.error_class
-        row.update(trial_status="skipped", trial_error_class=lost.error_class, trial_error_message=str(lost))
+        row.update(trial_status=status_of(lost.error_class), trial_error_class=lost.error_class, trial_error_message=str(lost))
 
 
 # Columns of a load-point row that describe the trial, not a measurement (kept when a point is cut).

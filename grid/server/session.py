@@ -29,7 +29,7 @@ from grid.server.logparse import error_headline, strip_poll_lines
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
-from grid.server.statuses import TrialStatus
+from grid.server.statuses import status_of
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
@@ -94,7 +94,7 @@ class ServerSession:
         argv, port, api_key = list(request.argv), request.port, request.api_key
         self.secrets = (api_key,) if api_key else ()
         if self.dirty is not None and not self.recheck_clean():
-            return LaunchResult("skipped", "env_dirty", f"node not clean, nothing launched: {self.dirty}", port)
+            return LaunchResult(status_of("env_dirty"), "env_dirty", f"node not clean, nothing launched: {self.dirty}", port)
         self.label = request.label or "server"
         self._gpu_baseline = gpu_memory_used_mib()
         notes: list[str] = []
@@ -115,7 +115,7 @@ class ServerSession:
                     argv = _with_port(argv, port, new_port)
                     port = new_port
                     continue
-                status: TrialStatus = "skipped" if err.error_class == "port_in_use" else "failed"
+                status = status_of(err.error_class)
                 tail = self._redact(strip_poll_lines(err.log_tail or server.log_tail()))
                 cause = error_headline(tail)  # the server's own words say more than "exited before ready"
                 return LaunchResult(status, err.error_class, f"{err}: {cause}" if cause else str(err), port, base_url,
@@ -124,8 +124,7 @@ class ServerSession:
                         timeout_s=max(10.0, 600 / request.time_scale), enabled=request.probe_enabled)
         if verdict.error_class == "probe_error" and "timed out" in verdict.detail and server.alive():
             verdict.error_class = "server_hang"  # alive, port open, yet no answer: not the configuration's output
-        status = "ok" if verdict.ok else ("failed" if verdict.error_class in ("probe_error", "server_hang")
-                                          else "invalid")
+        status = "ok" if verdict.ok else status_of(verdict.error_class)
         return LaunchResult(status, verdict.error_class, verdict.detail, port, base_url, ready.startup_s,
                             ready.port_open_s, ready.phases, None, "" if verdict.ok else self.log_tail(),
                             verdict.answers, notes, verdict.status)

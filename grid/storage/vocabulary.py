@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from grid.server.statuses import PointStatus, RequestErrorClass, RequestStatus, TrialErrorClass, TrialStatus
+from grid.server.statuses import (
+    TRIAL_CLASSES,
+    PointStatus,
+    RequestErrorClass,
+    RequestStatus,
+    TrialErrorClass,
+    TrialStatus,
+)
 
 #: (column, value, meaning). Statuses first, then classes; ``trial_error_class`` of a trial whose every load point
 #: failed on a healthy server is the load point's ``error_class`` (a request class), or ``all_points_failed``.
@@ -106,8 +113,15 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
 
 def describe_vocabulary() -> str:
     """A Markdown table of :data:`VOCABULARY`."""
-    out = ["### statuses and error classes", "", "| column | value | meaning |", "|---|---|---|"]
-    out += [f"| `{col}` | `{value}` | {meaning.replace('|', chr(92) + '|')} |" for col, value, meaning in VOCABULARY]
+    out = ["### statuses and error classes", "",
+           "Each `trial_error_class` also gives its phase and whether it is charged to the configuration "
+           "(grid/server/statuses.py `TRIAL_CLASSES`, the one map from a class to its status).", "",
+           "| column | value | meaning |", "|---|---|---|"]
+    for col, value, meaning in VOCABULARY:
+        if col == "load_points.trial_error_class":
+            known = TRIAL_CLASSES[value]  # type: ignore[index]
+            meaning += f" (phase: {known.phase}; {'charged to the configuration' if known.charged else 'not charged'})"
+        out.append(f"| `{col}` | `{value}` | {meaning.replace('|', chr(92) + '|')} |")
     return "\n".join(out) + "\n"
 
 

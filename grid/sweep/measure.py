@@ -27,7 +27,7 @@ from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
-from grid.server.statuses import RequestErrorClass, TrialErrorClass, TrialStatus
+from grid.server.statuses import RequestErrorClass, TrialErrorClass, TrialStatus, status_of
 from grid.storage.parquet import write_trial
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
 from grid.search.levels import Capacity, LevelForecast, Levels
@@ -331,7 +331,7 @@ def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerH
     wait for it to be ready and pass the probe."""
     refusal = engine.refuse(plan)
     if refusal is not None:
-        return TrialStart(engine.launch_plan(plan, spec.engine.port or 0), LaunchResult("invalid", "refused", refusal),
+        return TrialStart(engine.launch_plan(plan, spec.engine.port or 0), LaunchResult(status_of("refused"), "refused", refusal),
                           [], launched=False)
     port, infra_notes = server.pick_port(spec.engine.port or 0)
     launch = engine.launch_plan(plan, port)
@@ -566,7 +566,7 @@ def classify_fault(trial: TrialContext, index: int, point: LoadPoint, row: dict[
     if health.broken is not None:
         cls, message = health.broken
         stopped = cls
-        verdict = TrialVerdict("invalid" if cls in OUTPUT_ERROR_CLASSES else "failed", cls,
+        verdict = TrialVerdict(status_of(cls), cls,
                                "; ".join(x for x in (message, verdict.message) if x),
                                redact_secrets(trial.server.log_tail(LOG_TAIL_BYTES), trial.secrets))
     elif health.runtime is not None:  # it logged an error, yet answers: noted; the point's failures count
@@ -593,7 +593,8 @@ def finalize(run: TrialRun, dirty: str | None) -> list[dict[str, Any]]:
         message = redact_secrets("; ".join(x for x in ("every load point failed", *run.point_errors,
                                                         verdict.message) if x), trial.secrets)[:2000]
         for row in rows:
-            row.update(trial_status="failed", trial_error_class=row.get("error_class") or "all_points_failed",
+            cls = row.get("error_class") or "all_points_failed"
+            row.update(trial_status=status_of(cls), trial_error_class=cls,
                        trial_error_message=message)
     server = trial.server
     if server.lost is not None:

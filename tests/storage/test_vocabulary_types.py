@@ -21,3 +21,18 @@ def test_probe_status_matches_the_probe_status_column():
     assert get_args(ProbeStatus) == ("passed", "failed", "skipped")
     assert {ProbeResult(True).status, ProbeResult(False).status, ProbeResult(True, skipped=True).status} == set(
         get_args(ProbeStatus))
+
+
+def test_trial_classes_map_every_class_to_the_status_its_meaning_names():
+    from grid.server.statuses import TRIAL_CLASSES, TrialErrorClass, status_of
+
+    assert list(TRIAL_CLASSES) == list(get_args(TrialErrorClass))
+    for col, value, meaning in VOCABULARY:
+        if col == "load_points.trial_error_class":
+            assert meaning.startswith(f"{TRIAL_CLASSES[value].status}:"), value
+    assert [c for c, k in TRIAL_CLASSES.items() if not k.charged] == ["env_dirty", "port_in_use", "actor_lost",
+                                                                      "node_lost"]
+    assert [c for c, k in TRIAL_CLASSES.items() if k.phase == "startup"] == [
+        "startup_exit", "startup_oom", "startup_timeout", "external_unreachable", "port_in_use"]
+    assert status_of("stall_timeout") == "failed" and status_of(None) == "failed"
+    assert status_of("garbage_output") == "invalid" and status_of("node_lost") == "skipped"
