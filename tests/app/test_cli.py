@@ -147,6 +147,22 @@ def test_command_line_load_wins_over_the_sweeps_load(tmp_path):
     assert "Note:" not in same.stdout
 
 
+def test_readme_examples_without_a_sweep_plan_a_working_launch(tmp_path):
+    # README "Examples": the base settings (conf/config.yaml) are known to give NaN on the default GLM-5 / SM120
+    # pair; the examples without a sweep prepend $W, the setting +sweep=nsa_backends found working
+    readme = (ROOT / "README.md").read_text().splitlines()
+    w = shlex.split(next(line for line in readme if line.startswith("W='")).removeprefix("W="))[0].split()
+    rate = next(line for line in readme if line.startswith("python -m grid.run $W") and "request_rate" in line)
+    args = shlex.split(rate.split("#")[0])[4:]
+    out = grid_run(*w, *args, "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "1 configurations, 0 refused before launch, 0 known to fail here (last), 1 launches expected" in out.stdout
+    assert ("--disable-cuda-graph --nsa-prefill-backend tilelang --nsa-decode-backend tilelang "
+            "--kv-cache-dtype bfloat16") in out.stdout
+    bare = grid_run(*args, "dry_run=true", tmp_path=tmp_path)
+    assert "1 configurations, 0 refused before launch, 1 known to fail here (last)" in bare.stdout
+
+
 def test_unknown_key_names_the_closest_known_key(tmp_path):
     # Hydra's own hint for a misspelt key is to append it with '+'; grid then names the key it probably meant
     out = grid_run("+load.concurency=[4]", "dry_run=true", tmp_path=tmp_path)
