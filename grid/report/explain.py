@@ -35,7 +35,7 @@ class Cause:
 class FailureGroup:
     status: str                          # invalid | failed
     error_class: str
-    message: str                         # normalised message shared by the group
+    message: str                         # normalised message shared by the group (the grouping key)
     verdicts: list[Verdict]
     pattern: list[tuple[str, list[Any]]] = field(default_factory=list)  # (setting, values always failing this way)
     uncovered: list[str] = field(default_factory=list)  # labels the pattern does not explain
@@ -63,10 +63,16 @@ class FailureGroup:
             text += f" (and {', '.join(self.uncovered)})"
         return text
 
+    @property
+    def example(self) -> str:
+        """One real message of the group (its first configuration's, unmasked); the normalised one when none."""
+        return next((m for v in self.verdicts if v.rows and (m := failure_message(v.rows[0]))), self.message)
+
     def headline(self) -> str:
-        """``invalid garbage_output: probe N: '…' — 12 configurations``."""
+        """``invalid garbage_output: probe 0: '!!!!' — 12 configurations``: one real message of the group
+        (:attr:`example`; numbers and quoted text are masked only to group)."""
         n = len(self.verdicts)
-        return (f"{self.status} {self.error_class}: {self.message} — {n} configuration{'s' if n != 1 else ''}")
+        return (f"{self.status} {self.error_class}: {self.example} — {n} configuration{'s' if n != 1 else ''}")
 
 
 def _v(value: Any) -> str:
@@ -144,10 +150,21 @@ def _patterns(members: dict[Any, set[str]], varied: dict[str, dict[str, Any]]) -
                     offers.setdefault((key, text), []).append((len(hashes & m), g, hashes & m))
         if not offers:
             return {g: [v for v, owner in claimed.items() if owner == g] for g in members}
+        winners = []
         for value, bids in offers.items():
             _, g, mine = max(bids, key=lambda bid: bid[0])   # the group holding most configurations with it
+            winners.append((value, g, mine))
+        admitted = False
+        # most newly explained configurations first: a value whose configurations of the group another value of it
+        # already explains adds nothing but the failures of other groups (aiter pairs with flashmla_auto)
+        for value, g, mine in sorted(winners, key=lambda w: (-len(w[2] - covered[w[1]]), w[0])):
+            if not mine - covered[g]:
+                continue
             claimed[value] = g
             covered[g] |= mine
+            admitted = True
+        if not admitted:
+            return {g: [v for v, owner in claimed.items() if owner == g] for g in members}
 
 
 def group_failures(verdicts: list[Verdict],
@@ -162,7 +179,10 @@ def group_failures(verdicts: list[Verdict],
     because of its decode backend never got to show the garbage its prefill backend gives elsewhere. Values that hold
     outright are found first; then, round by round, values whose other configurations earlier rounds explained. A
     value belongs to one group only (the first round that admits it; within a round, the group holding most
-    configurations with it), so explanations that only lean on each other are never admitted.
+    configurations with it), so explanations that only lean on each other are never admitted. A value is admitted
+    only when it explains a configuration of its group that no admitted value explains yet (within a round, values
+    explaining most new configurations first): a backend whose every other configuration failed for other reasons
+    (or was never run) is not a pattern of a group whose members with it another value already explains.
     """
     groups: dict[tuple[str, str, str], list[Verdict]] = {}
     for v in verdicts:

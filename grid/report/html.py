@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid.report.explain import FailureGroup
-from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front
+from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front, draw_series, level_series
 from grid.report.render import POINT_COLUMNS, fmt, short_diagnosis
 from grid.plan import level_name
 from grid.report.select import Verdict
@@ -86,10 +86,10 @@ def throughput_figure(verdicts: list[Verdict], y: str = "output_tok_per_s") -> s
     for ax, kind in zip(axes[0], kinds):
         n = 0
         for v in verdicts:
-            pts = _measured(v, kind, y)
+            pts = level_series(v.rows, y, kind)   # means over repeats by ascending level, bars min..max
             if pts:
                 n += 1
-                ax.plot([r["point_value"] for r in pts], [r[y] for r in pts], marker="o", label=v.label, **_style(v))
+                draw_series(ax, pts, label=v.label, **_style(v))
         ax.set(xlabel=KIND_AXIS[kind], ylabel=THROUGHPUT_UNITS.get(y, y), title=f"Throughput vs {kind}")
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
@@ -108,11 +108,11 @@ def latency_figure(verdicts: list[Verdict]) -> str | None:
         n = 0
         for v in verdicts:
             for kind in KIND_AXIS:
-                pts = _measured(v, kind, key)
+                pts = level_series(v.rows, key, kind)
                 if pts:
                     n += 1
-                    ax.plot([r["point_value"] for r in pts], [r[key] for r in pts], marker="o",
-                            label=v.label if kind == "concurrency" else f"{v.label} (rate)", **_style(v))
+                    draw_series(ax, pts, label=v.label if kind == "concurrency" else f"{v.label} (rate)",
+                                **_style(v))
         ax.set(xlabel="load level (concurrency or req/s)", ylabel=f"{name} (ms)", title=f"{name} vs load")
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.table import Table
 
+from grid.report.pareto import draw_series, level_series
 from grid.report.select import Verdict
 
 POINT_COLUMNS = (
@@ -45,9 +47,23 @@ def fmt(row: dict, key: str, pattern: str) -> str:
 
 
 def diagnosis_lines(v: Verdict) -> list[str]:
-    """One line per diagnosed load point: level, verdict, evidence (grid/diagnosis/rules.py; stored columns)."""
-    return [f"{r['point_kind']} {r['point_value']:g}: {r['bottleneck']} — {r.get('bottleneck_evidence') or ''}"
-            for r in v.rows if r.get("bottleneck")]
+    """One line per diagnosed load level and distinct diagnosis: level, verdict, evidence (grid/diagnosis/rules.py;
+    stored columns). Repeats of a level (``load.repeats``) that read the same share one line, which says which
+    repeats it stands for (``concurrency 64 (repeats 0, 1, 2): ...``); a level measured once reads as before."""
+    texts: dict[tuple[Any, Any], dict[str, list[Any]]] = {}
+    for r in v.rows:
+        if r.get("bottleneck"):
+            text = f"{r['bottleneck']} — {r.get('bottleneck_evidence') or ''}"
+            texts.setdefault((r["point_kind"], r["point_value"]), {}).setdefault(text, []).append(
+                r.get("repeat_index") or 0)
+    out = []
+    for (kind, value), by_text in texts.items():
+        measured = sum(len(reps) for reps in by_text.values())
+        for text, reps in by_text.items():
+            which = "" if measured == 1 else \
+                f" (repeat{'s' if len(reps) > 1 else ''} {', '.join(str(x) for x in sorted(reps))})"
+            out.append(f"{kind} {value:g}{which}: {text}")
+    return out
 
 
 def short_diagnosis(v: Verdict) -> str:
@@ -63,9 +79,11 @@ def short_diagnosis(v: Verdict) -> str:
 
 def points_table(v: Verdict, title: str) -> Table:
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
-    columns = [(key, pat) for _, key, pat in POINT_COLUMNS if key in CONSOLE_HEADERS]
+    repeated = any(r.get("repeat_index") for r in v.rows)   # the repeat column only where a level ran again
+    columns = [(key, pat) for _, key, pat in POINT_COLUMNS
+               if key in CONSOLE_HEADERS or (key == "repeat_index" and repeated)]
     for key, _ in columns:
-        t.add_column(CONSOLE_HEADERS[key], justify="right", no_wrap=True)
+        t.add_column(CONSOLE_HEADERS.get(key, "rep"), justify="right", no_wrap=True)
     for row in v.rows:
         t.add_row(*(fmt(row, key, pat) for key, pat in columns))
     return t
@@ -219,7 +237,8 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
 
 
 def plot(verdicts: list[Verdict], path: Path) -> Path | None:
-    """Output tok/s and median TPOT against load level for every configuration that ran load."""
+    """Output tok/s and median TPOT against load level for every configuration that ran load: per configuration the
+    mean over the repeats of each level, by ascending level, with min..max bars where repeats differ."""
     ran = [v for v in verdicts if any(r.get("output_tok_per_s") is not None for r in v.rows)]
     if not ran:
         return None
@@ -229,12 +248,10 @@ def plot(verdicts: list[Verdict], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for v in ran:
-        pts = [r for r in v.rows if r.get("output_tok_per_s") is not None]
-        xs = [r["point_value"] for r in pts]
+    for v in ran:   # one line per configuration through its levels' means over repeats (bars: min..max)
         style = dict(lw=2.5) if v.outcome == "best" else dict(lw=1, alpha=0.8)
-        ax1.plot(xs, [r["output_tok_per_s"] for r in pts], marker="o", label=v.label, **style)
-        ax2.plot(xs, [r.get("tpot_median_ms") for r in pts], marker="o", label=v.label, **style)
+        draw_series(ax1, level_series(v.rows, "output_tok_per_s"), label=v.label, **style)
+        draw_series(ax2, level_series(v.rows, "tpot_median_ms"), label=v.label, **style)
     ax1.set(xlabel="load level (concurrency or req/s)", ylabel="output tok/s", title="Throughput")
     ax2.set(xlabel="load level (concurrency or req/s)", ylabel="median TPOT (ms)", title="Per-token latency")
     for ax in (ax1, ax2):

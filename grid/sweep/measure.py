@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,6 +51,20 @@ CHECK_TIMEOUT_S = 20.0
 CHECK_MIN_REAL_S = 2.0
 CHECK_INPUT_TOKENS = 16
 CHECK_OUTPUT_TOKENS = 4
+
+
+#: Longest error message a progress report carries (characters, with the ellipsis): one terminal line and a half.
+MESSAGE_CHARS = 200
+
+
+def clip_message(text: str | None, width: int = MESSAGE_CHARS) -> str:
+    """``text`` on one line, cut at a word boundary with " …" when longer than ``width`` characters
+    (``textwrap.shorten``; a first word longer than ``width`` is cut inside it, also with " …"); "" for None."""
+    text = " ".join((text or "").split())
+    if len(text) <= width:
+        return text
+    short = textwrap.shorten(text, width=width, placeholder=" …")
+    return short if short.strip() != "…" else text[:width - 2] + " …"
 
 
 def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | None | str = "read") -> Levels:
@@ -223,7 +238,7 @@ def broken_verdict(index: int, *, alive: bool, exit_code: int | None, failed: Se
                 "for this)")
         return (runtime[0], f"{runtime[1]} logged {where}; {told}") if runtime else ("server_hang", told)
     told = (f"the server process lives but stopped serving {where} ({what}); a check request afterwards failed "
-            f"with {check.error_class}: {(check.error_message or '')[:200]}".rstrip(": "))
+            f"with {check.error_class}: {clip_message(check.error_message)}".rstrip(": "))
     return (runtime[0], f"{runtime[1]} logged {where}; {told}") if runtime else ("server_broken", told)
 
 

@@ -29,6 +29,13 @@ def eta_text(elapsed_s: float, done: int, total: int) -> str:
     return text
 
 
+
+def _repeat(result: dict) -> str:
+    """``, repeat 2`` for a load point measured again (``load.repeats``: ``repeat_index`` 1, 2, ...); "" for the
+    first measurement or when the result does not say."""
+    r = result.get("repeat_index")
+    return f", repeat {r}" if r else ""
+
 class ProgressCallback(tune.Callback):
     def __init__(self, plans: dict, total: int, console) -> None:
         self.plans = plans
@@ -67,7 +74,7 @@ class ProgressCallback(tune.Callback):
         if "point_value" not in result:
             return
         self.console.print(
-            f"   point {result.get('point_index')} ({level_name(result)}): {result.get('status')}  "
+            f"   point {result.get('point_index')} ({level_name(result)}{_repeat(result)}): {result.get('status')}  "
             f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_median_ms'), ' ms', 0)}"
             f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}")
 

@@ -23,13 +23,14 @@ from grid.cluster.actor import ActorOwner, ActorServer, node_actor, serving_task
 from grid.status import clear_running, mark_running
 from grid.config.schema import RunSpec
 from grid.engines.base import engine_class, get_engine
-from grid.sweep.measure import measure_trial
+from grid.sweep.measure import clip_message, measure_trial
 from grid.server.infra import InfrastructureLost
 from grid.plan import TrialPlan
 
 ACTOR_LOST_ATTEMPTS = 2  # attempts per trial when the node's actor is lost (the first + one on a new actor)
 
-REPORTED = ("point_index", "point_kind", "point_value", "status", "output_tok_per_s", "total_tok_per_s", "ttft_median_ms",
+REPORTED = ("point_index", "point_kind", "point_value", "repeat_index", "status", "output_tok_per_s", "total_tok_per_s",
+            "ttft_median_ms",
             "tpot_median_ms", "e2e_median_ms", "completed", "failed")
 
 
@@ -38,7 +39,7 @@ def _metrics(row: dict[str, Any]) -> dict[str, Any]:
     out["trial_status"] = row.get("trial_status")
     out["error_class"] = row.get("error_class") or row.get("trial_error_class")
     out["trial_error_class"] = row.get("trial_error_class")
-    out["message"] = (row.get("trial_error_message") or "")[:200] or None
+    out["message"] = clip_message(row.get("trial_error_message")) or None
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -111,7 +112,7 @@ def run_trial(config: dict[str, Any], *, spec: RunSpec, plans: dict[str, TrialPl
         first = rows[0] if rows else {}
         tune.report({"trial_status": first.get("trial_status", "failed"),
                      "error_class": first.get("trial_error_class") or "unknown",
-                     "message": (first.get("trial_error_message") or "")[:200]})
+                     "message": clip_message(first.get("trial_error_message"))})
 
 
 def dry_run_nodes(spec: RunSpec) -> list[str]:

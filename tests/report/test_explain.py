@@ -74,7 +74,9 @@ def test_groups_patterns_and_causes_exact():
                                       "dsa_prefill_backend=flashmla_kv")
     assert garbage.causes == []
     md = "\n".join(markdown_lines(groups))
-    assert "- **invalid garbage_output: probe N: '…' — 3 configurations**" in md
+    # the title is one real message of the group: numbers and quotes are masked only to group
+    assert "- **invalid garbage_output: probe 11: '!!!!' — 3 configurations**" in md
+    assert crash.headline() == f"failed startup_exit: {FA3_LINE[22:]} — 5 configurations"
     assert "  - known cause `dsa_fa3_sm120`: fa3 needs Hopper (source: calibration §1a)" in md
 
 
@@ -99,3 +101,36 @@ def test_bottleneck_text_does_not_credit_cuda_graphs_it_has_not():
     assert "which CUDA graphs do not remove" in reason_on
     assert "which CUDA graphs do not remove" not in reason_off
     assert "run without CUDA graphs here (cuda_graph=false), so kernel launches add to it" in reason_off
+
+
+def test_a_value_whose_other_configurations_failed_elsewhere_or_never_ran_is_no_pattern():
+    # as the recorded nsa_backends sweep on SM120: fa3 is refused first, aiter next; flashmla_auto paired with
+    # anything but fa3 or aiter was known to fail and never ran, so every judged flashmla_auto configuration is in
+    # the fa3 or aiter group: it must not become the aiter group's pattern (it explains none of its members)
+    def judged(prefill, decode):
+        pair = (prefill, decode)
+        if "fa3" in pair:
+            return verdict("fa3", "trtllm").rows[0] | {"config_json": json.dumps(
+                {"dsa_prefill_backend": prefill, "dsa_decode_backend": decode})}
+        if "aiter" in pair:
+            return verdict("aiter", "trtllm").rows[0] | {"config_json": json.dumps(
+                {"dsa_prefill_backend": prefill, "dsa_decode_backend": decode})}
+        return None if "flashmla_auto" in pair else verdict(prefill, decode).rows[0] | {"config_json": json.dumps(
+            {"dsa_prefill_backend": prefill, "dsa_decode_backend": decode})}
+    values = ("aiter", "fa3", "flashmla_auto", "tilelang", "trtllm")
+    vs = []
+    for p in values:
+        for d in values:
+            row = judged(p, d)
+            if row is not None:
+                label = f"prefill={p} decode={d}"
+                row = dict(row, label=label, config_hash=label)
+                outcome = "best" if row["trial_status"] == "ok" else "failed"
+                vs.append(Verdict(label, label, outcome, None, "", None, [row]))
+    groups = group_failures(vs)
+    assert [(g.message, len(g.verdicts), g.pattern_text()) for g in groups] == [
+        ("RuntimeError: FlashAttention-N (fa3) requires compute capability N (Hopper wgmma/TMA); this device is "
+         "sm_120.", 9, "every configuration with dsa_decode_backend=fa3 or dsa_prefill_backend=fa3"),
+        ("ModuleNotFoundError: No module named 'aiter'", 7,
+         "every configuration with dsa_decode_backend=aiter or dsa_prefill_backend=aiter"),
+    ]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grid.report.pareto import dominates, fronts, pareto_front, throughput_metric
+from grid.report.pareto import draw_series, dominates, fronts, level_series, pareto_front, throughput_metric
 
 
 def pt(label, idx, tok, tpot, ttft=100.0, status="ok", trial="ok", level=None):
@@ -62,3 +62,64 @@ def test_throughput_metric_per_objective():
         throughput_metric("fastest")
     # goodput is null on every row: the goodput front has no candidates
     assert fronts(ROWS, "max_goodput")[0].describe() == "TPOT p50 vs goodput req/s: no measured load point"
+
+
+def rep(label, level, repeat, tok, tpot, status="ok"):
+    """A load point of the recorded nsa_backends sweep (load.repeats=3, twin of 8 x RTX PRO 6000), rounded."""
+    row = pt(label, 0, tok, tpot, level=level, status=status)
+    return dict(row, point_index=[8, 32, 64].index(level) + 3 * repeat, repeat_index=repeat)
+
+
+# prefill/decode backends tilelang/tilelang (T) and trtllm/trtllm (R): output tok/s and TPOT p50 (ms) per repeat;
+# R's later repeats at 8 and all at 32 were not run (the sweep's budget ran out)
+REPEATED = [
+    rep("T", 8, 0, 73.397, 108.112), rep("T", 32, 0, 199.534, 159.622), rep("T", 64, 0, 298.127, 214.062),
+    rep("T", 8, 1, 73.250, 108.133), rep("T", 32, 1, 199.873, 159.619), rep("T", 64, 1, 298.545, 214.061),
+    rep("T", 8, 2, 73.363, 108.123), rep("T", 32, 2, 199.192, 159.630), rep("T", 64, 2, 297.744, 214.047),
+    rep("R", 8, 0, 73.387, 108.132), rep("R", 64, 0, 297.511, 214.062), rep("R", 64, 1, 298.149, 214.096),
+    rep("R", 64, 2, 298.039, 214.076), rep("R", 8, 1, 0.0, 0.0, status="not_run"),
+    rep("R", 32, 0, 0.0, 0.0, status="not_run"),
+]
+
+
+def test_repeats_are_one_candidate_the_mean_and_never_dominate_themselves():
+    chosen = {**REPEATED[2], "output_tok_per_s": 298.13867}   # the objective's pick: T @ 64, first repeat's row
+    tpot = fronts(REPEATED, "max_output_throughput", chosen)[0]
+    assert [(p["label"], p["point_value"], p["repeats"]) for p in tpot.points] == [
+        ("T", 8, 3), ("T", 32, 3), ("T", 64, 3), ("R", 8, 1), ("R", 64, 3)]
+    means = {(p["label"], p["point_value"]): (round(p["output_tok_per_s"], 5), round(p["tpot_median_ms"], 5))
+             for p in tpot.points}
+    assert means == {("T", 8): (73.33667, 108.12267), ("T", 32): (199.533, 159.62367),
+                     ("T", 64): (298.13867, 214.05667), ("R", 8): (73.387, 108.132), ("R", 64): (297.89967, 214.078)}
+    # R @ 64 (297.9 tok/s, 214.078 ms) is dominated by T @ 64 (298.1, 214.057); R @ 8 has more tok/s than T @ 8
+    assert [(p["label"], p["point_value"]) for p in tpot.front] == [("T", 8), ("R", 8), ("T", 32), ("T", 64)]
+    assert tpot.chosen_on_front and tpot.dominated_by == []
+    assert tpot.describe() == (
+        "TPOT p50 vs output tok/s: 4 of 5 load levels (means over repeats) on the front (T @ concurrency 8: "
+        "73.3 / 108 ms; R @ concurrency 8: 73.4 / 108 ms; T @ concurrency 32: 200 / 160 ms; T @ concurrency 64: "
+        "298 / 214 ms); the objective's pick (T @ concurrency 64) is on it")
+
+
+def test_a_level_with_a_failed_repeat_is_no_candidate():
+    rows = REPEATED[:9] + [dict(rep("T", 64, 3, 500.0, 1.0), status="partial")]
+    levels = [(p["label"], p["point_value"]) for p in fronts(rows, "max_output_throughput")[0].points]
+    assert levels == [("T", 8), ("T", 32)]
+
+
+def test_plot_series_are_per_level_means_in_level_order():
+    # repeats come in run order 8, 32, 64, 8, ...: a line through the rows drew 8 -> 32 -> 64 -> 8
+    t = [r for r in REPEATED if r["label"] == "T"]
+    assert [(lv, round(m, 5), lo, hi) for lv, m, lo, hi in level_series(t, "output_tok_per_s")] == [
+        (8.0, 73.33667, 73.25, 73.397), (32.0, 199.533, 199.192, 199.873), (64.0, 298.13867, 297.744, 298.545)]
+    r = [x for x in REPEATED if x["label"] == "R"]     # not_run repeats are left out
+    assert level_series(r, "tpot_median_ms") == [(8.0, 108.132, 108.132, 108.132),
+                                                 (64.0, 214.078, 214.062, 214.096)]
+    assert level_series(r, "tpot_median_ms", kind="request_rate") == []
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    draw_series(ax, level_series(t, "output_tok_per_s"), label="T")
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == [8.0, 32.0, 64.0]
+    plt.close(fig)

@@ -66,8 +66,8 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
     assert "grid.twin" not in md and "--port" not in md
     assert ("**The sweep's base turns CUDA graphs off (cuda_graph=false) for every configuration: decode runs kernel "
             "by kernel") in md
-    assert ("- **failed startup_oom: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate N GiB. GPU N has a "
-            "total capacity of N GiB of which N bytes is free. — 1 configuration**") in md
+    assert ("- **failed startup_oom: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has "
+            "a total capacity of 79.11 GiB of which 0 bytes is free. — 1 configuration**") in md   # real, unmasked
     assert ("- TPOT p50 vs output tok/s: 3 of 6 load points on the front (mem_fraction_static=0.85 @ concurrency 1: "
             "101 / 9.00 ms; mem_fraction_static=0.85 @ concurrency 4: 400 / 11.0 ms; mem_fraction_static=0.8 @ "
             "concurrency 4: 380 / 12.0 ms)") not in md   # 0.8@4 is dominated by 0.85@4 (more tok/s, lower TPOT)

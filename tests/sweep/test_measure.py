@@ -8,7 +8,7 @@ from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.server.session import ServerSession
 from grid.storage.parquet import read_table, recorded_hashes
-from grid.sweep.measure import measure_trial
+from grid.sweep.measure import clip_message, measure_trial
 from grid.sweep.space import expand
 
 
@@ -189,3 +189,34 @@ def test_capacity_is_found_by_bisection_on_one_launch(tmp_path):
     assert sorted({r["point_index"] for r in requests}) == list(range(len(rows)))
     verdict = rank(judged, spec.objective)[0]
     assert verdict.score == cap
+
+
+def test_progress_messages_are_cut_at_a_word_boundary():
+    # the refusal of fa3 on SM120 as the nsa_backends sweep printed it, once cut mid-word at 200 characters
+    text = ("refused: rtx_pro_6000_x8_vm (SM120) cannot run this configuration: FlashAttention-3 (fa3) requires "
+            "compute capability 9.0 (Hopper wgmma/TMA) (source: failure table dsa_fa3_sm120: FlashAttention-3 is "
+            "Hopper-only (Dao-AILab/flash-attention README))")
+    assert clip_message(text) == (
+        "refused: rtx_pro_6000_x8_vm (SM120) cannot run this configuration: FlashAttention-3 (fa3) requires "
+        "compute capability 9.0 (Hopper wgmma/TMA) (source: failure table dsa_fa3_sm120: FlashAttention-3 is …")
+    assert clip_message("short\n  message") == "short message"
+    assert clip_message(None) == ""
+    assert clip_message("x" * 30, width=10) == "xxxxxxxx …"
+
+
+def test_progress_line_names_the_repeat():
+    from rich.console import Console
+
+    from grid.sweep.progress import ProgressCallback
+    from grid.sweep.trial import REPORTED
+
+    assert "repeat_index" in REPORTED     # the trial reports it with every load point
+    console = Console(record=True, width=200)
+    cb = ProgressCallback({}, 1, console)
+    point = {"point_index": 5, "point_kind": "concurrency", "point_value": 64.0, "status": "ok",
+             "output_tok_per_s": 298.545, "ttft_median_ms": 356.54, "tpot_median_ms": 214.061}
+    cb.on_trial_result(0, [], None, {**point, "repeat_index": 1})
+    cb.on_trial_result(0, [], None, {**point, "point_index": 2, "repeat_index": 0})
+    assert console.export_text().splitlines() == [
+        "   point 5 (concurrency 64, repeat 1): ok  out 298.5 tok/s  TTFT p50 357 ms  TPOT p50 214.1 ms",
+        "   point 2 (concurrency 64): ok  out 298.5 tok/s  TTFT p50 357 ms  TPOT p50 214.1 ms"]
