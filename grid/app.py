@@ -17,12 +17,13 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
 from rich.console import Console
 
-from grid.compose import load_run_spec
+from grid.compose import command_line_load_wins, load_run_spec
 from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import EngineUnavailable, engine_class
 
@@ -182,11 +183,17 @@ def exit_status(spec: RunSpec) -> int:
     return EXIT_UNDECIDED if undecided(planned, recorded_hashes(spec.run_dir)) else EXIT_OK
 
 
-def main(cfg: dict[str, Any], console: Console | None = None) -> int:
+def main(cfg: dict[str, Any], console: Console | None = None, overrides: Sequence[str] = ()) -> int:
+    """Run the composed config ``cfg``; ``overrides`` are the command line's Hydra overrides as typed (a run-level
+    ``load.X`` among them wins over the sweep's own ``load.X``: grid.compose ``command_line_load_wins``). Returns
+    the exit status."""
     if console is None:
         console = Console()
         if not console.is_terminal and "COLUMNS" not in os.environ:
             console.width = PIPED_WIDTH  # piped or logged: keep table rows on one line instead of rich's 80 columns
+    cfg, load_notes = command_line_load_wins(cfg, overrides)
+    for note in load_notes:
+        console.print(f"Note: {note}", markup=False, highlight=False, soft_wrap=True)
     try:
         spec = load_run_spec(cfg)
     except ConfigError as err:

@@ -13,6 +13,7 @@ without the command line, for tests, benchmark scripts and notebooks."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +26,33 @@ from grid.config.schema import ConfigError, RunSpec, check_dataset_api, check_se
 from grid.engines.base import engine_class
 from grid.report.select import OBJECTIVES
 from grid.search import SEARCHES
+
+
+#: A command-line override of a run-level load setting: ``load.concurrency=[1,8]`` (also ``+load.X=``/``++load.X=``);
+#: not ``sweep.load.X`` (the sweep's own block, set on purpose).
+_LOAD_OVERRIDE = re.compile(r"^\+{0,2}load\.([A-Za-z_]\w*)=(.*)$")
+
+
+def command_line_load_wins(cfg: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Let the load settings typed on the command line win over the sweep's ``load:`` block. A sweep's ``sweep.load``
+    is applied over the run's ``load`` (grid.config.schema ``_load_override``), so ``load.concurrency=[1,8]`` next to
+    ``+sweep=cuda_graph`` (whose ``load:`` sets ``concurrency``) would be silently ignored; the user typed it last.
+    ``overrides`` are Hydra's task overrides as typed (``HydraConfig.get().overrides.task``). Returns the config with
+    every such key dropped from ``sweep.load`` (the run's ``load`` already holds the typed value) and one note per
+    key, e.g. ``load.concurrency=[1,8] from the command line replaces the sweep's [8, 48, 96, 160]``. Pure: ``cfg``
+    is not changed."""
+    sweep = cfg.get("sweep")
+    sweep_load = sweep.get("load") if isinstance(sweep, dict) else None
+    if not isinstance(sweep_load, dict) or not sweep_load:
+        return cfg, []
+    typed = {m.group(1): m.group(2) for m in map(_LOAD_OVERRIDE.match, overrides) if m}
+    replaced = {k: v for k, v in typed.items() if k in sweep_load}
+    if not replaced:
+        return cfg, []
+    notes = [f"load.{key}={text} from the command line replaces the sweep's {sweep_load[key]!r}"
+             for key, text in replaced.items()]
+    kept = {k: v for k, v in sweep_load.items() if k not in replaced}
+    return {**cfg, "sweep": {**sweep, "load": kept}}, notes
 
 
 def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
@@ -64,4 +92,5 @@ def compose_spec(overrides: Sequence[str], run_dir: str | Path) -> RunSpec:
         HydraConfig.instance().set_config(cfg)
         with open_dict(cfg):
             del cfg["hydra"]
-        return load_run_spec(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))
+        plain, _ = command_line_load_wins(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)), overrides)
+        return load_run_spec(plain)

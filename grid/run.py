@@ -7,6 +7,7 @@ import sys
 from typing import Any, cast
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from grid.app import main as run_app
@@ -18,7 +19,8 @@ OmegaConf.register_new_resolver("grid_output_subdir", lambda dry_run: None if dr
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    status = run_app(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)))
+    status = run_app(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)),
+                     overrides=list(HydraConfig.get().overrides.task))
     if status:
         sys.exit(status)
 

@@ -6,9 +6,12 @@ What it reads:
   started, written by the driver before the first trial (:func:`write_plan`);
 * ``status/running/<config_hash>.json``: one per trial measuring now, with its node (Ray node id, host name) and
   start time, written by the trial when it starts and removed when it ends (:func:`mark_running`);
-* ``parquet/load_points/<config_hash>.parquet``: the configurations recorded, with their verdict and node.
+* ``parquet/load_points/<config_hash>.parquet``: the configurations recorded, with their verdict and node;
+* ``search.json``: the configurations the search chose not to launch and why (grid/search/measured.py
+  ``read_record``; e.g. known to fail here once another configuration measured a score).
 
-It prints done / running / left in all and per node. A configuration marked running while the driver that ran it is
+It prints done / running / left / not launched in all and per node, and says the run is complete when nothing is
+left to run (the configurations the search held back are not left: running the command again does not launch them). A configuration marked running while the driver that ran it is
 gone (its pid no longer lives on this host) is shown as ``interrupted``: it runs again when the same command runs
 again. Exit status 0, or 2 when RUN_DIR holds no sweep.
 """
@@ -73,10 +76,11 @@ class SweepStatus:
     total: int
     done: dict[str, str]                    # config_hash -> trial_status
     running: list[dict[str, Any]]           # the running markers
-    left: list[str]                         # labels of configurations neither done nor running
+    left: list[str]                         # labels of configurations neither done, running nor held back
     driver_alive: bool | None               # None: the driver ran on another host
     nodes: dict[str, NodeStatus]            # host name (node id prefix) -> what ran there
     labels: dict[str, str]
+    not_launched: dict[str, str] = field(default_factory=dict)  # label -> why the search did not launch it
 
 
 def _node_key(hostname: str | None, node_id: str | None) -> str:
@@ -113,9 +117,14 @@ def read_status(run_dir: str | Path) -> SweepStatus:
             key = _node_key(mark.get("node_hostname"), mark.get("node_id"))
             nodes.setdefault(key, NodeStatus()).running.append(mark.get("label", mark["config_hash"]))
     driver_alive = pid_alive(plan["driver_pid"]) if plan.get("driver_host") == socket.gethostname() else None
+    from grid.search.measured import read_record
+
     busy = {m["config_hash"] for m in running} | {h for h, s in done.items() if s != "skipped"}
-    left = [labels[h] for h in labels if h not in busy]
-    return SweepStatus(len(labels), done, running, left, driver_alive, nodes, labels)
+    held = {h: str(why.get("reason") or "?") for h, why in read_record(str(run_dir)).get("skipped", {}).items()
+            if h in labels and h not in busy and isinstance(why, dict)}
+    left = [labels[h] for h in labels if h not in busy and h not in held]
+    return SweepStatus(len(labels), done, running, left, driver_alive, nodes, labels,
+                       {labels[h]: why for h, why in held.items()})
 
 
 def render(status: SweepStatus) -> str:
@@ -123,8 +132,10 @@ def render(status: SweepStatus) -> str:
     finished = {h: s for h, s in status.done.items() if s != "skipped"}
     # markers left by a driver that is gone: those trials were cut short and run again when the command runs again
     run_word = "running" if status.driver_alive is not False or not status.running else "interrupted (driver gone)"
-    lines = [f"{len(finished)} done, {len(status.running)} {run_word}, {len(status.left)} left "
-             f"of {status.total} configurations"]
+    held = f", {len(status.not_launched)} not launched by the search" if status.not_launched else ""
+    complete = "; complete: nothing left to run" if not status.left and not status.running else ""
+    lines = [f"{len(finished)} done, {len(status.running)} {run_word}, {len(status.left)} left{held} "
+             f"of {status.total} configurations{complete}"]
     counts: dict[str, int] = {}
     for s in finished.values():
         counts[s] = counts.get(s, 0) + 1
@@ -133,6 +144,11 @@ def render(status: SweepStatus) -> str:
     for key, node in sorted(status.nodes.items()):
         now = f"; {run_word}: {', '.join(node.running)}" if node.running else ""
         lines.append(f"  node {key}: {node.done} done{now}")
+    reasons: dict[str, int] = {}
+    for why in status.not_launched.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    for why, n in sorted(reasons.items()):
+        lines.append(f"  not launched by the search: {n} ({why})")
     for label in status.left:
         lines.append(f"  left: {label}")
     return "\n".join(lines)

@@ -291,16 +291,20 @@ def _sibling_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _format_validation(err: ValidationError) -> str:
+def _format_validation(err: ValidationError, model: type[BaseModel] | None = None, prefix: str = "") -> str:
+    """One line per error of ``err``, each key written from ``prefix`` (``sweep.load`` for a sweep's load block); an
+    unknown key gets the closest key valid at its place in ``model`` (the model that was validated: RunSpec unless
+    given, LoadSpec for a load block)."""
+    model = model or RunSpec
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
+        key = ".".join([prefix, *map(str, e["loc"])] if prefix else map(str, e["loc"]))
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-            close = difflib.get_close_matches(str(e["loc"][-1]), _sibling_keys(RunSpec, e["loc"][:-1]), n=1)
+            close = difflib.get_close_matches(str(e["loc"][-1]), _sibling_keys(model, e["loc"][:-1]), n=1)
             if close:
-                msg += f"; did you mean {'.'.join([*map(str, e['loc'][:-1]), close[0]])}?"
+                msg += f"; did you mean {'.'.join([*([prefix] if prefix else []), *map(str, e['loc'][:-1]), close[0]])}?"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
         elif e["type"] == "literal_error":
@@ -375,7 +379,7 @@ def _load_override(base: LoadSpec, override: Any, key: str = "sweep.configs[].lo
     try:
         return LoadSpec.model_validate({**base.model_dump(), **override})
     except ValidationError as err:
-        raise ConfigError(f"{key}." + _format_validation(err)) from None
+        raise ConfigError(_format_validation(err, LoadSpec, key)) from None
 
 
 def check_writable(run_dir: str) -> None:

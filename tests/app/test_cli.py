@@ -133,6 +133,36 @@ def test_dsa_backends_on_a_model_without_dsa_get_a_note(tmp_path):
     assert "only matter for models with DeepSeek Sparse Attention" not in glm.stdout
 
 
+def test_command_line_load_wins_over_the_sweeps_load(tmp_path):
+    # README: `+sweep=cuda_graph load.concurrency=[1,8]` (fewer load points); the sweep's own load block sets
+    # concurrency [8, 48, 96, 160] and used to win silently (estimate unchanged at 16.52 GPU-hours)
+    out = grid_run("+sweep=cuda_graph", "load.concurrency=[1,8]", "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Note: load.concurrency=[1,8] from the command line replaces the sweep's [8, 48, 96, 160]"
+    cost = next(line for line in lines if line.startswith("Estimated cost"))
+    assert "12.47 GPU-hours" in cost
+    same = grid_run("+sweep=cuda_graph", "sweep.load.concurrency=[1,8]", "dry_run=true", tmp_path=tmp_path)
+    assert next(line for line in same.stdout.splitlines() if line.startswith("Estimated cost")) == cost
+    assert "Note:" not in same.stdout
+
+
+def test_readme_examples_without_a_sweep_plan_a_working_launch(tmp_path):
+    # README "Examples": the base settings (conf/config.yaml) are known to give NaN on the default GLM-5 / SM120
+    # pair; the examples without a sweep prepend $W, the setting +sweep=nsa_backends found working
+    readme = (ROOT / "README.md").read_text().splitlines()
+    w = shlex.split(next(line for line in readme if line.startswith("W='")).removeprefix("W="))[0].split()
+    rate = next(line for line in readme if line.startswith("python -m grid.run $W") and "request_rate" in line)
+    args = shlex.split(rate.split("#")[0])[4:]
+    out = grid_run(*w, *args, "dry_run=true", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "1 configurations, 0 refused before launch, 0 known to fail here (last), 1 launches expected" in out.stdout
+    assert ("--disable-cuda-graph --nsa-prefill-backend tilelang --nsa-decode-backend tilelang "
+            "--kv-cache-dtype bfloat16") in out.stdout
+    bare = grid_run(*args, "dry_run=true", tmp_path=tmp_path)
+    assert "1 configurations, 0 refused before launch, 1 known to fail here (last)" in bare.stdout
+
+
 def test_unknown_key_names_the_closest_known_key(tmp_path):
     # Hydra's own hint for a misspelt key is to append it with '+'; grid then names the key it probably meant
     out = grid_run("+load.concurency=[4]", "dry_run=true", tmp_path=tmp_path)

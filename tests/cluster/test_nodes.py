@@ -78,6 +78,36 @@ def test_status_counts_done_running_left_per_node(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("2 done, 0 running, 2 left of 4")
 
 
+def test_status_counts_what_the_search_did_not_launch_apart_from_what_is_left(tmp_path):
+    import json
+
+    plans = [_plan(i) for i in range(4)]
+    write_plan(tmp_path, plans, "run1", "h200_x8")
+    row = {n: None for n in LOAD_POINTS_SCHEMA.names}
+    lp = tmp_path / "parquet" / "load_points"
+    lp.mkdir(parents=True)
+    rows = [{**row, "config_hash": plans[0].config_hash, "trial_status": "ok", "node_hostname": "a", "node_id": "a" * 56}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=LOAD_POINTS_SCHEMA), lp / f"{plans[0].config_hash}.parquet")
+    known = "known to fail here, and a configuration already measured a score"
+    (tmp_path / "search.json").write_text(json.dumps({"search": "twin_guided", "skipped": {
+        plans[1].config_hash: {"label": "cfg=1", "reason": known},
+        plans[2].config_hash: {"label": "cfg=2", "reason": known},
+        plans[3].config_hash: {"label": "cfg=3", "reason": "the twin forecasts no load point meeting the SLOs"}}}))
+    status = read_status(tmp_path)
+    assert status.left == [] and status.not_launched == {"cfg=1": known, "cfg=2": known,
+                                                         "cfg=3": "the twin forecasts no load point meeting the SLOs"}
+    assert render(status).splitlines() == [
+        "1 done, 0 running, 0 left, 3 not launched by the search of 4 configurations; complete: nothing left to run",
+        "  done: ok 1",
+        "  node a (aaaaaaaaaaaa): 1 done",
+        f"  not launched by the search: 2 ({known})",
+        "  not launched by the search: 1 (the twin forecasts no load point meeting the SLOs)"]
+    # a configuration the search held back in an earlier run but that is running now is not "not launched"
+    mark_running(tmp_path, plans[3], {"node_id": "c" * 56, "node_hostname": "c"}, "t3")
+    assert render(read_status(tmp_path)).splitlines()[0] == (
+        "1 done, 1 running, 0 left, 2 not launched by the search of 4 configurations")
+
+
 def test_status_of_a_killed_driver_says_interrupted(tmp_path):
     plans = [_plan(0)]
     write_plan(tmp_path, plans, "run1", "h200_x8")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from grid.compose import compose_spec
+from grid.compose import command_line_load_wins, compose_spec
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.sweep.space import expand
@@ -70,6 +70,27 @@ def test_ordinary_overrides(tmp_path):
     assert plans[0].load.concurrency == [1, 8]
 
 
+def test_command_line_load_wins_over_the_sweeps_load(tmp_path):
+    # conf/sweep/cuda_graph.yaml sets load.concurrency [8, 48, 96, 160]; the user's load.concurrency was typed last
+    spec = spec_for(["+sweep=cuda_graph", "load.concurrency=[1,8]"], tmp_path)
+    assert spec.sweep.load == {}
+    assert [p.load.concurrency for p in expand(spec)] == [[1, 8]] * 6
+    # the sweep's block still applies where the command line says nothing of that key
+    kept = spec_for(["+sweep=cuda_graph", "load.repeats=2"], tmp_path)
+    assert kept.sweep.load == {"concurrency": [8, 48, 96, 160]}
+    assert {(tuple(p.load.concurrency), p.load.repeats) for p in expand(kept)} == {((8, 48, 96, 160), 2)}
+
+
+def test_command_line_load_wins_notes_what_it_replaced():
+    cfg = {"load": {"concurrency": [1, 8]}, "sweep": {"name": "s", "load": {"concurrency": [8, 48], "input_len": 64}}}
+    out, notes = command_line_load_wins(cfg, ["+sweep=s", "load.concurrency=[1,8]", "sweep.load.input_len=32"])
+    assert out["sweep"]["load"] == {"input_len": 64}
+    assert notes == ["load.concurrency=[1,8] from the command line replaces the sweep's [8, 48]"]
+    assert cfg["sweep"]["load"] == {"concurrency": [8, 48], "input_len": 64}  # the input is not changed
+    assert command_line_load_wins(cfg, ["sweep.load.concurrency=[1]", "load.repeats=2"]) == (cfg, [])
+    assert command_line_load_wins({"load": {}}, ["load.concurrency=[1]"]) == ({"load": {}}, [])
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["+server.bogus=1"], "server.bogus: unknown setting"),
     (["server.tp_size=abc"], "server.tp_size: expected an integer"),
@@ -78,6 +99,10 @@ def test_ordinary_overrides(tmp_path):
     (["engine=sglang", "model.path=null"], "model.path: required with engine=sglang"),
     (["engine.kind=tpu"], "engine.kind"),
     (["+load.bogus=3"], "load.bogus: unknown key"),
+    # a sweep's load block is checked as load settings: the closest key is a load setting, named from sweep.load
+    (["+sweep=cuda_graph", "+sweep.load.concurency=[8]"],
+     "sweep.load.concurency: unknown key; did you mean sweep.load.concurrency?"),
+    (["+sweep=cuda_graph", "+sweep.load.repeat=3"], "sweep.load.repeat: unknown key; did you mean sweep.load.repeats?"),
     (["load.concurrency=[0]"], "load.concurrency: every concurrency level must be an integer >= 1, got [0]"),
     (["load.request_rate=[4,-2]"], "load.request_rate: every request rate must be > 0 req/s"),
     (["load.request_rate=[nan]"], "load.request_rate: every request rate must be > 0 req/s"),
