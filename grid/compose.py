@@ -42,7 +42,9 @@ def command_line_load_wins(cfg: dict[str, Any], overrides: Sequence[str]) -> tup
     key, e.g. ``load.concurrency=[1,8] from the command line replaces the sweep's [8, 48, 96, 160]``. Pure: ``cfg``
     is not changed."""
     sweep = cfg.get("sweep")
-    sweep_load = sweep.get("load") if isinstance(sweep, dict) else None
+    if not isinstance(sweep, dict):
+        return cfg, []
+    sweep_load = sweep.get("load")
     if not isinstance(sweep_load, dict) or not sweep_load:
         return cfg, []
     typed = {m.group(1): m.group(2) for m in map(_LOAD_OVERRIDE.match, overrides) if m}
