@@ -71,7 +71,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
     from grid.report.select import rank, rejudge
-    from grid.search.measured import read_record
+    from grid.storage.summary import read_record
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
 
@@ -174,7 +174,7 @@ def undecided(planned: list[str], trial_status: dict[str, str]) -> list[str]:
 
 def exit_status(spec: RunSpec) -> int:
     """EXIT_UNDECIDED when a planned configuration of ``spec`` has no verdict in the run directory, else EXIT_OK."""
-    from grid.search.measured import read_record
+    from grid.storage.summary import read_record
     from grid.storage.parquet import recorded_hashes
     from grid.sweep.space import expand
 

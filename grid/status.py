@@ -117,7 +117,7 @@ def read_status(run_dir: str | Path) -> SweepStatus:
             key = _node_key(mark.get("node_hostname"), mark.get("node_id"))
             nodes.setdefault(key, NodeStatus()).running.append(mark.get("label", mark["config_hash"]))
     driver_alive = pid_alive(plan["driver_pid"]) if plan.get("driver_host") == socket.gethostname() else None
-    from grid.search.measured import read_record
+    from grid.storage.summary import read_record
 
     busy = {m["config_hash"] for m in running} | {h for h, s in done.items() if s != "skipped"}
     held = {h: str(why.get("reason") or "?") for h, why in read_record(str(run_dir)).get("skipped", {}).items()

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from grid.config.schema import RunSpec
+from grid.storage.summary import SEARCH_FILE
 
 #: The requests columns the SLO judgement needs (as grid.app.REQUEST_COLUMNS).
 REQUEST_COLUMNS = ("config_hash", "point_index", "status", "ttft_ms", "tpot_ms", "e2e_ms")
-SEARCH_FILE = "search.json"
 
 
 def scores(spec: RunSpec, hashes: set[str] | None = None) -> dict[str, float | None]:
@@ -38,10 +38,3 @@ def write_record(run_dir: str, record: dict) -> Path:
     return path
 
 
-def read_record(run_dir: str) -> dict:
-    """The last run's search record (``{}`` when none)."""
-    path = Path(run_dir) / SEARCH_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}

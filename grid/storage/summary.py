@@ -3,6 +3,21 @@ docs/schema.md documents every file a run writes (``grid.storage.schema.describe
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+#: The search record a run writes beside summary.json (grid/search/measured.py ``write_record``): what the search
+#: launched and what it left out, and why.
+SEARCH_FILE = "search.json"
+
+
+def read_record(run_dir: str) -> dict:
+    """The last run's search record (``{}`` when none or unreadable)."""
+    try:
+        return json.loads((Path(run_dir) / SEARCH_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
 #: Every key of summary.json: (key, JSON type, unit, meaning). docs/schema.md shows this table.
 SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),
