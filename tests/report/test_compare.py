@@ -126,12 +126,12 @@ def test_runs_measured_differently_are_named_before_the_table(tmp_path):
     record(b_dir, plans_b, [{1: (100.0, 10.0, 686.0)}] * 4)                       # TTFT +1272%
     rows = [read_table(d, "load_points").to_pylist() for d in (a_dir, b_dir)]
     assert main([str(a_dir), str(b_dir)]) == 0
-    rows[1] = [{**r, "input_len": 8192} for r in rows[1]]                       # the sweep's ISL is 4096
+    rows[1] = [{**r, "input_len": 8192} for r in rows[1]]  # A: 32, typed on the command line, wins over the sweep's 4096
     cmp = compare(*rows)
     assert cmp.load_differences == [
         "measurement window (window_kind; load.closed_loop_start: steady_state = staggered, all_requests = together):"
         " A steady_state; B all_requests",
-        "input length ISL (input_len, tokens): A 4096; B 8192",
+        "input length ISL (input_len, tokens): A 32; B 8192",
     ]
     ttft = {d.metric: d for d in cmp.configs[0].diffs}["ttft_median_ms"]
     assert (ttft.delta_percent, ttft.threshold_percent, ttft.verdict) == (1272.0, 70.0, "worse")
@@ -140,7 +140,7 @@ def test_runs_measured_differently_are_named_before_the_table(tmp_path):
     assert head[2].startswith("**Warning: the two runs were measured differently**")
     assert head[4] == ("- measurement window (window_kind; load.closed_loop_start: steady_state = staggered, "
                        "all_requests = together): A steady_state; B all_requests")
-    assert head[5] == "- input length ISL (input_len, tokens): A 4096; B 8192"
+    assert head[5] == "- input length ISL (input_len, tokens): A 32; B 8192"
     assert text.index("**Warning") < text.index("| configuration |")
     assert compare(rows[0], rows[0]).load_differences == []
     a_twice = rows[0] + [{**r, "repeat_index": 1} for r in rows[0]]
