@@ -72,14 +72,7 @@ class SimEngine(Engine):
 
 def single_stream_step_s(spec, flags: list[str], version: str, context_tokens: int) -> float | None:
     """The twin's modelled decode step at batch 1 for these flags; None if the twin would refuse them."""
-    from grid.twin import cli
-    from grid.twin.perf import PerfModel
+    from grid.twin.configured import perf_model
 
-    try:
-        args = cli.parse_args(["--model-path", "m", *flags], version)
-        cli.resolve_args(args, spec.model)
-        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
-        perf = PerfModel(spec.model, spec.hardware, cfg)
-        return perf.decode_step_s(1, context_tokens)
-    except (SystemExit, ValueError, AssertionError):
-        return None
+    perf = perf_model(spec.model, spec.hardware, flags, version, spec.engine.env)
+    return None if perf is None else perf.decode_step_s(1, context_tokens)

@@ -199,19 +199,12 @@ def cuda_graph_forecast(spec: RunSpec, settings: Mapping[str, Any], batches: Seq
     On a GPU whose step is long next to its kernel launches (the PCIe VM of docs/twin.md) the two agree; on a single
     H100 the twin's A5 anchor is 9.28 ms eager vs 7.06 ms with graphs (grid/twin/perf.py)."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin import cli
-    from grid.twin.perf import PerfModel
+    from grid.twin.configured import perf_model
 
-    perfs = []
-    for on in (False, True):
-        try:
-            args = cli.parse_args(["--model-path", "m", *to_argv({**settings, "cuda_graph": on},
-                                                                  parse_version(spec.version))], spec.version)
-            cli.resolve_args(args, spec.model)
-            cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
-            perfs.append(PerfModel(spec.model, spec.hardware, cfg))
-        except (SystemExit, ValueError, AssertionError, KeyError):
-            return None
+    perfs = [perf_model(spec.model, spec.hardware, to_argv({**settings, "cuda_graph": on}, parse_version(spec.version)),
+                        spec.version, spec.engine.env) for on in (False, True)]
+    if perfs[0] is None or perfs[1] is None:
+        return None
     ctx = input_len + output_len / 2
     return [(b, perfs[0].decode_step_s(b, b * ctx) * 1000, perfs[1].decode_step_s(b, b * ctx) * 1000)
             for b in batches]
@@ -272,20 +265,19 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
     configuration on this model and hardware and whose effect matches its recorded error class; [] when none does
     or the configuration cannot be parsed for its version."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin import cli
+    from grid.twin.configured import perf_model
     from grid.twin.failures import find_failures
-    from grid.twin.perf import PerfModel
 
     row = verdict.rows[0] if verdict.rows else {}
     cls = row.get("trial_error_class")
     version = row.get("engine_version") or spec.version
     try:
         flags = to_argv(settings_of(verdict), parse_version(version))
-        args = cli.parse_args(["--model-path", "m", *flags], version)
-        cli.resolve_args(args, spec.model)
-        cfg = cli.to_serving_config(args)
-        modes = find_failures(spec.model, spec.hardware, cfg, PerfModel(spec.model, spec.hardware, cfg))
-    except (SystemExit, ValueError, AssertionError, KeyError):
+    except (ValueError, KeyError):
         return []
+    perf = perf_model(spec.model, spec.hardware, flags, version, spec.engine.env)
+    if perf is None:
+        return []
+    modes = find_failures(spec.model, spec.hardware, perf.cfg, perf)
     return [Cause(m.id, m.description, m.source) for m in modes if cls in EFFECT_CLASSES.get(m.effect, set())]
 

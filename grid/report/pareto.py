@@ -14,7 +14,7 @@ of itself, and a level with a repeat that is not ``ok`` is no candidate (its mea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +101,7 @@ class Front:
 
     x: str
     y: str
-    points: list[Mapping[str, Any]]                 # every candidate load level (means over its repeats)
+    points: Sequence[Mapping[str, Any]]             # every candidate load level (means over its repeats)
     front: list[Mapping[str, Any]]                  # the non-dominated ones, by ascending throughput
     chosen: Mapping[str, Any] | None = None         # the load point the objective picked (None: nothing qualified)
     dominated_by: list[Mapping[str, Any]] = field(default_factory=list)  # front points that dominate ``chosen``
@@ -148,7 +148,7 @@ def fronts(rows: Iterable[Mapping[str, Any]], objective_kind: str,
         points = candidates(rows, x, y)
         front = pareto_front(points, x, y)
         pick = None if chosen is None else next((p for p in points if level_key(p) == level_key(chosen)), chosen)
-        f = Front(x, y, list[Mapping[str, Any]](points), front, pick)
+        f = Front(x, y, points, front, pick)
         if pick is not None and not f.chosen_on_front and pick.get(x) is not None and pick.get(y) is not None:
             f.dominated_by = [p for p in front if dominates(p, pick, x, y)]
         out.append(f)

@@ -44,16 +44,9 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
     """The twin's ``PerfModel`` of ``settings`` on ``spec``'s model and hardware at SGLang ``version``; None when the
     twin's argument checks refuse them (SGLang would too)."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin import cli
-    from grid.twin.perf import PerfModel
+    from grid.twin.configured import perf_model
 
-    try:
-        args = cli.parse_args(["--model-path", "m", *to_argv(settings, parse_version(version))], version)
-        cli.resolve_args(args, spec.model)
-        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
-        return PerfModel(spec.model, spec.hardware, cfg)
-    except (SystemExit, ValueError, AssertionError, KeyError):
-        return None
+    return perf_model(spec.model, spec.hardware, to_argv(settings, parse_version(version)), version, spec.engine.env)
 
 
 def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, str, str], ...]:

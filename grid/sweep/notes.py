@@ -103,17 +103,13 @@ def first_wave_ttft_s(spec: RunSpec, plan: TrialPlan, version: str, requests: in
     at once (the first wave of a closed loop at that concurrency), from the twin's performance model and scheduler in
     virtual time (grid/twin/simulate.py); None when the twin would refuse the configuration."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin import cli
-    from grid.twin.perf import PerfModel
+    from grid.twin.configured import perf_model
     from grid.twin.scheduler import TwinRequest
     from grid.twin.simulate import simulate
 
-    try:
-        args = cli.parse_args(["--model-path", "m", *to_argv(plan.settings, parse_version(version))], version)
-        cli.resolve_args(args, spec.model)
-        cfg = cli.to_serving_config(args, cli.accept_length_from(spec.engine.env))
-        perf = PerfModel(spec.model, spec.hardware, cfg)
-    except (SystemExit, ValueError, AssertionError):
+    perf = perf_model(spec.model, spec.hardware, to_argv(plan.settings, parse_version(version)), version,
+                      spec.engine.env)
+    if perf is None:
         return None
     wave = [(0.0, TwinRequest(rid=str(i), input_tokens=plan.load.input_len, max_new_tokens=1))
             for i in range(requests)]
