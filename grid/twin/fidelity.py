@@ -35,6 +35,9 @@ SHAREGPT_SIGMA = 1.0  # log-normal spread of ShareGPT lengths (assumption; see c
 SHAREGPT_MAX_TOKENS = 4096  # bench_serving drops longer ShareGPT conversations (context filter)
 SPLITS = ("fitted", "held_out", "rejected")  # rejected: shown, never fitted or scored (reject_reason says why)
 METRICS = ("ttft_ms", "tpot_ms", "output_tok_per_s", "input_tok_per_s")
+# Optional `tail` block of a closed-loop run: published figures that are never scored or fitted, read by ttft_split.
+TAIL_KEYS = ("ttft_p99_ms", "itl_mean_ms", "itl_p99_ms")
+STREAM_INTERVAL_DEFAULT = 1  # SGLang's --stream-interval default (server_args.py)
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,14 @@ def load_runs(path: Path = ROWS_FILE) -> list[dict[str, Any]]:
         for m in r["metrics"]:
             if m not in METRICS:
                 raise ValueError(f"{path.name}: run {r['id']!r}: metric {m!r} not one of {METRICS}")
+        tail = r.get("tail")
+        if tail is not None:
+            if not r["workload"].get("max_concurrency"):
+                raise ValueError(f"{path.name}: run {r['id']!r}: 'tail' needs a closed-loop workload "
+                                 "(workload.max_concurrency)")
+            if sorted(tail) != sorted(TAIL_KEYS):
+                raise ValueError(f"{path.name}: run {r['id']!r}: 'tail' keys must be {list(TAIL_KEYS)}, "
+                                 f"not {sorted(tail)}")
     return runs
 
 
@@ -152,6 +163,73 @@ def evaluate(runs: list[dict[str, Any]] | None = None) -> list[Row]:
             rows.append(Row(run["id"], run["split"], run["source"], run.get("engine", ""), run.get("condition", ""),
                             metric, stat, float(spec["value"]), values[metric][stat], spec.get("tol")))
     return rows
+
+
+@dataclass(frozen=True)
+class TtftSplit:
+    """A closed-loop run's mean TTFT split into its first wave and its steady state (all times in ms).
+
+    ``concurrency`` c requests are sent at time 0 (the first wave), ``requests`` N in all.
+
+    * ``published_rest_ms``: the published steady-state mean if the first wave took the published P99,
+      ``(N x mean - c x P99) / (N - c)``.
+    * ``twin_first_wave_ms`` / ``twin_rest_ms``: the twin's mean TTFT over the first c requests / the others.
+    * ``prefill_stall_ms``: published P99 minus mean inter-chunk latency. A chunk spans ``--stream-interval`` decode
+      steps; one during which another request is prefilled is longer by that prefill, so this is about one prefill
+      as the running requests see it, meaningful when ``stalled_chunk_fraction`` (about
+      ``stream_interval x (c - 1) / mean output length``) is above 1%.
+    * ``twin_prefill_ms``: the twin's prefill step for one prompt of the run's mean input length.
+    * ``error_if_first_wave`` / ``error_if_rest``: the twin's mean TTFT error (fraction) if only its first wave took
+      the published P99 / only its steady state took ``published_rest_ms``.
+    """
+
+    concurrency: int
+    requests: int
+    published_mean_ms: float
+    published_p99_ms: float
+    published_rest_ms: float
+    twin_mean_ms: float
+    twin_p99_ms: float
+    twin_first_wave_ms: float
+    twin_rest_ms: float
+    prefill_stall_ms: float
+    stalled_chunk_fraction: float
+    twin_prefill_ms: float
+    error_if_first_wave: float
+    error_if_rest: float
+
+
+def ttft_split(run: dict[str, Any]) -> TtftSplit:
+    """Replay a run that has a ``tail`` block (see ``TAIL_KEYS``) and split its mean TTFT. Raises ``ValueError``
+    naming the run when it has no ``tail`` block or no ``ttft_ms`` mean."""
+    tail = run.get("tail")
+    ttft_spec = run["metrics"].get("ttft_ms", {})
+    if not tail or ttft_spec.get("stat") != "mean":
+        raise ValueError(f"run {run['id']!r}: ttft_split needs a 'tail' block and a mean ttft_ms")
+    import numpy as np  # bench_serving's percentiles are numpy's (linear interpolation)
+
+    perf = perf_for(run)
+    reqs, conc = workload(run)
+    c = int(conc or 1)
+    res = simulate(perf, reqs, max_concurrency=conc)
+    ttft = [1e3 * r.ttft_s for r in res.requests if r.finish_reason != "abort"]
+    n = len(ttft)
+    mean, p99 = float(ttft_spec["value"]), float(tail["ttft_p99_ms"])
+    pub_rest = (n * mean - c * p99) / (n - c)
+    first, rest = statistics.fmean(ttft[:c]), statistics.fmean(ttft[c:])
+    interval = int(run.get("flags", {}).get("stream_interval", STREAM_INTERVAL_DEFAULT))
+    mean_out = statistics.fmean(r.max_new_tokens for _, r in reqs)
+    mean_in = statistics.fmean(r.input_tokens for _, r in reqs)
+    return TtftSplit(
+        concurrency=c, requests=n, published_mean_ms=mean, published_p99_ms=p99, published_rest_ms=pub_rest,
+        twin_mean_ms=statistics.fmean(ttft), twin_p99_ms=float(np.percentile(ttft, 99)),
+        twin_first_wave_ms=first, twin_rest_ms=rest,
+        prefill_stall_ms=float(tail["itl_p99_ms"]) - float(tail["itl_mean_ms"]),
+        stalled_chunk_fraction=interval * (c - 1) / mean_out,
+        twin_prefill_ms=1e3 * perf.prefill_step_s(round(mean_in)),
+        error_if_first_wave=(c * p99 + (n - c) * rest) / n / mean - 1,
+        error_if_rest=(c * first + (n - c) * pub_rest) / n / mean - 1,
+    )
 
 
 def geomean_abs_error(rows: list[Row]) -> float:
