@@ -206,6 +206,7 @@ class ServingConfig:
     version: str = "0.5.9"
     # --- issue 15: pipeline parallelism (grid/twin/pipeline.py) and speculative decoding (grid/twin/speculative.py)
     pp_size: int = 1
+    nnodes: int = 1  # --nnodes: one server over this many nodes (tensor parallelism across nodes)
     speculative_algorithm: str | None = None  # EAGLE | EAGLE3 | NEXTN
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
