@@ -94,7 +94,8 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     engine = spec.engine.kind
     lines = [
         f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path else ""),
-        f"Hardware: {hw.name}: {hw.gpu_count} x {hw.gpu} (sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
+        f"Hardware: {hw.name}: {f'{hw.nodes} nodes x ' if hw.nodes > 1 else ''}{hw.gpu_count} x {hw.gpu} "
+        f"(sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
         f"{hw.interconnect})",
         f"Engine: {ENGINE_WORDS.get(engine, engine)}; SGLang release {', '.join(versions)} (engine={engine})",
     ]

@@ -41,8 +41,9 @@ class SearchPlan:
 
 
 def gpu_seconds(spec: RunSpec, f: Forecast | None) -> float:
-    """Modelled GPU-seconds of one launch: (startup + load) x ``hardware.gpu_count``; 0 when not modelled."""
-    return 0.0 if f is None else f.gpu_s * spec.hardware.gpu_count
+    """Modelled GPU-seconds of one launch: (startup + load) x ``hardware.total_gpus`` (every node); 0 when not
+    modelled."""
+    return 0.0 if f is None else f.gpu_s * spec.hardware.total_gpus
 
 
 def max_gpu_s(search, cands: list[Candidate]) -> float | None:
@@ -146,7 +147,7 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
     if not engine_class(spec.engine.kind).external:
-        lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.gpu_count} GPUs, the twin's startup and "
+        lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"
                      + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))

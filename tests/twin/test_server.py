@@ -283,7 +283,7 @@ def test_twin_refuses_tp_across_nodes_and_serves_speculative_and_pipeline(tmp_pa
     t = TwinProc(tmp_path / "nodes", ["--tp-size", "2", "--nnodes", "2"], scale=50.0)
     assert t.proc.wait(20) == 1
     t.stop()
-    assert "ValueError: the twin cannot model --nnodes 2 (tensor parallelism across nodes" in t.log()
+    assert "ValueError: the twin cannot model --nnodes 2 here: the hardware description" in t.log()
     for name, args in (("spec", ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
                                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]),
                        ("pp", ["--pp-size", "2", "--disable-overlap-schedule"])):
