@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
+from grid.plan import level_name
 from grid.report.explain import varied_settings
 from grid.report.select import Verdict
 
@@ -97,15 +98,32 @@ def notes(verdicts: Iterable[Verdict], swept: Mapping[str, Sequence[Any]] | None
     for k, values in (swept or {}).items():
         if k not in varied and len({json.dumps(v, sort_keys=True) for v in values}) > 1:
             varied[k] = sorted({v for v in values if v is not None}, key=str)
+    skipped = _early_stopped_levels(verdicts)
     out = []
     for setting, values in sorted(varied.items()):
         check = CHECKS.get(setting)
         if check is None:
             continue
         note = check(rows, values)
+        if note and skipped:
+            note += (f"; the sweep's {', '.join(skipped)} level{'' if len(skipped) == 1 else 's'} "
+                     f"{'was' if len(skipped) == 1 else 'were'} not run (early stopping, search.early_stop=false "
+                     "measures every level)")
         if note:
             out.append(note)
     return out
+
+
+def _early_stopped_levels(verdicts: Sequence[Verdict]) -> list[str]:
+    """The load levels (``1.5 req/s``) no configuration measured because early stopping skipped them (rows
+    ``not_run`` with an ``early_stop_*`` error class, grid/search/levels.py), in level order: the load a note asks
+    for may be in the sweep already."""
+    measured = {(r.get("point_kind"), r.get("point_value")) for v in verdicts for r in v.rows
+                if r.get("status") == "ok"}
+    skipped = {(r.get("point_kind"), r.get("point_value")): r for v in verdicts for r in v.rows
+               if r.get("status") == "not_run" and str(r.get("error_class") or "").startswith("early_stop")
+               and r.get("point_value") is not None}
+    return [level_name(skipped[k]) for k in sorted(set(skipped) - measured, key=lambda k: (str(k[0]), k[1]))]
 
 
 def swept_values(settings: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:

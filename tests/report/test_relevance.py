@@ -52,3 +52,22 @@ def test_schedule_policy_with_one_request_queued_could_not_matter():
     assert notes(two) == [note]
     two[1].rows[0]["srv_queue_max"] = 2.0            # two requests waited: the order among them could matter
     assert notes(two, swept) == []
+
+
+def test_a_note_says_when_early_stopping_skipped_the_levels_that_would_tell():
+    # the schedule_policy sweep with max_goodput: every policy measured 0.5 req/s (one request queued at most); the
+    # 1.5 req/s level, where a queue builds, was skipped by the twin's bound or after the SLOs were missed
+    def v(h, policy, skip):
+        ok = {"config_hash": h, "config_json": json.dumps({"schedule_policy": policy}), "status": "ok",
+              "trial_status": "ok", "point_kind": "rate", "point_value": 0.5, "srv_queue_max": 1.0}
+        off = dict(ok, status="not_run", error_class=skip, point_value=1.5, srv_queue_max=None)
+        return Verdict(h, h, "lost", 1.0, "", ok, [ok, off])
+    vs = [v("a", "fcfs", "early_stop_twin_bound"), v("b", "lof", "early_stop_slo")]
+    assert notes(vs) == [
+        "schedule_policy could not have mattered at the measured load: at most 1 request waited in the server's "
+        "queue at once (sglang:num_queue_reqs), and the policy only orders waiting requests, of which one or none "
+        "has a single order; load more (a higher rate or more streams than max_running_requests) to compare them; "
+        "the sweep's 1.5 req/s level was not run (early stopping, search.early_stop=false measures every level)"]
+    vs[1].rows[1]["status"] = "ok"  # one configuration measured 1.5 req/s: that level was run
+    vs[1].rows[1]["srv_queue_max"] = 1.0
+    assert notes(vs)[0].endswith("to compare them")
