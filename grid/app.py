@@ -87,7 +87,7 @@ def report(spec: RunSpec, console: Console) -> list:
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted - left_out),
                            len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
-    notes = [n for n in (note, metrics_names_note(rows), early_stop_note(stored, spec.hardware.gpu_count)) if n] \
+    notes = [n for n in (note, metrics_names_note(rows), early_stop_note(stored, spec.hardware.total_gpus)) if n] \
         + search_notes(searched, left_out)
     skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
     if skipped_probe:
@@ -161,7 +161,7 @@ def write_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, 
             modelled[p.config_hash] = f.startup_s if f else 0.0
     refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})
     return summary.write(spec.run_dir, summary.summarize(
-        rows, verdicts, objective=spec.objective.kind, search=spec.search.kind, gpu_count=spec.hardware.gpu_count,
+        rows, verdicts, objective=spec.objective.kind, search=spec.search.kind, gpu_count=spec.hardware.total_gpus,
         configurations=len(plans), refused=refused, known_to_fail=len(searched.get("known_to_fail", {})),
         not_run=len(left_out), modelled_startup_s=modelled))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Frozen(BaseModel):
@@ -149,17 +149,19 @@ class ModelSpec(_Frozen):
 
 
 class HardwareSpec(_Frozen):
-    """One node: its GPUs (spec sheet, per GPU) and how they talk to each other.
+    """One node, or ``nodes`` identical nodes: its GPUs (spec sheet, per GPU) and how they talk to each other.
 
     ``tflops`` is dense (no 2:4 sparsity) tensor throughput per GPU by dtype (``bf16``, ``fp8``, ``fp4``).
     ``allreduce_latency_us`` is the small-message (<= 64 KB) all-reduce latency across ``gpu_count`` GPUs as the
     engine actually runs it (NCCL unless a custom all-reduce applies); ``allreduce_bus_gbps`` the large-message bus
-    bandwidth. Sources are in conf/hardware/*.yaml.
+    bandwidth. Sources are in conf/hardware/*.yaml. With ``nodes`` > 1, ``gpu_count`` and the all-reduce figures are
+    per node and the ``internode_*`` fields describe the network between nodes (NIC bandwidth per GPU, NCCL's
+    per-hop latency), which grid/twin/crossnode.py combines into the all-reduce of a TP group spanning nodes.
     """
 
     name: str
     gpu: str
-    gpu_count: int = Field(..., gt=0)
+    gpu_count: int = Field(..., gt=0, description="GPUs per node")
     sm_version: int = Field(..., gt=0, description="compute capability x10: 90 Hopper, 100 B200, 120 RTX PRO 6000")
     memory_gb: float = Field(..., gt=0, description="per GPU, GB (1e9 bytes)")
     memory_bandwidth_gbps: float = Field(..., gt=0, description="per GPU, GB/s")
@@ -171,4 +173,28 @@ class HardwareSpec(_Frozen):
     pcie_gbps: float = Field(63.0, gt=0, description="host link per direction, GB/s")
     allreduce_latency_us: float = Field(..., gt=0)
     allreduce_bus_gbps: float = Field(..., gt=0)
+    # --- several nodes (one server over ``nodes`` x ``gpu_count`` GPUs, SGLang's --nnodes; grid/twin/crossnode.py)
+    nodes: int = Field(1, gt=0, description="nodes of gpu_count GPUs each that one server may span (--nnodes)")
+    internode_link: Literal["infiniband", "roce", "ethernet"] | None = Field(
+        None, description="the network between the nodes (None: a single node)")
+    internode_gbps_per_gpu: float | None = Field(
+        None, gt=0, description="achieved network bandwidth per GPU and direction, GB/s (one NIC per GPU)")
+    internode_hop_latency_us: float | None = Field(
+        None, gt=0, description="NCCL's latency of one network hop of a small-message all-reduce, µs")
     source: str = ""
+
+    @model_validator(mode="after")
+    def _nodes_described(self) -> HardwareSpec:
+        """A description of several nodes names its network: ``internode_link``, ``internode_gbps_per_gpu`` and
+        ``internode_hop_latency_us`` are required when ``nodes`` > 1. Raises ``ValueError`` naming the keys."""
+        missing = [k for k in ("internode_link", "internode_gbps_per_gpu", "internode_hop_latency_us")
+                   if getattr(self, k) is None]
+        if self.nodes > 1 and missing:
+            raise ValueError(f"hardware {self.name!r}: nodes={self.nodes} needs {', '.join(missing)} "
+                             "(the network between the nodes; see conf/hardware/h100_x16_ib.yaml)")
+        return self
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs in all nodes: ``nodes`` x ``gpu_count``."""
+        return self.nodes * self.gpu_count

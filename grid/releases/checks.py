@@ -84,13 +84,16 @@ class Rule:
     since: str
     until: str | None
     message: str
-    when: Callable[[dict[str, Any], Any], tuple | None]
+    when: Callable[..., tuple | None]  # (settings, model) -> args, or (settings, model, hardware) -> args
     where: str
     hardware: tuple[Hardware, ...] = ANY_HARDWARE
     #: ``"launch"``: SGLang's own argument checks refuse it (the twin enforces it at launch too); ``"requirement"``:
     #: a kernel's hardware requirement SGLang does not check at argument time; the server would die later (import,
     #: first forward). grid refuses both before launch; ``where`` then names the failure-table row and its source.
     stage: str = "launch"
+    #: ``when`` takes the hardware too: ``when(settings, model, hardware)`` (the twin's cross-node rule reads the
+    #: hardware file's nodes and network).
+    with_hardware: bool = False
 
     def releases(self, version: Version) -> bool:
         return parse_version(self.since) <= version[:3] and (self.until is None
@@ -118,7 +121,7 @@ class Rule:
         vendor, sm = getattr(hardware, "vendor", None), getattr(hardware, "sm_version", None)
         if not any(h.matches(vendor, sm) for h in self.hardware):
             return None
-        args = self.when(settings, model)
+        args = self.when(settings, model, hardware) if self.with_hardware else self.when(settings, model)
         return None if args is None else self.message.format(*args)
 
 
@@ -224,9 +227,51 @@ HYBRID_LINEAR_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration"
 TWIN_SEARCHES = "docs/twin.md#what-the-twin-refuses"
 
 
-def _cross_node(s: dict[str, Any], model: Any) -> tuple | None:
-    n = int(s.get("nnodes") or 1)
-    return (n,) if n > 1 else None
+#: Networks with a public calibration row for a TP group spanning nodes (docs/twin.md, grid/twin/crossnode.py); the
+#: twin refuses the others.
+CROSS_NODE_LINKS = ("infiniband",)
+
+
+def cross_node_refusal(settings: dict[str, Any], hardware: Any) -> str | None:
+    """Why the twin cannot model ``settings`` (grid's setting names: ``nnodes``, ``tp_size``, ``pp_size``,
+    ``dp_size``, ``moe_a2a_backend``) over several nodes of ``hardware`` (a ``HardwareSpec``; None: unknown), or
+    None when it can (or ``nnodes`` is 1). Each reason names the key and what is allowed."""
+    n = int(settings.get("nnodes") or 1)
+    if n <= 1:
+        return None
+    nodes = int(getattr(hardware, "nodes", 1) or 1)
+    if hardware is None or nodes <= 1:
+        name = getattr(hardware, "name", "unknown")
+        return (f"the hardware description ({name}) is one node; describe the nodes (hardware.nodes, "
+                "internode_link, internode_gbps_per_gpu, internode_hop_latency_us, as conf/hardware/h100_x16_ib.yaml "
+                "does) or set nnodes to 1")
+    if n != nodes:
+        return f"nnodes must equal hardware.nodes ({nodes}) of {hardware.name}, not {n}"
+    link = getattr(hardware, "internode_link", None)
+    if link not in CROSS_NODE_LINKS:
+        return (f"hardware.internode_link {link!r} has no calibration row (allowed: {', '.join(CROSS_NODE_LINKS)}; "
+                "a search found no public SGLang/vLLM measurement of TP across nodes over Ethernet or RoCE stating "
+                "model, workload and network)")
+    want = nodes * hardware.gpu_count
+    tp = int(settings.get("tp_size") or 1)
+    if tp != want:
+        return f"tp_size must be nnodes x hardware.gpu_count = {want} across nodes, not {tp}"
+    for key, allowed in (("pp_size", 1), ("dp_size", 1)):
+        if int(settings.get(key) or 1) != allowed:
+            return (f"{key} must be {allowed} across nodes (only tensor parallelism over every GPU is modelled), "
+                    f"not {settings.get(key)}")
+    a2a = settings.get("moe_a2a_backend") or "none"
+    if a2a != "none":
+        return f"moe_a2a_backend must be 'none' across nodes (expert all-to-all over the network is not modelled), not {a2a!r}"
+    return None
+
+
+def _cross_node(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | None:
+    """(nnodes, why) when the twin cannot model ``nnodes`` > 1 on ``hardware`` (:func:`cross_node_refusal`:
+    a hardware file describing the nodes and an InfiniBand network, ``tp_size`` = nodes x GPUs per node, no PP, DP or
+    expert all-to-all across nodes), else None."""
+    why = cross_node_refusal(s, hardware)
+    return None if why is None else (int(s.get("nnodes") or 1), why)
 
 
 def _pd(s: dict[str, Any], model: Any) -> tuple | None:
@@ -358,10 +403,9 @@ RULES: list[Rule] = [
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,
-         "the twin cannot model --nnodes {} (tensor parallelism across nodes over Ethernet or InfiniBand): a search "
-         "of SGLang/vLLM issues for multi-node TP benchmarks found no measurement stating model, dataset and network "
-         "(only sglang#3172: ~7 tok/s, TP16 on 2 nodes, no model or dataset); searches: " + TWIN_SEARCHES,
-         _cross_node, TWIN_SEARCHES, stage="twin"),
+         "the twin cannot model --nnodes {} here: {} (tensor parallelism across nodes is modelled over InfiniBand, "
+         "calibrated on tenstorrent/tt-inference-server#356; searches: " + TWIN_SEARCHES + ")",
+         _cross_node, TWIN_SEARCHES, stage="twin", with_hardware=True),
     Rule("twin_pd_disaggregation", "0.5.9", None,
          "the twin cannot model --disaggregation-mode {} (prefill/decode disaggregation: KV transfer between "
          "servers and the router are not modelled, and the published 1P1D runs found (sglang PR #4880 on A10, "

@@ -94,7 +94,8 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     engine = spec.engine.kind
     lines = [
         f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path else ""),
-        f"Hardware: {hw.name}: {hw.gpu_count} x {hw.gpu} (sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
+        f"Hardware: {hw.name}: {f'{hw.nodes} nodes x ' if hw.nodes > 1 else ''}{hw.gpu_count} x {hw.gpu} "
+        f"(sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
         f"{hw.interconnect})",
         f"Engine: {ENGINE_WORDS.get(engine, engine)}; SGLang release {', '.join(versions)} (engine={engine})",
     ]
@@ -165,7 +166,7 @@ def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
     saying that the decision rests on a difference smaller than that spread. Errors the two configurations share
     cancel in a ranking, so this flags decisions to confirm on GPUs rather than overturning them. Empty for real
     servers, for objectives without a twin metric (goodput), and when fewer than two configurations scored."""
-    from grid.twin.uncertainty import gpu_family, uncertainty
+    from grid.twin.uncertainty import hardware_family, uncertainty
 
     if not engine_class(spec.engine.kind).twin:
         return []
@@ -179,7 +180,7 @@ def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
         return []
     gap = abs(best.score - (second.score or 0.0)) / abs(best.score)  # second.score is set: it is in ``scored``
     moe = spec.model.is_moe
-    family = gpu_family(spec.hardware.sm_version)
+    family = hardware_family(spec.hardware)
     sigma = uncertainty(metric, moe=moe, gpu=family)
     if gap >= sigma:
         return []

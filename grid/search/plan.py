@@ -2,8 +2,8 @@
 search policy that will choose among them, and the cost it expects (printed before anything launches).
 
 GPU-seconds are modelled seconds a launch holds its node (the twin's startup model, ``PerfModel.startup_phases_s``,
-plus the modelled duration of every load point, grid/search/predict.py) times the node's GPUs
-(``hardware.gpu_count``): a launch occupies the whole node.
+plus the modelled duration of every load point, grid/search/predict.py) times the GPUs of every node it spans
+(``hardware.total_gpus``): a launch occupies the whole node.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ class SearchPlan:
 
 
 def gpu_seconds(spec: RunSpec, f: Forecast | None) -> float:
-    """Modelled GPU-seconds of one launch: (startup + load) x ``hardware.gpu_count``; 0 when not modelled."""
-    return 0.0 if f is None else f.gpu_s * spec.hardware.gpu_count
+    """Modelled GPU-seconds of one launch: (startup + load) x ``hardware.total_gpus`` (every node); 0 when not
+    modelled."""
+    return 0.0 if f is None else f.gpu_s * spec.hardware.total_gpus
 
 
 def max_gpu_s(search, cands: list[Candidate]) -> float | None:
@@ -114,7 +115,7 @@ COST_FIELDS: tuple[tuple[str, str], ...] = (
     ("GPU-hours for the expected launches", "sum over those launches of the twin's modelled startup "
      "(PerfModel.startup_phases_s, once per launch) plus the modelled seconds of every load point, each level "
      "counted load.repeats times (grid/search/predict.py; with objective max_capacity, the bisection's probes from "
-     "the twin's bracket, not repeated), times hardware.gpu_count, / 3600; points early stopping may skip are "
+     "the twin's bracket, not repeated), times hardware.total_gpus, / 3600; points early stopping may skip are "
      "counted (an upper bound); on a resumed run `GPU-hours for the launches left`"),
     ("every launchable configuration", "the same over every configuration not refused and not already recorded "
      "(shown when it differs)"),
@@ -146,7 +147,7 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
     if not engine_class(spec.engine.kind).external:
-        lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.gpu_count} GPUs, the twin's startup and "
+        lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"
                      + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))

@@ -3,14 +3,14 @@
 * ``launches``: configurations of the sweep that were launched (recorded, and not refused before launch);
 * ``gpu_seconds``: GPU-seconds those launches held the node: for each, its recorded startup (``startup_s``; the
   twin's modelled startup when the server never became ready) plus the modelled duration of every load point it ran
-  (``(finished_unix_ns - started_unix_ns) x time_scale``), times ``hardware.gpu_count``;
+  (``(finished_unix_ns - started_unix_ns) x time_scale``), times ``hardware.total_gpus``;
 * ``best_label`` / ``best_value``: the ranked best configuration and its score (null when none ranked);
 * ``objective``, ``search``: the objective kind and search kind;
 * ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
   refused before launch, those the failure table says fail here, and those the search left out;
 * ``early_stopped_points`` / ``early_stop_gpu_seconds_saved``: load points early stopping skipped (grid/search/levels.py)
   and what they would have cost: the twin's forecast of their modelled durations (``forecast_duration_s``) times
-  ``hardware.gpu_count``.
+  ``hardware.total_gpus``.
 
 Its keys, with types and units, are listed once in grid/storage/summary.py ``SUMMARY_FIELDS`` (docs/schema.md).
 """

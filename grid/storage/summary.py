@@ -22,7 +22,7 @@ def read_record(run_dir: str) -> dict:
 SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("launches", "int", "servers", "configurations launched (recorded and not refused before launch)"),
     ("gpu_seconds", "float", "GPU-s", "sum over launches of recorded startup (the twin's modelled startup when the "
-     "server never became ready) plus the modelled duration of each load point run, times hardware.gpu_count"),
+     "server never became ready) plus the modelled duration of each load point run, times hardware.total_gpus"),
     ("best_label", "string", "", "label of the best configuration (null: none ranked)"),
     ("best_value", "float", "objective's unit", "its score under the objective"),
     ("objective", "string", "", "objective.kind"),
@@ -34,7 +34,7 @@ SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("early_stopped_points", "int", "load points", "load points skipped by early stopping (status not_run, "
      "error_class early_stop_slo | early_stop_twin_bound)"),
     ("early_stop_gpu_seconds_saved", "float", "GPU-s", "the twin's forecast of those points' modelled durations "
-     "(forecast_duration_s), times hardware.gpu_count"),
+     "(forecast_duration_s), times hardware.total_gpus"),
 )
 
 

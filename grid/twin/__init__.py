@@ -5,4 +5,5 @@
 #: measures (a constant of grid/twin/perf.py, a scheduling rule, a failure mode), so that a resumed run measures
 #: such configurations again instead of mixing results of two models. Real servers (``engine=sglang|openai``) do
 #: not carry it.
-MODEL_VERSION = "2"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50
+MODEL_VERSION = "3"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50;
+#                      3: tensor parallelism across nodes (grid/twin/crossnode.py; --nnodes was refused before)

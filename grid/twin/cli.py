@@ -461,7 +461,7 @@ def to_serving_config(args: argparse.Namespace, accept_length: float | None = No
         kv_cache_dtype=args.kv_cache_dtype, disable_radix_cache=args.disable_radix_cache,
         context_length=args.context_length, stream_interval=args.stream_interval,
         decode_log_interval=args.decode_log_interval, page_size=args.page_size, version=args._version,
-        pp_size=args.pp_size, speculative_algorithm=getattr(args, "speculative_algorithm", None),
+        pp_size=args.pp_size, nnodes=args.nnodes, speculative_algorithm=getattr(args, "speculative_algorithm", None),
         speculative_num_steps=getattr(args, "speculative_num_steps", None),
         speculative_eagle_topk=getattr(args, "speculative_eagle_topk", None),
         speculative_num_draft_tokens=getattr(args, "speculative_num_draft_tokens", None),

@@ -242,8 +242,8 @@ def geomean_abs_error(rows: list[Row]) -> float:
 def uncertainty_cells(rows: list[Row], runs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The spread table of :mod:`grid.twin.uncertainty` from replayed rows (fitted and held out; rejected left out):
     each row's cell is its metric, its run's model kind (MoE or dense, from conf/model) and GPU family (conf/hardware
-    SM version)."""
-    from grid.twin.uncertainty import gpu_family, spread_table
+    SM version, ``-multinode`` across nodes)."""
+    from grid.twin.uncertainty import hardware_family, spread_table
 
     by_id = {r["id"]: r for r in (runs if runs is not None else load_runs())}
     errors = []
@@ -252,7 +252,7 @@ def uncertainty_cells(rows: list[Row], runs: list[dict[str, Any]] | None = None)
             continue
         run = by_id[row.run_id]
         model, hw = _spec("model", run["model"]), _spec("hardware", run["hardware"])
-        errors.append((row.metric, model.is_moe, gpu_family(hw.sm_version), row.error))
+        errors.append((row.metric, model.is_moe, hardware_family(hw), row.error))
     return spread_table(errors)
 
 

@@ -206,6 +206,7 @@ class ServingConfig:
     version: str = "0.5.9"
     # --- issue 15: pipeline parallelism (grid/twin/pipeline.py) and speculative decoding (grid/twin/speculative.py)
     pp_size: int = 1
+    nnodes: int = 1  # --nnodes: one server over this many nodes (tensor parallelism across nodes)
     speculative_algorithm: str | None = None  # EAGLE | EAGLE3 | NEXTN
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
@@ -351,11 +352,11 @@ class PerfModel:
     """Resolved server settings and modelled step times for one (model, hardware, flags) triple."""
 
     def __new__(cls, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig):
-        # issue 15 hook: grid/twin/extensions.py picks pipeline.py / speculative.py / attention.py when they apply
+        # issue 15 hook: grid/twin/extensions.py picks pipeline.py / speculative.py / crossnode.py / attention.py
         if cls is PerfModel:
             from grid.twin.extensions import perf_class
 
-            cls = perf_class(cfg, model)
+            cls = perf_class(cfg, model, hardware)
         return super().__new__(cls)
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig) -> None:

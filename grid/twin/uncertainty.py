@@ -11,7 +11,9 @@ metric over both model kinds on that GPU family, then to the metric over every r
 by tests/twin/test_calibration.py; reading it costs nothing at ranking time.
 
 Metrics: ``ttft_ms``, ``tpot_ms``, ``output_tok_per_s``, ``input_tok_per_s`` (grid.twin.fidelity.METRICS).
-GPU families: by SM version, ``ampere`` (SM80-86), ``ada`` (SM89), ``hopper`` (SM90), ``blackwell`` (SM100+).
+GPU families: by SM version, ``ampere`` (SM80-86), ``ada`` (SM89), ``hopper`` (SM90), ``blackwell`` (SM100+); a
+server spanning several nodes (hardware ``nodes`` > 1, grid/twin/crossnode.py) is its own family, e.g.
+``hopper-multinode``, so that rows across nodes do not widen the spread of single-node figures.
 
 For the report and search: a twin-predicted difference between two configurations smaller than
 ``uncertainty(...)`` of the figure compared is a difference the twin has not shown it can resolve in absolute terms
@@ -32,6 +34,7 @@ TABLE_FILE = Path(__file__).with_name("uncertainty_table.yaml")
 MIN_ROWS = 2  # a cell needs this many rows to stand on its own (one row is an error, not a spread)
 METRICS = ("ttft_ms", "tpot_ms", "output_tok_per_s", "input_tok_per_s")
 FAMILIES = ("ampere", "ada", "hopper", "blackwell")
+MULTINODE = "-multinode"  # suffix of the family of a server spanning several nodes
 
 
 def gpu_family(sm_version: int) -> str:
@@ -46,6 +49,13 @@ def gpu_family(sm_version: int) -> str:
     if sm_version >= 80:
         return "ampere"
     raise ValueError(f"sm_version {sm_version}: the twin's uncertainty table covers SM80 and newer ({FAMILIES})")
+
+
+def hardware_family(hardware) -> str:
+    """The family of a ``HardwareSpec``: :func:`gpu_family` of its SM version, with ``-multinode`` when it describes
+    several nodes (``nodes`` > 1). Raises ``ValueError`` below SM80."""
+    family = gpu_family(hardware.sm_version)
+    return family + MULTINODE if int(getattr(hardware, "nodes", 1) or 1) > 1 else family
 
 
 def spread_table(errors: list[tuple[str, bool, str, float]]) -> dict[str, Any]:
@@ -70,15 +80,15 @@ def _table() -> dict[str, Any]:
 
 def uncertainty(metric: str, *, moe: bool, gpu: str | int) -> float:
     """Relative one-sigma of a twin figure of ``metric`` for a dense (``moe=False``) or MoE model on GPU family
-    ``gpu`` (a name from ``FAMILIES`` or an SM version): the RMS relative error of the calibration rows of that kind
+    ``gpu`` (a name from ``FAMILIES``, optionally with ``-multinode``, or an SM version): the RMS relative error of the calibration rows of that kind
     (module docstring), falling back to coarser cells when a cell has fewer than ``MIN_ROWS`` rows.
 
     Raises ``ValueError`` naming the allowed values for an unknown metric or family."""
     if metric not in METRICS:
         raise ValueError(f"metric {metric!r}: one of {METRICS}")
     family = gpu_family(gpu) if isinstance(gpu, int) else gpu
-    if family not in FAMILIES:
-        raise ValueError(f"gpu {gpu!r}: one of {FAMILIES} or an SM version")
+    if family.removesuffix(MULTINODE) not in FAMILIES:
+        raise ValueError(f"gpu {gpu!r}: one of {FAMILIES} (with {MULTINODE!r} across nodes) or an SM version")
     table = _table()
     kind = "moe" if moe else "dense"
     for key in (f"{metric}/{kind}/{family}", f"{metric}/*/{family}", f"{metric}/*/*"):

@@ -206,6 +206,9 @@ HELD_OUT = {
     "sonar1447-a100-qwen3moe-pp2", *(f"e1-glm5-mtp-c{c}" for c in (1, 2, 4, 8, 16, 32, 64)),
     "achatbot183-gptoss20b-h100-c32",  # sliding-window attention
     *(f"pr10404-h200-qwen3next-tp{tp}" for tp in (2, 4, 8)),  # hybrid linear attention
+    # tensor parallelism across two nodes (tt-inference-server#356), named before the cross-node model
+    *(f"tt356-h100x16-dsr1-isl{i}-osl{o}" for i, o in ((128, 128), (128, 1024), (1024, 128), (2048, 128),
+                                                        (3072, 128), (4096, 128), (8192, 128))),
 }
 # Rows each prefill / front-end constant was fitted on (grid/twin/perf.py docstring):
 FITTED_ON = {

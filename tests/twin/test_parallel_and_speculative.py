@@ -108,7 +108,7 @@ def test_twin_cli_passes_speculative_and_pp_flags():
 
 # --- what the twin refuses -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("settings, words", [
-    ({"tp_size": 8, "nnodes": 2}, "the twin cannot model --nnodes 2 (tensor parallelism across nodes"),
+    ({"tp_size": 8, "nnodes": 2}, "the twin cannot model --nnodes 2 here: the hardware description (unknown) is one"),
     ({"tp_size": 8, "disaggregation_mode": "prefill"}, "the twin cannot model --disaggregation-mode prefill"),
 ])
 def test_twin_refuses_what_it_cannot_represent(settings, words):

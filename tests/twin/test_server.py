@@ -18,6 +18,8 @@ from grid.config.specs import HardwareSpec, ModelSpec
 from grid.server.logparse import parse_batch_line
 from grid.twin import logs
 
+from ._specs import hardware
+
 pytest.importorskip("grid.twin.perf")
 pytest.importorskip("grid.twin.scheduler")
 
@@ -39,13 +41,13 @@ def free_port() -> int:
 
 class TwinProc:
     def __init__(self, tmp: Path, args: list[str], *, scale: float, version: str = "0.5.9",
-                 faults: list | None = None) -> None:
+                 faults: list | None = None, hw=None) -> None:
         mdir = tmp / "model"
         mdir.mkdir(exist_ok=True)
         (mdir / "config.json").write_text(json.dumps(LLAMA_8B.to_hf_config()))
         self.port = free_port()
         self.log_path = tmp / f"twin-{self.port}.log"
-        env = dict(os.environ, GRID_TWIN_HARDWARE=H100_X1.model_dump_json(), GRID_TWIN_TIME_SCALE=str(scale),
+        env = dict(os.environ, GRID_TWIN_HARDWARE=(hw or H100_X1).model_dump_json(), GRID_TWIN_TIME_SCALE=str(scale),
                    GRID_TWIN_VERSION=version)
         if faults:
             env["GRID_TWIN_FAULTS"] = json.dumps(faults)
@@ -278,12 +280,21 @@ def test_launch_check_exits_1(tmp_path):
     assert "ValueError: When enabling two batch overlap, moe_a2a_backend cannot be 'none'." in t.log()
 
 
-def test_twin_refuses_tp_across_nodes_and_serves_speculative_and_pipeline(tmp_path):
+def test_twin_serves_tp_across_described_nodes_speculative_and_pipeline(tmp_path):
     (tmp_path / "nodes").mkdir()
     t = TwinProc(tmp_path / "nodes", ["--tp-size", "2", "--nnodes", "2"], scale=50.0)
     assert t.proc.wait(20) == 1
     t.stop()
-    assert "ValueError: the twin cannot model --nnodes 2 (tensor parallelism across nodes" in t.log()
+    assert "ValueError: the twin cannot model --nnodes 2 here: the hardware description" in t.log()
+    # on a hardware file describing two nodes, TP over both is served (grid/twin/crossnode.py)
+    (tmp_path / "ib").mkdir()
+    t = TwinProc(tmp_path / "ib", ["--tp-size", "16", "--nnodes", "2"], scale=50.0, hw=hardware("h100_x16_ib"))
+    try:
+        assert t.wait_ready(20)[-1] == 200, t.log()
+        status, body = t.request("POST", "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 8}})
+        assert status == 200 and json.loads(body)["meta_info"]["completion_tokens"] == 8
+    finally:
+        t.stop()
     for name, args in (("spec", ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
                                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]),
                        ("pp", ["--pp-size", "2", "--disable-overlap-schedule"])):

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from grid.twin.uncertainty import gpu_family, spread_table, uncertainty
+from grid.twin.uncertainty import gpu_family, hardware_family, spread_table, uncertainty
+
+from ._specs import hardware
 
 
 def test_spread_table_rms_and_fallback_cells():
@@ -23,6 +25,15 @@ def test_gpu_family_by_sm_version():
         ["ampere", "ampere", "ada", "hopper", "blackwell", "blackwell"]
     with pytest.raises(ValueError, match="SM80"):
         gpu_family(75)
+
+
+def test_a_server_across_nodes_has_its_own_family():
+    assert hardware_family(hardware("h100_x8")) == "hopper"
+    assert hardware_family(hardware("h100_x16_ib")) == "hopper-multinode"
+    # the tt-inference-server#356 rows (TP16 over two H100 nodes) make their own cell; single-node Hopper keeps its own
+    assert uncertainty("tpot_ms", moe=True, gpu="hopper-multinode") > uncertainty("tpot_ms", moe=True, gpu="hopper")
+    with pytest.raises(ValueError, match="one of .* \\(with '-multinode' across nodes\\)"):
+        uncertainty("tpot_ms", moe=True, gpu="volta-multinode")
 
 
 def test_uncertainty_reads_the_table_and_falls_back():
