@@ -229,6 +229,10 @@ class TwinRanked(ForecastOrdered):
         return True
 
 
+#: Configurations with a measured score per term of the residual model before :class:`TwinGuided` may stop.
+MIN_SCORED_PER_TERM = 2
+
+
 class TwinGuided(ForecastOrdered):
     """Ranked on the twin, corrected by what is measured, stopped when nothing left is likely to win.
 
@@ -240,9 +244,13 @@ class TwinGuided(ForecastOrdered):
     * **Next**: the configuration with the highest expected improvement over the best measured score per modelled
       GPU-second of its launch (``gpu_s``): the most promising first, the cheaper first at equal promise.
     * **Stop** when the probability that any configuration not launched beats the best measured score by more than
-      ``tolerance`` is below ``risk`` (:func:`grid.search.residuals.p_any_beats`), once at least as many
-      configurations have measured a score as the model has terms (one per swept flag value, plus the common one):
-      before that the flag terms are not all identified and the hyperparameters rest on too few residuals.
+      ``tolerance`` is below ``risk`` (:func:`grid.search.residuals.p_any_beats`), once at least twice as many
+      configurations have measured a score as the model has terms (one per swept flag value, plus the common one,
+      :data:`MIN_SCORED_PER_TERM`): the terms need one measurement each to be identified, and the split of the
+      twin's error between flag values and each configuration's own residual needs as many again (residual degrees
+      of freedom); with fewer, chance agreement between a few residuals reads as a shared flag effect and the rule
+      stops too early (experiments/search_benchmark.py, flags mode with own residuals of 3.7% and 5.2%: 3 of 20
+      seeds more than 3% from the optimum with one measurement per term, 0-2 of 20 with two; docs/search.md).
 
     Configurations without a forecast (the twin sees no load point meeting the SLOs) and known failures run only
     before anything measured a score (or, for known failures, first with ``try_known_failures``), with one exception:
@@ -343,7 +351,8 @@ class TwinGuided(ForecastOrdered):
                 if not open_ and not unranked:
                     return DONE
                 scored = sum(1 for h, v in self.measured.items() if v is not None and h in self.row)
-                self.last_p = self.p_left(best, open_) if open_ and scored >= self.terms else None
+                enough = scored >= MIN_SCORED_PER_TERM * self.terms
+                self.last_p = self.p_left(best, open_) if open_ and enough else None
                 if self.last_p is not None and self.last_p < self.risk:
                     m = self.model()
                     why = (f"P(one of the {len(open_)} left beats the best measured {best:.4g} by more than "

@@ -43,8 +43,9 @@ def test_one_observation_closed_forms():
 
 def test_fit_weights_are_equal_with_nothing_measured_and_follow_the_evidence():
     empty = fit(np.zeros((0, 3)), np.zeros(0), 1, 0.074, 0.01)
-    assert len(empty.parts) == len(HYPER_GRID) == 18
-    assert all(w == pytest.approx(1 / 18) for w, _ in empty.parts)
+    assert len(empty.parts) == len(HYPER_GRID) == 108  # 18 scales x 6 shares, none dropped
+    assert all(w == pytest.approx(1 / 108) for w, _ in empty.parts)
+    assert [s for s, _ in HYPER_GRID[::6]][:3] == [0.25, 0.2875, 0.3306] and HYPER_GRID[-1] == (2.6903, 1.0)
     # two values of one flag, measured 20% apart three times each: the error is shared per flag value
     x, _ = one_hot([{"f": 1}] * 3 + [{"f": 2}] * 3)
     y = np.array([0.1, 0.1, 0.1, -0.1, -0.1, -0.1])

@@ -10,7 +10,7 @@ from grid.releases.checks import RULES, check_config
 from grid.search.knowledge import launch_order, twin_model
 from grid.search.plan import build, expected_launches, gpu_seconds
 from grid.search.predict import forecast
-from grid.search.policy import DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided, TwinRanked
+from grid.search.policy import MIN_SCORED_PER_TERM, DONE, WAIT, Budget, Candidate, Exhaustive, TwinGuided, TwinRanked
 from grid.sweep.notes import known_notes
 from grid.sweep.space import expand
 from tests.config.test_configs import spec_for  # tests/unit is on the path
@@ -260,23 +260,40 @@ def test_twin_guided_learns_a_flag_values_bias_and_stops():
     cands, measured = space(lambda s: 0.85 if s["moe"] == "t" else 1.0)  # the twin overrates moe=t by 15%
     extra = [Candidate("r", refused=True), Candidate("k", known_to_fail=True, forecast=200.0, settings={"moe": "a", "cg": 0})]
     p = TwinGuided(cands + extra, Budget(), twin_error=0.074, spread=0.01)
-    # it may stop only once 7 configurations measured a score: the common term and one per runner and graph size (the
-    # refused configuration's unset values are no terms)
-    assert p.terms == 7
-    # cheapest first at equal promise (graph size 0 for each runner), then moe=t is learned to be 15% low and its
-    # dearer configurations are never launched; the known failure is skipped once a score exists
-    assert drain(p, measured) == ["r", "mac0", "mbc0", "mtc0", "mac1", "mbc2", "mbc1", "mac2"]
-    why = ("P(one of the 2 left beats the best measured 102 by more than 3%) = 0.030 < risk 0.1 (twin error 9.3%, "
-           "90% of its variance shared per flag value)")
-    assert p.skipped == {"k": "known to fail here, and a configuration already measured a score", "mtc1": why,
-                         "mtc2": why}
-    assert p.last_p == pytest.approx(0.030279, abs=1e-6)
-    # measured exactly as forecast: nothing is learned to be worse, moe=t's largest graph size runs too, and the
-    # twin's error is learned to be small (3.8%), so the middle sizes of b and t need not run
-    flat, measured = space()
+    # 7 terms: the common one and one per runner and graph size (the refused configuration's unset values are none);
+    # it may stop only once twice as many configurations measured a score, so 9 configurations all run
+    assert p.terms == 7 and MIN_SCORED_PER_TERM == 2
+    assert drain(p, measured) == ["r", "mac0", "mbc0", "mtc1", "mac2", "mbc2", "mtc0", "mbc1", "mac1", "mtc2"]
+    assert p.skipped == {"k": "known to fail here, and a configuration already measured a score"}
+    assert p.last_p is None  # never enough scores to judge
+
+
+def big_space(bias_of=lambda s: 1.0):
+    """4 MoE runners x 3 CUDA-graph sizes x 4 policies (48 configurations, 12 terms); forecasts by graph size."""
+    cands = [Candidate(f"m{m}c{g}p{q}", forecast=100.0 + g, gpu_s=100.0 + 50 * g,
+                       settings={"moe": m, "cg": g, "pol": q})
+             for m in ("a", "b", "c", "t") for g in (0, 1, 2) for q in ("p", "q", "r", "s")]
+    return cands, {x.config_hash: x.forecast * bias_of(x.settings) for x in cands}
+
+
+def test_twin_guided_stops_after_twice_its_terms_once_nothing_left_can_win():
+    cands, measured = big_space(lambda s: 0.85 if s["moe"] == "t" else 1.0)
+    p = TwinGuided(cands, Budget(), twin_error=0.074, spread=0.01)
+    assert p.terms == 12
+    issued = drain(p, measured)
+    # 24 launches (2 x 12 terms), then nothing left is likely to beat 102 by 3%: moe=t, learned to be 15% low from
+    # its two launches, is never launched again
+    assert len(issued) == 24 and len(p.skipped) == 24
+    assert sorted(h for h in issued if h.startswith("mt")) == ["mtc1ps", "mtc2pr"]
+    assert {h for h in p.skipped if h.startswith("mt")} == {c.config_hash for c in cands if c.config_hash.startswith("mt")} - {"mtc1ps", "mtc2pr"}
+    assert set(p.skipped.values()) == {
+        "P(one of the 24 left beats the best measured 102 by more than 3%) = 0.000 < risk 0.1 (twin error 9.2%, "
+        "100% of its variance shared per flag value)"}
+    # measured exactly as forecast: the twin's error is learned to be small (2.0%) and the same 24 suffice
+    flat, measured = big_space()
     q = TwinGuided(flat, Budget(), twin_error=0.074, spread=0.01)
-    assert drain(q, measured) == ["mac0", "mbc0", "mtc0", "mac1", "mbc2", "mtc2", "mac2"]
-    assert set(q.skipped) == {"mbc1", "mtc1"} and q.last_p == pytest.approx(0.063805, abs=1e-6)
+    assert len(drain(q, measured)) == 24 and q.last_p == pytest.approx(6.6737e-05, rel=1e-3)
+    assert "(twin error 2.0%, 99% of its variance shared per flag value)" in next(iter(q.skipped.values()))
 
 
 def test_twin_guided_cheaper_first_lower_is_better_and_budget():
