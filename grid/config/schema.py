@@ -302,9 +302,13 @@ def _format_validation(err: ValidationError, model: type[BaseModel] | None = Non
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-            close = difflib.get_close_matches(str(e["loc"][-1]), _sibling_keys(model, e["loc"][:-1]), n=1)
+            siblings = _sibling_keys(model, e["loc"][:-1])
+            close = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
+            parent = ".".join([*([prefix] if prefix else []), *map(str, e["loc"][:-1])])
             if close:
-                msg += f"; did you mean {'.'.join([*([prefix] if prefix else []), *map(str, e['loc'][:-1]), close[0]])}?"
+                msg += f"; did you mean {parent + '.' if parent else ''}{close[0]}?"
+            if siblings:
+                msg += f" (keys of {parent or 'the config'}: {', '.join(sorted(siblings))})"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
         elif e["type"] == "literal_error":
