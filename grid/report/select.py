@@ -446,7 +446,12 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         levels = [agg for agg, _ in level_scores(obj.points(top.rows), [r for r in top.rows if r["status"] == "ok"
                                                                         and r.get(obj.metric) is not None],
                                                  obj.metric)]
-        note = rising_note(obj, levels, _best_point(top))
+        peak = _best_point(top)
+        # a higher level in the plan that did not count (skipped by early stopping, failed, missed the SLOs) was
+        # not left untested: "add higher levels" would send the user after levels the sweep already has
+        planned_above = any(r.get("point_kind") == peak.get("point_kind") and r["point_value"] > peak["point_value"]
+                            for r in obj.points(top.rows))
+        note = None if planned_above else rising_note(obj, levels, peak)
         if note:
             top.reason += f"; {note}"
     order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5}

@@ -174,6 +174,13 @@ def test_rising_note_when_the_best_is_the_highest_level_and_still_climbing():
     assert rising_note(OBJECTIVES["min_tpot"], peak, peak[1]) is None
     v = rank(peak, ObjectiveSpec())
     assert "still rising" not in v[0].reason and v[0].reason.endswith("150 tok/s at level 64")
+    # the level above was planned but skipped by early stopping: it was not left untested
+    skipped = [*peak[:2], {**row("a", "A", 2, 128, None, status="not_run"), "error_class": "early_stop_twin_bound",
+                           "skip_reason": "the twin's upper bound here, 120 tok/s, is below the best measured 150"}]
+    v = rank(skipped, ObjectiveSpec())
+    assert v[0].reason == ("highest output throughput at any load point: 150 tok/s at level 64; not counted: level 128: "
+                           "not_run (early_stop_twin_bound: the twin's upper bound here, 120 tok/s, is below the best "
+                           "measured 150)")
 
 
 def test_incomplete_note():
