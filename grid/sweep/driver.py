@@ -261,8 +261,6 @@ def run(spec: RunSpec, console) -> Plan:
     set_ray_environment()
     engine = get_engine(spec)
     expand(spec)  # an empty search space raises ConfigError here, before anything is touched or launched
-    if spec.fresh and not spec.dry_run:
-        _clear_previous(spec)
     if not spec.dry_run:
         for note in set_aside_corrupt(spec.run_dir):
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
@@ -290,6 +288,8 @@ def run(spec: RunSpec, console) -> Plan:
                               soft_wrap=True, markup=False)
         return plan
     engine.check_runnable()
+    if spec.fresh:  # only once nothing refuses the run: a refused fresh run must not lose the recorded results
+        _clear_previous(spec)
     engine.prepare(spec.run_dir)
     skipped = len(plan.all) - len(plan.todo)
     engine_label = f"SGLang {version}" if version[:1].isdigit() else version  # an external server: "vllm 0.32.0"

@@ -79,6 +79,21 @@ def test_sglang_without_sglang_fails_at_once(tmp_path):
     assert not (tmp_path / "parquet").exists()
 
 
+def test_fresh_run_that_cannot_run_here_keeps_the_recorded_results(tmp_path):
+    # fresh=true clears the recorded results only once the engine can run: a refusal must not lose them
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recorded = tmp_path / "parquet" / "load_points" / "a.parquet"
+    recorded.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"config_hash": ["a"]}), recorded)
+    (tmp_path / "summary.json").write_text("{}")
+    out = grid_run("engine=sglang", "+sweep=two_batch_overlap", "fresh=true", tmp_path=tmp_path)
+    assert out.returncode == 2 and "SGLang is not installed" in out.stdout
+    assert pq.read_table(recorded).to_pydict() == {"config_hash": ["a"]}
+    assert (tmp_path / "summary.json").read_text() == "{}"
+
+
 def test_bad_value_exits_2_naming_key_and_choices(tmp_path):
     out = grid_run("+sweep=nsa_backends", "sweep.grid.dsa_decode_backend=[flashmla]", tmp_path=tmp_path)
     assert out.returncode == 2
