@@ -17,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from grid.app import main as run_app
 
-# hydra.output_subdir (conf/config.yaml): a dry run writes no .hydra/ into the run directory, so that it never
-# replaces the resolved config of the results already there.
-OmegaConf.register_new_resolver("grid_output_subdir", lambda dry_run: None if dry_run else ".hydra", replace=True)
+#: Where a run keeps its resolved config, as Hydra's default ``hydra.output_subdir`` would (conf/config.yaml sets
+#: that to null: grid writes these files itself once nothing refuses the run).
+OUTPUT_SUBDIR = ".hydra"
 
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -72,8 +72,21 @@ def composition_error(overrides: list[str]) -> str | None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+
+    def save_resolved_config() -> None:
+        """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, as Hydra writes them (hydra.core.utils
+        ``run_job``), but only for a run that nothing refused: a mistyped command or a dry run into a results
+        folder must not replace the configuration its results were measured with."""
+        out = Path(hydra_cfg.runtime.output_dir) / OUTPUT_SUBDIR
+        out.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, out / "config.yaml")
+        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), out / "hydra.yaml")
+        OmegaConf.save(OmegaConf.create(overrides), out / "overrides.yaml")
+
     status = run_app(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)),
-                     overrides=list(HydraConfig.get().overrides.task))
+                     overrides=overrides, accepted=save_resolved_config)
     if status:
         sys.exit(status)
 

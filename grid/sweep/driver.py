@@ -23,6 +23,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -256,8 +257,10 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
         end_leftovers(spec, None, console, "this run")
 
 
-def run(spec: RunSpec, console) -> Plan:
-    """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
+def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> Plan:
+    """Plan, check and run the sweep (or print it with dry_run). Returns the plan. ``accepted`` is called once
+    nothing refuses the run (after the engine's check, before anything in the run directory changes; never for a dry
+    run): grid.run writes the resolved config there, so a refused command never replaces that of recorded results."""
     set_ray_environment()
     engine = get_engine(spec)
     expand(spec)  # an empty search space raises ConfigError here, before anything is touched or launched
@@ -288,6 +291,8 @@ def run(spec: RunSpec, console) -> Plan:
                               soft_wrap=True, markup=False)
         return plan
     engine.check_runnable()
+    if accepted is not None:
+        accepted()
     if spec.fresh:  # only once nothing refuses the run: a refused fresh run must not lose the recorded results
         _clear_previous(spec)
     engine.prepare(spec.run_dir)
