@@ -177,6 +177,18 @@ def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
     return {"param_space": {}, "tune": {"search_alg": searcher, "num_samples": len(plan.todo)}}
 
 
+def _progress(plan: Plan, plans: dict, console):
+    """The console progress of ``plans`` (grid.sweep.progress): its time left counts the search's expected launches
+    and the refusals apart, when the plan has a search."""
+    from grid.search.plan import expected_launches
+    from grid.sweep.progress import ProgressCallback
+
+    if plan.search is None:
+        return ProgressCallback(plans, len(plan.all), console)
+    refused = {h for h, k in plan.search.known.items() if k.refused}
+    return ProgressCallback(plans, len(plan.all), console, refused=refused, expected=expected_launches(plan.search))
+
+
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
     """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
     set_ray_environment()
@@ -185,7 +197,6 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
 
     run_id = run_id or new_run_id()
     from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes
-    from grid.sweep.progress import ProgressCallback
     from grid.sweep.trial import run_trial
 
     for name in _NoTuneResumeAdvice.LOGGERS:
@@ -224,6 +235,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
         search = _search_args(spec, plan, plans)
         for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
             lost = NodeLossCallback(spec, plans, console)
+            progress = _progress(plan, plans, console)
             tuner = tune.Tuner(
                 trainable,
                 param_space=search["param_space"],
@@ -233,7 +245,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
                     trial_dirname_creator=lambda t: t.config["config_hash"]),
                 run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{round_}",
                                           storage_path=storage, verbose=0,
-                                          callbacks=[ProgressCallback(plans, len(plan.all), console), lost],
+                                          callbacks=[progress, lost],
                                           failure_config=tune.FailureConfig(max_failures=0)),
             )
             _NoTuneResumeAdvice.interrupted = False
