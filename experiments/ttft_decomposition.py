@@ -13,7 +13,9 @@ what :func:`grid.twin.fidelity.ttft_split` computes (its docstring defines each 
 * ``stall``: P99 minus mean inter-chunk latency, about one prefill as the running requests see it when ``stalled``
   (the share of chunks that hold a prefill) is above 1%; the twin's prefill step for the mean prompt beside it;
 * ``err if wave`` / ``err if rest``: the twin's mean TTFT error if only its first wave / only its steady state were
-  as published.
+  as published;
+* ``at p99``: the fewest requests the published P99 shows at or above it (numpy's interpolated percentile): the
+  first-wave reading above assumes ``c`` of them.
 
 Rows, P99 and ITL figures are published values (each run's ``source``); nothing here is fitted.
 
@@ -69,7 +71,7 @@ def main() -> None:
         print(f"first wave and steady state, the twin with the {args.prefill_floor_ms:g} ms floor:")
     head = (f"{'run':16s} {'c':>3s} {'N':>4s} | {'pub mean':>8s} {'pub p99':>8s} {'pub rest':>8s} | "
             f"{'twin mean':>9s} {'twin p99':>8s} {'1st wave':>8s} {'rest':>6s} | {'stall':>6s} {'stalled':>7s} "
-            f"{'twin prefill':>12s} | {'err if wave':>11s} {'err if rest':>11s}")
+            f"{'twin prefill':>12s} | {'err if wave':>11s} {'err if rest':>11s} | {'at p99':>6s}")
     print(head)
     print("-" * len(head))
     for run in load_runs():
@@ -80,7 +82,7 @@ def main() -> None:
               f"{s.published_mean_ms:8.1f} {s.published_p99_ms:8.1f} {s.published_rest_ms:8.1f} | "
               f"{s.twin_mean_ms:9.1f} {s.twin_p99_ms:8.1f} {s.twin_first_wave_ms:8.1f} {s.twin_rest_ms:6.1f} | "
               f"{s.prefill_stall_ms:6.1f} {100 * s.stalled_chunk_fraction:6.1f}% {s.twin_prefill_ms:12.1f} | "
-              f"{100 * s.error_if_first_wave:+10.1f}% {100 * s.error_if_rest:+10.1f}%")
+              f"{100 * s.error_if_first_wave:+10.1f}% {100 * s.error_if_rest:+10.1f}% | {s.requests_at_p99:6d}")
     print(f"({time.perf_counter() - t0:.1f} s)")
 
 

@@ -181,6 +181,11 @@ class TtftSplit:
     * ``twin_prefill_ms``: the twin's prefill step for one prompt of the run's mean input length.
     * ``error_if_first_wave`` / ``error_if_rest``: the twin's mean TTFT error (fraction) if only its first wave took
       the published P99 / only its steady state took ``published_rest_ms``.
+    * ``requests_at_p99``: the fewest requests whose TTFT the published P99 shows to be at least the P99. numpy's
+      P99 of n values interpolates between the sorted values at ``floor`` and ``ceil`` of ``0.99 (n - 1)``, so only
+      the ``n - ceil(0.99 (n - 1))`` slowest are certainly at or above it (1 of 80, 2 of 160, 4 of 320, 7 of 640).
+      ``published_rest_ms`` assumes all ``concurrency`` first-wave requests took the P99; the P99 itself says only
+      that ``requests_at_p99`` did.
     """
 
     concurrency: int
@@ -197,6 +202,7 @@ class TtftSplit:
     twin_prefill_ms: float
     error_if_first_wave: float
     error_if_rest: float
+    requests_at_p99: int
 
 
 def ttft_split(run: dict[str, Any]) -> TtftSplit:
@@ -229,6 +235,7 @@ def ttft_split(run: dict[str, Any]) -> TtftSplit:
         twin_prefill_ms=1e3 * perf.prefill_step_s(round(mean_in)),
         error_if_first_wave=(c * p99 + (n - c) * rest) / n / mean - 1,
         error_if_rest=(c * first + (n - c) * pub_rest) / n / mean - 1,
+        requests_at_p99=n - math.ceil(0.99 * (n - 1)),
     )
 
 

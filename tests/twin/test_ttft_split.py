@@ -31,6 +31,26 @@ def test_split_of_ix870_c8_adds_up():
     assert s.error_if_first_wave == pytest.approx((8 * 1975.4 + 72 * s.twin_rest_ms) / 80 / 330.6 - 1, rel=1e-12)
     assert s.error_if_rest == pytest.approx((8 * s.twin_first_wave_ms + 72 * s.published_rest_ms) / 80 / 330.6 - 1,
                                             rel=1e-12)
+    # numpy's P99 of 80 values interpolates between the 79th and 80th sorted (0.99 x 79 = 78.21, 0-based): only the
+    # slowest request is certainly at or above it
+    assert s.requests_at_p99 == 1
+
+
+@pytest.mark.parametrize(("run_id", "at_p99"), [("ix870-c16", 2), ("ix870-c32", 4), ("ix870-c64", 7),
+                                                ("ix870-c4-1k1k", 1)])
+def test_requests_at_p99_follow_numpy_interpolation(run_id, at_p99):
+    import numpy as np
+
+    s = ttft_split(_run(run_id))
+    assert s.requests == 10 * s.concurrency
+    assert s.requests_at_p99 == at_p99
+    # the definition holds against numpy itself: with the at_p99 slowest at 1 and the rest at 0, the P99 is above
+    # 0; with one fewer slow request it is 0
+    values = np.zeros(s.requests)
+    values[-at_p99:] = 1.0
+    assert np.percentile(values, 99) > 0
+    values[-at_p99] = 0.0
+    assert np.percentile(values, 99) == 0
 
 
 def test_every_tail_run_is_closed_loop_with_its_tail_above_its_mean():
