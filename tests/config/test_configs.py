@@ -92,7 +92,9 @@ def test_command_line_load_wins_notes_what_it_replaced():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["+server.bogus=1"], "server.bogus: unknown setting"),
+    (["+server.bogus=1"], "server.bogus: unknown setting; allowed settings: attention_backend, "),
+    (["+sweep=cuda_graph", "+sweep.grid.cuda_graphh=[true]"],
+     "server.cuda_graphh: unknown setting; did you mean server.cuda_graph.; allowed settings: attention_backend, "),
     (["server.tp_size=abc"], "server.tp_size: expected an integer"),
     (["+sweep=nsa_backends", "sweep.grid.dsa_decode_backend=[nope]"],
      "server.dsa_decode_backend='nope' is not accepted by SGLang 0.5.9; allowed values: flashmla_sparse"),
