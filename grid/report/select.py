@@ -354,7 +354,8 @@ def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[f
     if base:
         baseline, source = min(base), "the configurations that compute like the sweep's base"
     else:
-        baseline, source = max(s for s, _ in share.values()), "the best any configuration answered (no baseline ran)"
+        baseline, source = max(s for s, _ in share.values()), ("the best any configuration answered, none measured "
+                                                               "computing like the sweep's base")
     gated = {h: (f"less accurate: {s * 100:.0f}% of grid's accuracy prompts answered exactly vs {baseline * 100:.0f}% "
                  f"for {source} (drop {(baseline - s) * 100:.0f} points > accuracy.max_drop {max_drop * 100:g}); "
                  f"{role}")
