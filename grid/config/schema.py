@@ -311,6 +311,8 @@ def _format_validation(err: ValidationError, model: type[BaseModel] | None = Non
                 msg += f" (keys of {parent or 'the config'}: {', '.join(sorted(siblings))})"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "list_type" and isinstance(e.get("input"), (int, float, str)):
+            msg = f"expected a list, got {e['input']!r}: write {key}=[{e['input']}]"
         elif e["type"] == "literal_error":
             msg = f"{msg} (got {e.get('input')!r})"
         lines.append(msg if msg.startswith(f"{key}.") else f"{key}: {msg}")  # a message that names its own key
