@@ -104,6 +104,17 @@ class LoadSpec(_Spec):
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
     stall_timeout_s: float | None = Field(120.0, gt=0, description="no token for this long: request fails")
 
+    @field_validator("concurrency", "request_rate", "trace_speed")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        """A level listed twice would be two points at one level, each repeat_index 0, read as one level measured
+        twice; measuring a level again is what ``load.repeats`` is for."""
+        twice = sorted({x for x in v if v.count(x) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(map(str, twice))} listed more than once in {v}; to measure a level again "
+                             "set load.repeats")
+        return v
+
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:

@@ -105,6 +105,9 @@ def test_command_line_load_wins_notes_what_it_replaced():
     (["+sweep=cuda_graph", "+sweep.load.concurency=[8]"],
      "sweep.load.concurency: unknown key; did you mean sweep.load.concurrency?"),
     (["+sweep=cuda_graph", "+sweep.load.repeat=3"], "sweep.load.repeat: unknown key; did you mean sweep.load.repeats?"),
+    (["load.concurrency=[8,64,8]"], "load.concurrency: 8 listed more than once in [8, 64, 8]; to measure a level "
+                                    "again set load.repeats"),
+    (["load.concurrency=[]", "load.request_rate=[4,4.0]"], "load.request_rate: 4.0 listed more than once"),
     (["load.concurrency=8"], "load.concurrency: expected a list, got 8: write load.concurrency=[8]"),
     (["load.concurrency=[0]"], "load.concurrency: every concurrency level must be an integer >= 1, got [0]"),
     (["load.request_rate=[4,-2]"], "load.request_rate: every request rate must be > 0 req/s"),
