@@ -189,8 +189,11 @@ def _progress(plan: Plan, plans: dict, console):
     return ProgressCallback(plans, len(plan.all), console, refused=refused, expected=expected_launches(plan.search))
 
 
-def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
-    """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
+def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
+               before_first_trial: Callable[[], None] | None = None) -> None:
+    """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted).
+    ``before_first_trial`` is called once the Ray cluster is joined and every node's actor stands (``fresh=true``
+    clears the recorded results there: a cluster that cannot be joined must not cost them)."""
     set_ray_environment()
     import ray
     from ray import tune
@@ -222,6 +225,8 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
             raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
                                f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
         actors = _start_node_actors(spec, nodes, owner, console)
+        if before_first_trial is not None:
+            before_first_trial()
         plans = {p.config_hash: p for p in plan.todo}
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
                                         trial_resources(spec))
@@ -305,8 +310,6 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
     engine.check_runnable()
     if accepted is not None:
         accepted()
-    if spec.fresh:  # only once nothing refuses the run: a refused fresh run must not lose the recorded results
-        _clear_previous(spec)
     engine.prepare(spec.run_dir)
     skipped = len(plan.all) - len(plan.todo)
     engine_label = f"SGLang {version}" if version[:1].isdigit() else version  # an external server: "vllm 0.32.0"
@@ -316,7 +319,9 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
     end_leftovers(spec, run_id, console)
     if plan.todo:
         try:
-            run_trials(spec, plan, console, run_id)
+            # fresh=true clears the recorded results only once nothing refuses the run and the cluster is joined
+            run_trials(spec, plan, console, run_id, before_first_trial=(lambda: _clear_previous(spec)) if spec.fresh
+                       else None)
         finally:
             record_search(spec, plan)
     return plan
