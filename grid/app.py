@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -183,10 +183,11 @@ def exit_status(spec: RunSpec) -> int:
     return EXIT_UNDECIDED if undecided(planned, recorded_hashes(spec.run_dir)) else EXIT_OK
 
 
-def main(cfg: dict[str, Any], console: Console | None = None, overrides: Sequence[str] = ()) -> int:
+def main(cfg: dict[str, Any], console: Console | None = None, overrides: Sequence[str] = (),
+         accepted: Callable[[], None] | None = None) -> int:
     """Run the composed config ``cfg``; ``overrides`` are the command line's Hydra overrides as typed (a run-level
     ``load.X`` among them wins over the sweep's own ``load.X``: grid.compose ``command_line_load_wins``). Returns
-    the exit status."""
+    the exit status. ``accepted`` is called once nothing refuses the run (grid.sweep.driver ``run``)."""
     if console is None:
         console = Console()
         if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -205,17 +206,17 @@ def main(cfg: dict[str, Any], console: Console | None = None, overrides: Sequenc
     with open(Path(spec.run_dir) / RUN_LOG, "a", encoding="utf-8") as log:
         console.file = cast(IO[str], _Tee(term, log))
         try:
-            return _run(spec, console)
+            return _run(spec, console, accepted)
         finally:
             console.file = term
 
 
-def _run(spec: RunSpec, console: Console) -> int:
+def _run(spec: RunSpec, console: Console, accepted: Callable[[], None] | None = None) -> int:
     from grid.cluster.local import RayStartError
     from grid.sweep import driver
 
     try:
-        driver.run(spec, console)
+        driver.run(spec, console, accepted)
     except (ConfigError, EngineUnavailable) as err:
         console.print("[bold red]Cannot run:[/]", end=" ")
         console.print(str(err), markup=False, highlight=False, soft_wrap=True)

@@ -104,6 +104,17 @@ class LoadSpec(_Spec):
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
     stall_timeout_s: float | None = Field(120.0, gt=0, description="no token for this long: request fails")
 
+    @field_validator("concurrency", "request_rate", "trace_speed")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        """A level listed twice would be two points at one level, each repeat_index 0, read as one level measured
+        twice; measuring a level again is what ``load.repeats`` is for."""
+        twice = sorted({x for x in v if v.count(x) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(map(str, twice))} listed more than once in {v}; to measure a level again "
+                             "set load.repeats")
+        return v
+
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
@@ -302,11 +313,17 @@ def _format_validation(err: ValidationError, model: type[BaseModel] | None = Non
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-            close = difflib.get_close_matches(str(e["loc"][-1]), _sibling_keys(model, e["loc"][:-1]), n=1)
+            siblings = _sibling_keys(model, e["loc"][:-1])
+            close = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
+            parent = ".".join([*([prefix] if prefix else []), *map(str, e["loc"][:-1])])
             if close:
-                msg += f"; did you mean {'.'.join([*([prefix] if prefix else []), *map(str, e['loc'][:-1]), close[0]])}?"
+                msg += f"; did you mean {parent + '.' if parent else ''}{close[0]}?"
+            if siblings:
+                msg += f" (keys of {parent or 'the config'}: {', '.join(sorted(siblings))})"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "list_type" and isinstance(e.get("input"), (int, float, str)):
+            msg = f"expected a list, got {e['input']!r}: write {key}=[{e['input']}]"
         elif e["type"] == "literal_error":
             msg = f"{msg} (got {e.get('input')!r})"
         lines.append(msg if msg.startswith(f"{key}.") else f"{key}: {msg}")  # a message that names its own key

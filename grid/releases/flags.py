@@ -18,6 +18,7 @@ entry; the combinations SGLang refuses at launch live in grid/releases/checks.py
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -196,7 +197,9 @@ def check_setting(name: str, value: Any, version: Version) -> Any:
     """
     setting = SETTINGS.get(name)
     if setting is None:
-        raise SettingError(f"server.{name}: unknown setting; allowed settings: {', '.join(sorted(SETTINGS))}")
+        close = difflib.get_close_matches(name, list(SETTINGS), n=1)
+        hint = f"; did you mean server.{close[0]}?" if close else ""
+        raise SettingError(f"server.{name}: unknown setting{hint}; allowed settings: {', '.join(sorted(SETTINGS))}")
     if value is None:
         return None
     if setting.type is bool:

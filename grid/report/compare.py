@@ -130,6 +130,8 @@ class ConfigDiff:
     status_a: str | None
     status_b: str | None
     diffs: list[MetricDiff] = field(default_factory=list)
+    error_a: str | None = None  # trial_error_class of a configuration that did not end ok (refused, server_crash...)
+    error_b: str | None = None
 
     @property
     def change(self) -> str:
@@ -229,7 +231,9 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
     for ha, hb, how in match_configs(a, b):
         ref = a[ha][0] if ha else b[cast(str, hb)][0]  # match_configs names at least one side
         c = ConfigDiff(ref["label"], ha, hb, how, a[ha][0]["trial_status"] if ha else None,
-                       b[hb][0]["trial_status"] if hb else None)
+                       b[hb][0]["trial_status"] if hb else None,
+                       error_a=a[ha][0].get("trial_error_class") if ha else None,
+                       error_b=b[hb][0].get("trial_error_class") if hb else None)
         if ha and hb:
             for key in sorted(set(pts_a[ha]) & set(pts_b[hb]), key=lambda k: (k[0], k[1])):
                 pa_, pb_ = pts_a[ha][key], pts_b[hb][key]
@@ -293,7 +297,8 @@ def markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
                   "verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for change in ORDER:
         for c in cmp.by_change(change):
-            status = f"{c.status_a or '-'} -> {c.status_b or '-'}"
+            status = " -> ".join((st or "-") + (f" ({err})" if err and st != "ok" else "")
+                                 for st, err in ((c.status_a, c.error_a), (c.status_b, c.error_b)))
             if not c.diffs:
                 lines.append(f"| `{c.label}` | {c.matched_by} | {status} | | | | | | | {change} |")
             for d in c.diffs:

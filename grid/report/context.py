@@ -14,7 +14,7 @@ from grid.config.schema import LoadSpec, RunSpec
 from grid.engines.base import engine_class
 from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
-from grid.report.select import OBJECTIVES, TIE_PERCENT, Verdict, slo_text
+from grid.report.select import OBJECTIVES, TIE_PERCENT, Verdict, fmt_delta, slo_text
 
 ENGINE_WORDS = {
     "sim": "the embedded SGLang twin (modelled performance; no GPU ran)",
@@ -184,7 +184,7 @@ def twin_spread_note(spec: RunSpec, verdicts: list[Verdict]) -> list[str]:
     sigma = uncertainty(metric, moe=moe, gpu=family)
     if gap >= sigma:
         return []
-    return [f"The best configuration is ahead of the next ({second.label}) by {gap * 100:.1f}%, less than the "
+    return [f"The best configuration is ahead of the next ({second.label}) by {fmt_delta(gap * 100).lstrip('+')}, less than the "
             f"twin's calibration spread for {metric} on {'MoE' if moe else 'dense'} models on {family} GPUs "
             f"({sigma * 100:.0f}% RMS over its published calibration rows, docs/twin.md): the decision rests on a "
             "modelled difference the twin has not shown it resolves in absolute terms; measure both on GPUs to "

@@ -22,7 +22,7 @@ from typing import Any
 
 from grid.report.explain import FailureGroup
 from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front, draw_series, level_series
-from grid.report.render import POINT_COLUMNS, fmt, short_diagnosis
+from grid.report.render import POINT_COLUMNS, fmt, no_winner_text, short_diagnosis
 from grid.plan import level_name
 from grid.report.select import Verdict
 
@@ -234,7 +234,7 @@ def render_html(rep: HtmlReport) -> str:
             out.append("<tr>" + "".join(f"<td>{_e(fmt(row, k, p))}</td>" for _, k, p in POINT_COLUMNS) + "</tr>")
         out.append("</table>")
     else:
-        out.append("<h2>No configuration qualified.</h2>")
+        out.append(f"<h2>{_e(no_winner_text(rep.verdicts))}</h2>")
     out += [f"<p>{_e(x)}</p>" for x in rep.extra]
     plots = (("Throughput vs load", throughput_figure(rep.verdicts)),
              ("Latency percentiles vs load", latency_figure(rep.verdicts)),

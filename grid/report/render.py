@@ -175,6 +175,24 @@ def deploy_command(command: str) -> str:
     return shlex.join(out)
 
 
+def no_winner_text(verdicts: list[Verdict]) -> str:
+    """``No configuration qualified: 6 invalid (every configuration refused before launch: nothing ran).``: the count
+    per outcome when no configuration won, so a run whose configurations were all refused says so before the table
+    of reasons."""
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.outcome] = counts.get(v.outcome, 0) + 1
+    refused = sum(1 for v in verdicts if v.rows and v.rows[0].get("trial_error_class") == "refused")
+    text = "No configuration qualified"
+    if counts:
+        text += ": " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+        if refused and refused == len(verdicts):
+            text += " (every configuration refused before launch: nothing ran)"
+        elif refused:
+            text += f" ({refused} refused before launch)"
+    return text + "."
+
+
 def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str, ...] = (),
                  command: str | None = None) -> None:
     """Print the best configuration, its load points and diagnosis, then every verdict. ``notes`` (e.g.
@@ -185,7 +203,7 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
     for note in notes:
         console.print(f"[bold yellow]{note}[/]", highlight=False, soft_wrap=True)
     if best is None:
-        console.print("[bold red]No configuration qualified.[/]")
+        console.print(f"[bold red]{no_winner_text(verdicts)}[/]", highlight=False)
     else:
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
         console.print(f"  {command or deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
@@ -226,7 +244,7 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
         if diag:
             lines += ["### What limits each load point", ""] + [f"- {d}" for d in diag] + [""]
     else:
-        lines += ["**No configuration qualified.**", ""]
+        lines += [f"**{no_winner_text(verdicts)}**", ""]
     lines += ["## Every configuration", "", "| # | configuration | outcome | why | bottleneck | node |",
               "|---|---|---|---|---|---|"]
     for i, v in enumerate(verdicts, 1):

@@ -221,6 +221,24 @@ def _no_score(obj: Objective, slo) -> str:
     return f"{obj.metric} not measured"
 
 
+#: What each early-stopping class (grid.search.levels) says of every point it skipped, for a group of them.
+EARLY_STOP_TEXT = {
+    "early_stop_twin_bound": "the twin's upper bound at each is below the best score measured before it",
+    "early_stop_slo": "a lower level of the same kind already missed the SLOs",
+}
+
+
+def _skipped_text(error_class: str, points: list[tuple[str, str]]) -> str:
+    """The "not counted" entry of the load points one early-stopping rule skipped (``points``: level name, its
+    ``skip_reason``): one point with its own reason, several as one entry with the rule's reason (each point's own,
+    with its numbers, is in ``load_points.skip_reason``)."""
+    if len(points) == 1:
+        level, reason = points[0]
+        return f"{level}: not_run ({error_class}: {reason})"
+    return (f"{len(points)} load points not run ({', '.join(level for level, _ in points)}): {error_class}: "
+            f"{EARLY_STOP_TEXT[error_class]} (each point's reason: load_points.skip_reason)")
+
+
 def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
     """A note when ``best`` (the chosen load point of a configuration whose load points are ``rows``) is the
     highest load level tested of its kind and its score (``obj.metric``) rose from the level below by more than
@@ -336,7 +354,8 @@ def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[f
     if base:
         baseline, source = min(base), "the configurations that compute like the sweep's base"
     else:
-        baseline, source = max(s for s, _ in share.values()), "the best any configuration answered (no baseline ran)"
+        baseline, source = max(s for s, _ in share.values()), ("the best any configuration answered, none measured "
+                                                               "computing like the sweep's base")
     gated = {h: (f"less accurate: {s * 100:.0f}% of grid's accuracy prompts answered exactly vs {baseline * 100:.0f}% "
                  f"for {source} (drop {(baseline - s) * 100:.0f} points > accuracy.max_drop {max_drop * 100:g}); "
                  f"{role}")
@@ -372,8 +391,12 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             verdicts.append(Verdict(h, first["label"], outcome, None, _failure_reason(first), None, group))
             continue
         eligible, misses, slo_missed = [], [], False
+        skipped: dict[str, list[tuple[str, str]]] = {}   # early-stop class -> (level, its own reason), in order
         for row in obj.points(group):
             level = level_name(row) + _repeat_text(row)
+            if row["status"] == "not_run" and row.get("error_class") in EARLY_STOP_TEXT and row.get("skip_reason"):
+                skipped.setdefault(row["error_class"], []).append((level, row["skip_reason"]))
+                continue
             if row["status"] != "ok":
                 misses.append(f"{level}: {row['status']}"
                               + (f" ({row['error_class']}: {row['skip_reason']})" if row.get("skip_reason") else
@@ -391,6 +414,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
                 misses.append(f"{level}: {_no_score(obj, objective.slo)}")
                 continue
             eligible.append(row)
+        misses += [_skipped_text(cls, points) for cls, points in skipped.items()]
         best: dict | None = None
         best_iv: Interval | None = None
         for agg, iv in level_scores(obj.points(group), eligible, obj.metric):
@@ -446,7 +470,12 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         levels = [agg for agg, _ in level_scores(obj.points(top.rows), [r for r in top.rows if r["status"] == "ok"
                                                                         and r.get(obj.metric) is not None],
                                                  obj.metric)]
-        note = rising_note(obj, levels, _best_point(top))
+        peak = _best_point(top)
+        # a higher level in the plan that did not count (skipped by early stopping, failed, missed the SLOs) was
+        # not left untested: "add higher levels" would send the user after levels the sweep already has
+        planned_above = any(r.get("point_kind") == peak.get("point_kind") and r["point_value"] > peak["point_value"]
+                            for r in obj.points(top.rows))
+        note = None if planned_above else rising_note(obj, levels, peak)
         if note:
             top.reason += f"; {note}"
     order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5}

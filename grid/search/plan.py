@@ -150,5 +150,6 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"
-                     + (f" (every launchable configuration: {every / 3600:.2f})" if every != gpu_s else ""))
+                     + (f" (every launchable configuration: {every / 3600:.2f})"
+                        if f"{every / 3600:.2f}" != f"{gpu_s / 3600:.2f}" else ""))  # the same sum in another order
     return lines

@@ -162,7 +162,16 @@ def read_table(run_dir: str | Path, table: str, columns: list[str] | None = None
 
 def read_results(run_dir: str | Path, table: str = "load_points", columns: list[str] | None = None):
     """A run's ``table`` as a pandas DataFrame, read with :func:`read_table` (schemas of every file unified).
-    ``run_dir``: the run directory (the one holding ``parquet/``). Raises ``KeyError`` for an unknown column."""
+    ``run_dir``: the run directory (the one holding ``parquet/``). Raises ``KeyError`` for an unknown column,
+    ``FileNotFoundError`` for a ``run_dir`` that does not exist and ``ValueError`` for a table that is neither
+    registered (:data:`TABLES`) nor in the run's ``parquet/`` (e.g. ``rejudged``), naming those there are: a
+    misspelt name read as an empty table."""
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"run_dir={str(run_dir)!r}: no such directory")
+    if table not in TABLES and not table_dir(run_dir, table).is_dir():
+        root = Path(run_dir) / "parquet"
+        there = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")} if root.is_dir() else set()
+        raise ValueError(f"table={table!r}: unknown table; allowed: {', '.join(sorted(set(TABLES) | there))}")
     return read_table(run_dir, table, columns).to_pandas()
 
 

@@ -23,6 +23,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -176,15 +177,29 @@ def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
     return {"param_space": {}, "tune": {"search_alg": searcher, "num_samples": len(plan.todo)}}
 
 
-def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) -> None:
-    """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted)."""
+def _progress(plan: Plan, plans: dict, console):
+    """The console progress of ``plans`` (grid.sweep.progress): its time left counts the search's expected launches
+    and the refusals apart, when the plan has a search."""
+    from grid.search.plan import expected_launches
+    from grid.sweep.progress import ProgressCallback
+
+    if plan.search is None:
+        return ProgressCallback(plans, len(plan.all), console)
+    refused = {h for h, k in plan.search.known.items() if k.refused}
+    return ProgressCallback(plans, len(plan.all), console, refused=refused, expected=expected_launches(plan.search))
+
+
+def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
+               before_first_trial: Callable[[], None] | None = None) -> None:
+    """Run ``plan.todo`` through Ray Tune. Returns when every trial has finished (or the driver is interrupted).
+    ``before_first_trial`` is called once the Ray cluster is joined and every node's actor stands (``fresh=true``
+    clears the recorded results there: a cluster that cannot be joined must not cost them)."""
     set_ray_environment()
     import ray
     from ray import tune
 
     run_id = run_id or new_run_id()
     from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes
-    from grid.sweep.progress import ProgressCallback
     from grid.sweep.trial import run_trial
 
     for name in _NoTuneResumeAdvice.LOGGERS:
@@ -210,6 +225,8 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
             raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
                                f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
         actors = _start_node_actors(spec, nodes, owner, console)
+        if before_first_trial is not None:
+            before_first_trial()
         plans = {p.config_hash: p for p in plan.todo}
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
                                         trial_resources(spec))
@@ -223,6 +240,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
         search = _search_args(spec, plan, plans)
         for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
             lost = NodeLossCallback(spec, plans, console)
+            progress = _progress(plan, plans, console)
             tuner = tune.Tuner(
                 trainable,
                 param_space=search["param_space"],
@@ -232,7 +250,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
                     trial_dirname_creator=lambda t: t.config["config_hash"]),
                 run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{round_}",
                                           storage_path=storage, verbose=0,
-                                          callbacks=[ProgressCallback(plans, len(plan.all), console), lost],
+                                          callbacks=[progress, lost],
                                           failure_config=tune.FailureConfig(max_failures=0)),
             )
             _NoTuneResumeAdvice.interrupted = False
@@ -256,13 +274,13 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None) ->
         end_leftovers(spec, None, console, "this run")
 
 
-def run(spec: RunSpec, console) -> Plan:
-    """Plan, check and run the sweep (or print it with dry_run). Returns the plan."""
+def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> Plan:
+    """Plan, check and run the sweep (or print it with dry_run). Returns the plan. ``accepted`` is called once
+    nothing refuses the run (after the engine's check, before anything in the run directory changes; never for a dry
+    run): grid.run writes the resolved config there, so a refused command never replaces that of recorded results."""
     set_ray_environment()
     engine = get_engine(spec)
     expand(spec)  # an empty search space raises ConfigError here, before anything is touched or launched
-    if spec.fresh and not spec.dry_run:
-        _clear_previous(spec)
     if not spec.dry_run:
         for note in set_aside_corrupt(spec.run_dir):
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
@@ -290,6 +308,8 @@ def run(spec: RunSpec, console) -> Plan:
                               soft_wrap=True, markup=False)
         return plan
     engine.check_runnable()
+    if accepted is not None:
+        accepted()
     engine.prepare(spec.run_dir)
     skipped = len(plan.all) - len(plan.todo)
     engine_label = f"SGLang {version}" if version[:1].isdigit() else version  # an external server: "vllm 0.32.0"
@@ -299,7 +319,9 @@ def run(spec: RunSpec, console) -> Plan:
     end_leftovers(spec, run_id, console)
     if plan.todo:
         try:
-            run_trials(spec, plan, console, run_id)
+            # fresh=true clears the recorded results only once nothing refuses the run and the cluster is joined
+            run_trials(spec, plan, console, run_id, before_first_trial=(lambda: _clear_previous(spec)) if spec.fresh
+                       else None)
         finally:
             record_search(spec, plan)
     return plan

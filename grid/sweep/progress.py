@@ -29,6 +29,21 @@ def eta_text(elapsed_s: float, done: int, total: int) -> str:
     return text
 
 
+def time_left_s(shares_s: dict[str, float], refused: set[str], launches_left: int,
+                refusals_left: int) -> float | None:
+    """Seconds left in a sweep, from the wall time each finished trial took (``shares_s``: config hash -> seconds
+    since the trial that finished before it, or since the sweep's start: the gaps between trials count, and trials
+    that ran side by side on several nodes share the wall time), which of them were ``refused`` before launch (no
+    server: seconds instead of minutes), and the launches and refusals still to come: the mean launch times the
+    launches left plus the mean refusal times the refusals left. None when no launch has finished yet while launches
+    are left (a refusal says nothing of how long a launch takes)."""
+    launched = [d for h, d in shares_s.items() if h not in refused]
+    refusals = [d for h, d in shares_s.items() if h in refused]
+    if launches_left and not launched:
+        return None
+    return (sum(launched) / len(launched) * launches_left if launches_left else 0.0) + (
+        sum(refusals) / len(refusals) * refusals_left if refusals and refusals_left else 0.0)
+
 
 def _repeat(result: dict) -> str:
     """``, repeat 2`` for a load point measured again (``load.repeats``: ``repeat_index`` 1, 2, ...); "" for the
@@ -37,13 +52,22 @@ def _repeat(result: dict) -> str:
     return f", repeat {r}" if r else ""
 
 class ProgressCallback(tune.Callback):
-    def __init__(self, plans: dict, total: int, console) -> None:
+    """``refused``: hashes refused before launch (recorded in seconds, no server); ``expected``: the hashes the search
+    expects to launch (grid.search.plan ``expected_launches``). With them the time left counts launches and
+    refusals apart (``time_left_s``); without them every trial left counts alike (``eta_text``)."""
+
+    def __init__(self, plans: dict, total: int, console, refused: set[str] | None = None,
+                 expected: list[str] | None = None) -> None:
         self.plans = plans
         self.total = total
         self.console = console
         self.started = 0
         self.finished = 0
         self.t0: float | None = None  # time.monotonic() at the first trial's start
+        self.refused = set(refused or ()) & set(plans)
+        self.expected = None if expected is None else [h for h in expected if h in plans and h not in self.refused]
+        self.last_end: float | None = None      # time.monotonic() at the last verdict
+        self.shares_s: dict[str, float] = {}    # config hash -> wall seconds since the verdict before its own
 
     def __getstate__(self) -> dict:  # Tune pickles callbacks with the experiment; a console holds locks
         state = dict(self.__dict__)
@@ -60,11 +84,23 @@ class ProgressCallback(tune.Callback):
         plan = self.plans.get(trial.config.get("config_hash"))
         return plan.label if plan else trial.trial_id
 
+    def _eta(self, now: float) -> str:
+        assert self.t0 is not None
+        elapsed = now - self.t0
+        if self.expected is None:
+            return eta_text(elapsed, self.finished, len(self.plans))
+        launches_left = len([h for h in self.expected if h not in self.shares_s])
+        refusals_left = len(self.refused - set(self.shares_s))
+        left = time_left_s(self.shares_s, self.refused, launches_left, refusals_left)
+        text = f"{_duration(elapsed)} elapsed"
+        return text + (f", ~{_duration(left)} left" if left else "")
+
     def on_trial_start(self, iteration, trials, trial, **info):
         self.started += 1
+        now = time.monotonic()
         if self.t0 is None:
-            self.t0 = time.monotonic()
-        eta = eta_text(time.monotonic() - self.t0, self.finished, len(self.plans)) if self.started > 1 else ""
+            self.t0 = now
+        eta = self._eta(now) if self.started > 1 else ""
         self.console.print(f"[cyan]▶ trial {self.started}/{len(self.plans)}[/] {self._label(trial)}"
                            + (f"  [dim]({eta})[/]" if eta else ""))
 
@@ -78,8 +114,16 @@ class ProgressCallback(tune.Callback):
             f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_median_ms'), ' ms', 0)}"
             f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}")
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def _finished(self, trial) -> None:
         self.finished += 1
+        now = time.monotonic()
+        since = self.last_end if self.last_end is not None else self.t0
+        if since is not None:
+            self.shares_s[trial.config.get("config_hash")] = now - since
+        self.last_end = now
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._finished(trial)
         res = trial.last_result or {}
         status = res.get("trial_status", "?")
         color = {"ok": "green", "invalid": "yellow"}.get(status, "red")
@@ -88,5 +132,5 @@ class ProgressCallback(tune.Callback):
         self.console.print(f"   [{color}]{status}[/]{detail}", highlight=False)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.finished += 1
+        self._finished(trial)
         self.console.print(f"   [red]trial error[/] {self._label(trial)}: see {trial.local_path}")

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grid.run import composition_error
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -77,6 +79,21 @@ def test_sglang_without_sglang_fails_at_once(tmp_path):
     assert not (tmp_path / "parquet").exists()
 
 
+def test_fresh_run_that_cannot_run_here_keeps_the_recorded_results(tmp_path):
+    # fresh=true clears the recorded results only once the engine can run: a refusal must not lose them
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recorded = tmp_path / "parquet" / "load_points" / "a.parquet"
+    recorded.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"config_hash": ["a"]}), recorded)
+    (tmp_path / "summary.json").write_text("{}")
+    out = grid_run("engine=sglang", "+sweep=two_batch_overlap", "fresh=true", tmp_path=tmp_path)
+    assert out.returncode == 2 and "SGLang is not installed" in out.stdout
+    assert pq.read_table(recorded).to_pydict() == {"config_hash": ["a"]}
+    assert (tmp_path / "summary.json").read_text() == "{}"
+
+
 def test_bad_value_exits_2_naming_key_and_choices(tmp_path):
     out = grid_run("+sweep=nsa_backends", "sweep.grid.dsa_decode_backend=[flashmla]", tmp_path=tmp_path)
     assert out.returncode == 2
@@ -97,6 +114,21 @@ def test_tune_resume_advice_is_filtered_and_other_warnings_kept():
     assert not f.filter(rec("Experiment has been interrupted, but the most recent state was saved.\nResume ..."))
     assert not f.filter(rec("Failed to fetch metrics for 3 trial(s):"))
     assert f.filter(rec("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."))
+
+
+def test_time_left_counts_launches_and_refusals_apart():
+    from grid.sweep.progress import time_left_s
+
+    # +sweep=nsa_backends: 24 refusals of ~2 s each came first, then 4 launches of ~55 s; averaging every trial
+    # alike gave "~50s left" at the first launch when about 2m25s were left
+    refused = {f"r{i}" for i in range(24)}
+    shares = {h: 2.0 for h in refused}
+    assert time_left_s(shares, refused, launches_left=4, refusals_left=0) is None   # no launch timed yet
+    shares["a"] = 55.0
+    assert time_left_s(shares, refused, launches_left=3, refusals_left=0) == 165.0  # 3 x 55 s
+    assert time_left_s({"r0": 2.0, "r1": 4.0}, {"r0", "r1"}, launches_left=0, refusals_left=3) == 9.0
+    assert time_left_s({"a": 30.0, "r0": 2.0}, {"r0"}, launches_left=2, refusals_left=1) == 62.0
+    assert time_left_s({}, set(), launches_left=0, refusals_left=0) == 0.0
 
 
 def test_a_level_with_fewer_requests_than_streams_gets_a_note(tmp_path):
@@ -167,7 +199,44 @@ def test_unknown_key_names_the_closest_known_key(tmp_path):
     # Hydra's own hint for a misspelt key is to append it with '+'; grid then names the key it probably meant
     out = grid_run("+load.concurency=[4]", "dry_run=true", tmp_path=tmp_path)
     assert out.returncode == 2
+    load_keys = ("arrival, burstiness, closed_loop_start, concurrency, dataset, dataset_path, input_len, "
+                 "max_concurrency, min_prompts, num_prompts, output_len, prompts_per_stream, range_ratio, "
+                 "read_timeout_s, repeats, request_rate, seed, stall_timeout_s, tokenizer, trace_speed, warmup_requests")
     assert out.stdout.strip().splitlines()[-1] == (
-        "Configuration error: load.concurency: unknown key; did you mean load.concurrency?")
+        f"Configuration error: load.concurency: unknown key; did you mean load.concurrency? (keys of load: {load_keys})")
     nothing_close = grid_run("+load.zzz=1", "dry_run=true", tmp_path=tmp_path)
-    assert nothing_close.stdout.strip().splitlines()[-1] == "Configuration error: load.zzz: unknown key"
+    assert nothing_close.stdout.strip().splitlines()[-1] == (
+        f"Configuration error: load.zzz: unknown key (keys of load: {load_keys})")
+
+
+LOAD_KEYS = ("arrival, burstiness, closed_loop_start, concurrency, dataset, dataset_path, input_len, max_concurrency, "
+             "min_prompts, num_prompts, output_len, prompts_per_stream, range_ratio, read_timeout_s, repeats, "
+             "request_rate, seed, stall_timeout_s, tokenizer, trace_speed, warmup_requests")
+
+
+def test_misspelt_key_without_plus_is_refused_with_the_keys_allowed_there():
+    # Hydra alone exits 1 (a bug, README "Exit status") and advises '+load.concurency=8', which only moves the error
+    assert composition_error(["+sweep=cuda_graph", "load.concurency=8"]) == (
+        f"load.concurency: unknown key; did you mean load.concurrency? (keys of load: {LOAD_KEYS})")
+    assert composition_error(["server.kv_cache_dtype=bfloat16"]) == (
+        "server.kv_cache_dtype: unknown key; a setting the defaults do not name is added with '+': "
+        "+server.kv_cache_dtype=bfloat16 (keys of server: cuda_graph, enable_metrics, mem_fraction_static, tp_size, "
+        "trust_remote_code)")
+    assert composition_error(["+sweep=cuda_graph", "load.concurrency=[1,8]", "hydra.run.dir=x"]) is None
+
+
+def test_misspelt_group_value_is_refused_with_the_groups_choices():
+    assert composition_error(["+sweep=nsa_backend"]) == (
+        "sweep=nsa_backend: no such sweep; did you mean sweep=nsa_backends? (choices: cuda_graph, joint, "
+        "mem_fraction, moe_runner, nsa_backends, schedule_policy, seed_tuning, torch_compile, two_batch_overlap)")
+    assert composition_error(["objective=max_throughput"]) == (
+        "objective=max_throughput: no such objective; did you mean objective=max_output_throughput? "
+        "(choices: max_capacity, max_goodput, max_output_throughput, min_tpot)")
+
+
+def test_composition_errors_exit_2_before_anything_runs(tmp_path):
+    for args in (["load.concurency=8"], ["objective=max_throughput"]):
+        out = grid_run(*args, tmp_path=tmp_path)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stdout.strip().splitlines()[-1].startswith(f"Configuration error: {args[0].split('=')[0]}")
+        assert list(tmp_path.iterdir()) == []

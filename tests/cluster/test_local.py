@@ -3,6 +3,8 @@ whatever RAY_ADDRESS or a `ray start` says; a free dashboard port when the confi
 
 import socket
 
+import pytest
+
 from grid.cluster.local import LOOPBACK_SWITCH, ray_init_args
 from grid.config.schema import RaySpec
 
@@ -47,3 +49,30 @@ def test_held_dashboard_port_moves_to_a_free_one(monkeypatch):
         holder.close()
     free = ray_init_args(RaySpec(dashboard_port=held), "grid", "grid_node")
     assert free.kwargs["dashboard_port"] == held and free.notes == []
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once():
+    import time
+
+    from grid.cluster.local import RayInit, RayStartError, gcs_unreachable, start_ray
+
+    # ray.init(address="127.0.0.1:1") retried for more than 6 minutes (Ray 2.60) instead of exiting 2 as the README says
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # bound once, now nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(RayStartError) as err:
+        start_ray(RayInit({"address": f"127.0.0.1:{port}"}))
+    assert str(err.value) == (f"cannot join the Ray cluster at ray.address=127.0.0.1:{port}: nothing answers at "
+                              f"127.0.0.1:{port} (Connection refused)")
+    assert err.value.setting == "ray.address" and time.monotonic() - t0 < 5
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    try:
+        assert gcs_unreachable(f"127.0.0.1:{listening.getsockname()[1]}") is None
+        assert gcs_unreachable(f"ray://127.0.0.1:{listening.getsockname()[1]}") is None
+    finally:
+        listening.close()
+    assert gcs_unreachable("auto") is None and gcs_unreachable("local") is None

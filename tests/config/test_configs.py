@@ -92,7 +92,9 @@ def test_command_line_load_wins_notes_what_it_replaced():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["+server.bogus=1"], "server.bogus: unknown setting"),
+    (["+server.bogus=1"], "server.bogus: unknown setting; allowed settings: attention_backend, "),
+    (["+sweep=cuda_graph", "+sweep.grid.cuda_graphh=[true]"],
+     "server.cuda_graphh: unknown setting; did you mean server.cuda_graph.; allowed settings: attention_backend, "),
     (["server.tp_size=abc"], "server.tp_size: expected an integer"),
     (["+sweep=nsa_backends", "sweep.grid.dsa_decode_backend=[nope]"],
      "server.dsa_decode_backend='nope' is not accepted by SGLang 0.5.9; allowed values: flashmla_sparse"),
@@ -103,6 +105,10 @@ def test_command_line_load_wins_notes_what_it_replaced():
     (["+sweep=cuda_graph", "+sweep.load.concurency=[8]"],
      "sweep.load.concurency: unknown key; did you mean sweep.load.concurrency?"),
     (["+sweep=cuda_graph", "+sweep.load.repeat=3"], "sweep.load.repeat: unknown key; did you mean sweep.load.repeats?"),
+    (["load.concurrency=[8,64,8]"], "load.concurrency: 8 listed more than once in [8, 64, 8]; to measure a level "
+                                    "again set load.repeats"),
+    (["load.concurrency=[]", "load.request_rate=[4,4.0]"], "load.request_rate: 4.0 listed more than once"),
+    (["load.concurrency=8"], "load.concurrency: expected a list, got 8: write load.concurrency=[8]"),
     (["load.concurrency=[0]"], "load.concurrency: every concurrency level must be an integer >= 1, got [0]"),
     (["load.request_rate=[4,-2]"], "load.request_rate: every request rate must be > 0 req/s"),
     (["load.request_rate=[nan]"], "load.request_rate: every request rate must be > 0 req/s"),
@@ -110,6 +116,10 @@ def test_command_line_load_wins_notes_what_it_replaced():
                               "max_output_throughput, min_tpot"),
     (["objective=max_capacity", "objective.slo.ttft_ms=null", "objective.slo.tpot_ms=null"],
      "objective.kind=max_capacity needs an SLO: set objective.slo.ttft_ms, tpot_ms or e2e_ms"),
+    # without SLOs every goodput is 0: the whole sweep ran to report "goodput needs an SLO" for each configuration
+    (["objective=max_goodput", "objective.slo.ttft_ms=null", "objective.slo.tpot_ms=null"],
+     "objective.kind=max_goodput needs an SLO: set objective.slo.ttft_ms, tpot_ms or e2e_ms (goodput counts the "
+     "requests per second that meet them)"),
     (["objective.slo.ttft_ms=-1"], "objective.slo.ttft_ms"),
     (["+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[]"], "sweep.grid.mem_fraction_static"),
 ])

@@ -72,7 +72,10 @@ def test_cli_prints_and_writes_markdown(tmp_path, capsys):
     assert "- **fixed** (1): `mem_fraction_static=0.95`" in text
     assert ("| `mem_fraction_static=0.8` | settings | ok -> ok | concurrency 4 | output tok/s | 400 | 460 | +15.0% | "
             "5.0% (unknown) | better |") in text
-    assert "| `mem_fraction_static=0.9` | settings | ok -> failed | | | | | | | broke |" in text
+    # why it broke: the error class beside the status (grid.compare on a run whose configurations were all refused
+    # printed a bare "ok -> invalid")
+    assert "| `mem_fraction_static=0.9` | settings | ok -> failed (server_crash) | | | | | | | broke |" in text
+    assert "| `mem_fraction_static=0.95` | settings | failed (server_crash) -> ok | | | | | | | fixed |" in text
     assert main([str(a_dir), str(tmp_path / "nothing")]) == 2
 
 

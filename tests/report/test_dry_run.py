@@ -1,5 +1,5 @@
-"""A dry run into an existing results folder leaves its resolved config (.hydra/config.yaml) alone; a real run (here
-one refused before launching anything) still writes it."""
+"""A dry run or a refused command into an existing results folder leaves its resolved config (.hydra/config.yaml)
+alone; a run that goes ahead writes it (tests/sweep/test_sweep_ray.py)."""
 
 import subprocess
 import sys
@@ -21,7 +21,12 @@ def test_dry_run_keeps_the_resolved_config(tmp_path):
     assert sorted(p.name for p in saved.parent.iterdir()) == ["config.yaml"]
 
 
-def test_a_real_run_writes_the_resolved_config(tmp_path):
-    out = grid_run(tmp_path, "objective.kind=nope")
-    assert out.returncode == 2 and "unknown objective 'nope'" in out.stdout
-    assert "kind: nope" in (tmp_path / ".hydra" / "config.yaml").read_text()
+def test_a_refused_run_keeps_the_resolved_config(tmp_path):
+    saved = tmp_path / ".hydra" / "config.yaml"
+    saved.parent.mkdir()
+    saved.write_text("name: the measured run\n")
+    for refused in (["objective.kind=nope"], ["engine=sglang"]):    # refused by the config check / by the engine
+        out = grid_run(tmp_path, *refused)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert saved.read_text() == "name: the measured run\n"
+        assert sorted(p.name for p in saved.parent.iterdir()) == ["config.yaml"]

@@ -1,7 +1,7 @@
 import pytest
 
 from grid.config.schema import ObjectiveSpec, SLOSpec
-from grid.report.render import incomplete_note, markdown
+from grid.report.render import incomplete_note, markdown, no_winner_text
 from grid.report.select import OBJECTIVES, fmt_delta, fmt_score, rank, rejudge, rising_note
 
 
@@ -174,6 +174,27 @@ def test_rising_note_when_the_best_is_the_highest_level_and_still_climbing():
     assert rising_note(OBJECTIVES["min_tpot"], peak, peak[1]) is None
     v = rank(peak, ObjectiveSpec())
     assert "still rising" not in v[0].reason and v[0].reason.endswith("150 tok/s at level 64")
+    # the level above was planned but skipped by early stopping: it was not left untested
+    skipped = [*peak[:2], {**row("a", "A", 2, 128, None, status="not_run"), "error_class": "early_stop_twin_bound",
+                           "skip_reason": "the twin's upper bound here, 120 tok/s, is below the best measured 150"}]
+    v = rank(skipped, ObjectiveSpec())
+    assert v[0].reason == ("highest output throughput at any load point: 150 tok/s at level 64; not counted: level 128: "
+                           "not_run (early_stop_twin_bound: the twin's upper bound here, 120 tok/s, is below the best "
+                           "measured 150)")
+
+
+def test_no_winner_says_how_each_configuration_ended():
+    refused = [row(h, h.upper(), 0, 8, None, status="not_run", trial="invalid", err="refused") for h in "abc"]
+    v = rank(refused, ObjectiveSpec())
+    # +sweep=cuda_graph engine.version=0.5.23 on SM120: all six refused, and the run said only "No configuration
+    # qualified."
+    assert no_winner_text(v) == ("No configuration qualified: 3 invalid (every configuration refused before launch: "
+                                 "nothing ran).")
+    assert "**No configuration qualified: 3 invalid (every configuration refused before launch: nothing ran).**" in \
+        markdown(v, "t")
+    mixed = rank([*refused[:1], *ROWS[2:3], *ROWS[3:4]], ObjectiveSpec(slo=SLOSpec(ttft_ms=1)))
+    assert no_winner_text(mixed) == ("No configuration qualified: 1 invalid, 1 no_eligible_point "
+                                     "(1 refused before launch).")
 
 
 def test_incomplete_note():

@@ -226,6 +226,24 @@ def test_points_skipped_by_early_stopping_are_named_with_their_reason():
                            "is below the best measured 700 tok/s)")
 
 
+def test_points_skipped_by_one_early_stopping_rule_are_named_once():
+    from grid.report.select import EARLY_STOP_TEXT
+    from grid.search.levels import EARLY_STOP_CLASSES
+
+    assert set(EARLY_STOP_TEXT) == set(EARLY_STOP_CLASSES)
+    # +sweep=nsa_backends: the best's "why" repeated a 120-character reason for each of its 5 skipped points
+    bound = "the twin's upper bound here, {} tok/s (forecast {} / (1 - 0.25)), is below the best measured 700 tok/s"
+    rows = [pt("a", 0, 1, 100.0), pt("a", 1, 8, 700.0),
+            pt("b", 0, 1, 110.0),
+            *({**pt("b", i, level, None, status="not_run", error_class="early_stop_twin_bound"),
+               "skip_reason": bound.format(400 * i, 300 * i)} for i, level in ((1, 8), (2, 16), (3, 32)))]
+    best, lost = rank(rows, ObjectiveSpec(kind="max_output_throughput"))
+    assert lost.reason == ("110 tok/s at concurrency 1 vs best 700 (-84.3%); not counted: 3 load points not run "
+                           "(concurrency 8, concurrency 16, concurrency 32): early_stop_twin_bound: the twin's upper "
+                           "bound at each is below the best score measured before it (each point's reason: "
+                           "load_points.skip_reason)")
+
+
 def test_capacity_with_every_probe_held_says_to_probe_further():
     rows = [pt("a", i, r, 100.0, kind="rate", tpot=5.0) for i, r in enumerate((4.2, 7.0, 14.0, 28.0))]
     (best,) = rank(rows, ObjectiveSpec(kind="max_capacity", slo=SLOSpec(tpot_ms=8.0)))

@@ -23,6 +23,9 @@ def test_note_when_the_lead_is_inside_the_spread(tmp_path):
     assert f"ahead of the next (cfg-b) by {lead * 100:.1f}%" in line
     assert f"({sigma * 100:.0f}% RMS over its published calibration rows, docs/twin.md)" in line
     assert gpu_family(spec.hardware.sm_version) in line
+    # a lead below 0.1% keeps two significant figures, as the ranking's "vs best (-0.0076%)" does, not "0.0%"
+    (line,) = twin_spread_note(spec, _verdicts(73.46, 73.4544))
+    assert "ahead of the next (cfg-b) by 0.0076%, less than" in line
 
 
 def test_no_note_when_the_lead_exceeds_it_or_nothing_to_compare(tmp_path):

@@ -101,6 +101,17 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
     assert len(expected_launches(ex)) == 25
 
 
+def test_the_cost_line_names_every_launchable_configuration_only_when_it_differs(tmp_path):
+    # +sweep=mem_fraction expects all 5 launches; the line said "24.78 GPU-hours for the expected launches (every
+    # launchable configuration: 24.78)": the same GPU-seconds summed in another order differ in the last bits
+    spec = spec_for(["+sweep=mem_fraction", "search=twin_guided"], tmp_path)
+    engine = get_engine(spec)
+    sp = build(spec, engine, expand(spec), engine.version())
+    assert len(expected_launches(sp)) == 5
+    assert sp.cost_lines(spec)[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load "
+                                      "model): 24.78 GPU-hours for the expected launches")
+
+
 def test_a_resumed_plan_counts_only_the_launches_left(tmp_path):
     """After a resume the plan says what is left: the policy resumed with the recorded configurations (their
     scores known), and the GPU-hours of only the launches left."""

@@ -86,6 +86,17 @@ def test_tables_whose_files_differ_in_columns_read_whole(tmp_path):
     assert "a_newer_column" not in pd.read_parquet(d).columns  # what the old README recipe lost
 
 
+def test_read_results_refuses_a_misspelt_table_or_a_missing_run(tmp_path):
+    # grid.read_results("outputs/nsa_backends", "requets") read as an empty DataFrame, as did a missing run directory
+    (tmp_path / "parquet" / "rejudged").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"^table='requets': unknown table; allowed: accuracy, gpu_telemetry, "
+                                         r"load_points, rejudged, requests, server_log, server_metrics$"):
+        grid.read_results(tmp_path, "requets")
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        grid.read_results(tmp_path / "nope", "load_points")
+    assert grid.read_results(tmp_path, "rejudged").empty and grid.read_results(tmp_path, "requests").empty
+
+
 def test_load_settings_for_caps_and_datasets(tmp_path):
     assert LoadSpec(request_rate=[4.0], max_concurrency=8).max_concurrency == 8
     with pytest.raises(ValueError, match="load.max_concurrency: caps open-loop points"):

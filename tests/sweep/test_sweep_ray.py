@@ -86,6 +86,18 @@ def test_printed_tables_equal_parquet(sweep, printed):
         assert printed.close_to_printed(r["TTFT p99 ms"], row.ttft_p99_ms)
 
 
+def test_the_run_directory_holds_the_resolved_config(sweep):
+    run_dir, _ = sweep
+    hydra_dir = run_dir / ".hydra"
+    assert sorted(p.name for p in hydra_dir.iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+    import yaml
+
+    assert yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) == SWEEP  # as Hydra writes it: hydra.* apart
+    config = yaml.safe_load((hydra_dir / "config.yaml").read_text())
+    assert config["sweep"]["name"] == "nsa_backends" and config["load"]["concurrency"] == [1, 4]
+    assert config["sweep"]["grid"]["dsa_prefill_backend"] == ["trtllm", "fa3"]
+
+
 def test_requests_table_has_every_request(sweep):
     run_dir, _ = sweep
     rq = pd.read_parquet(run_dir / "parquet" / "requests")
