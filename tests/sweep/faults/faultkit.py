@@ -12,7 +12,7 @@ from grid.sweep.space import expand
 
 
 # Small and fast: Llama 3.1 8B on one H100, serving clock x50, startup clock x20 (60 modelled s = 3 real s).
-BASE = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,1,2]", "load.min_prompts=4",
+BASE = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,2,3]", "load.min_prompts=4",
         "load.input_len=32", "load.output_len=512", "engine.time_scale=50", "engine.startup_time_scale=20",
         "load.stall_timeout_s=20", "engine.stop_grace_s=3",
         # the fault timelines below are laid out in modelled seconds for closed loops whose workers start at once

@@ -108,7 +108,8 @@ def test_never_ready_is_startup_timeout(tmp_path, trial):
 
 # 4 -----------------------------------------------------------------------------------------------------------------
 def test_exit_during_load_is_server_crash(tmp_path, trial):
-    spec = make_spec(tmp_path, faults=[{"kind": "exit_after_load_s", "after_s": 30, "exit_code": 1}])
+    # modelled load: point 0 (concurrency 1) 15.4 s, point 1 (concurrency 2) 7.9 s: 20 s falls in point 1
+    spec = make_spec(tmp_path, faults=[{"kind": "exit_after_load_s", "after_s": 20, "exit_code": 1}])
     plan, rows, session = trial(spec)
     assert rows[0]["status"] == "ok" and rows[0]["completed"] == rows[0]["num_prompts"]
     assert rows[1]["status"] in ("failed", "partial") and rows[1]["failed"] >= 1

@@ -42,7 +42,7 @@ class LosesActor(RecordingSession):
 
 
 def test_actor_lost_during_a_load_point_keeps_earlier_points(tmp_path, trial):
-    spec = make_spec(tmp_path)  # load points: concurrency 1, 1, 2
+    spec = make_spec(tmp_path)  # load points: concurrency 1, 2, 3
     session = LosesActor("alive", at=2, clean_wait_s=5)  # alive() after point 0 answers; after point 1 it is lost
     try:
         plan, rows, _ = trial(spec, session)
@@ -86,7 +86,7 @@ def test_rerun_after_actor_lost_gives_the_verdict_and_exit_0(tmp_path, trial):
     assert exit_status(spec) == EXIT_UNDECIDED
     plan, rows, _ = trial(spec)  # the same configuration again, on a sound node
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"] and {r["trial_status"] for r in rows} == {"ok"}
-    assert read_table(tmp_path, "requests").num_rows == 4 + 4 + 4  # the new attempt's requests replace the old
+    assert read_table(tmp_path, "requests").num_rows == 4 + 4 + 6  # the new attempt's requests replace the old
     assert plan_run(spec).todo == [] and exit_status(spec) == EXIT_OK
 
 

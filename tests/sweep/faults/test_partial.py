@@ -34,7 +34,7 @@ def requests_of(spec, point_index):
 
 # 1: the scheduler stops partway through load point 1 ----------------------------------------------------------------
 def test_hang_mid_point_ends_trial_as_server_hang(tmp_path, trial):
-    # points: concurrency 1, 1, 2 with 4 requests each; the scheduler dies after the 2nd measured request of point 1
+    # points: concurrency 1, 2, 3 with 4 requests each; the scheduler dies after the 2nd measured request of point 1
     after = PROBE + (WARMUP + 4) + (WARMUP + 2)
     spec = make_spec(tmp_path, faults=[{"kind": "hang_after_requests", "after_requests": after}])
     plan, rows, session = trial(spec)
@@ -110,7 +110,7 @@ def test_cuda_oom_logged_during_load_is_runtime_oom_not_hang(tmp_path, trial):
 
 def test_nccl_error_then_exit_is_nccl_error(tmp_path, trial):
     after = PROBE + WARMUP + 2
-    spec = make_spec(tmp_path, "load.concurrency=[1,1]", faults=[{"kind": "runtime_error_after_requests",
+    spec = make_spec(tmp_path, "load.concurrency=[1,2]", faults=[{"kind": "runtime_error_after_requests",
                                                                   "after_requests": after, "error": "nccl",
                                                                   "then": "exit", "exit_code": 1}])
     plan, rows, session = trial(spec)
