@@ -43,6 +43,6 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     _refused = None if any(a.startswith("-") for a in sys.argv[1:]) else composition_error(sys.argv[1:])
     if _refused:
-        print(f"Configuration error: {_refused}", file=sys.stderr)
+        print(f"Configuration error: {_refused}")  # stdout, as grid.app prints every other refusal
         sys.exit(EXIT_REFUSED)
     main()

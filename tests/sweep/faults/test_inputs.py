@@ -33,7 +33,8 @@ def test_empty_search_space_exits_2_before_launch(tmp_path):
 
 def test_comma_without_quotes_is_not_a_sweep(tmp_path):
     out = grid_run("+sweep=mem_fraction", "engine.api_key=a,b", "dry_run=true", run_dir=tmp_path)
-    assert out.returncode != 0 and "Ambiguous value for argument 'engine.api_key=a,b'" in out.stderr
+    # refused before anything runs (exit 2), on stdout as every refusal of grid.run
+    assert out.returncode == 2 and "Configuration error: Ambiguous value for argument 'engine.api_key=a,b'" in out.stdout
 
 
 def test_commas_equals_and_json_pass_through_exactly(tmp_path):
