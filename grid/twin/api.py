@@ -42,6 +42,20 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(obj), status=status, content_type="application/json")
 
 
+def stream_due(sent: int, n: int, interval: int, done: bool) -> bool:
+    """Whether a stream that has sent ``sent`` output tokens sends a chunk now that ``n`` are generated, as SGLang's
+    scheduler decides with ``--stream-interval`` / ``sampling_params.stream_interval`` k: a finished request always;
+    with k > 1 when the count passes 1, k + 1, 2k + 1, ... (``len(req.output_ids) % stream_interval == 1``, so the
+    first token goes out at once), with k = 1 on every new token (python/sglang/srt/managers/
+    scheduler_output_processor_mixin.py ``stream_output_generation``). Several tokens may arrive between two wake-ups,
+    so a boundary passed since ``sent`` counts."""
+    if done:
+        return True
+    if interval <= 1:
+        return n > sent
+    return (n - 1) // interval > (sent - 1) // interval
+
+
 def _sse_headers() -> dict:
     return {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -319,7 +333,7 @@ class TwinAPI(_TwinState):
                 req.event.clear()
                 n = req.n_out
                 done = req.finished
-                if n - sent < interval and not done:
+                if not stream_due(sent, n, interval, done):
                     continue
                 delta = comp.text(sent, n)
                 new_ids = ",".join(str(comp.token_id(i)) for i in range(sent, n))
@@ -365,6 +379,7 @@ class TwinAPI(_TwinState):
         created = int(time.time())
         model = body.get("model") or self.args.served_model_name
         so = body.get("stream_options") or {}
+        interval = max(1, int(body.get("stream_interval") or self.args.stream_interval))
         if not body.get("stream"):
             await self._wait_done(req)
             return _json({"id": cid, "object": "text_completion", "created": created, "model": model,
@@ -381,7 +396,7 @@ class TwinAPI(_TwinState):
                 await req.event.wait()
                 req.event.clear()
                 n, done = req.n_out, req.finished
-                if n == sent and not done:
+                if not stream_due(sent, n, interval, done):
                     continue
                 delta = comp.text(sent, n)
                 sent = n

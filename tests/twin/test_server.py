@@ -169,6 +169,33 @@ def test_generate_stream_cumulative(twin):
     assert ev2[-2]["text"] == texts[-1]
 
 
+def test_stream_interval_sends_the_first_token_at_once(twin):
+    # SGLang sends at token 1, k + 1, 2k + 1, ... and at the end (grid.twin.api.stream_due); before, the twin held
+    # the first chunk until k tokens were out, which delayed the client's TTFT by k - 1 decode steps
+    for path, body in (("/generate", {"text": "Tell me about rivers.", "stream": True, "sampling_params": {
+                           "max_new_tokens": 12, "temperature": 0, "ignore_eos": True, "stream_interval": 5}}),
+                       ("/v1/completions", {"model": "m", "prompt": "Tell me about rivers.", "max_tokens": 12,
+                                            "ignore_eos": True, "stream": True, "stream_interval": 5,
+                                            "stream_options": {"include_usage": True}})):
+        chunks = twin.sse(path, body, AUTH)[:-1]
+        if path == "/generate":
+            toks = [c["meta_info"]["completion_tokens"] for c in chunks]
+        else:
+            texts = [c["choices"][0]["text"] for c in chunks if c.get("choices")]
+            toks = [len(" ".join(texts[:i + 1]).split()) for i in range(len(texts))]
+        assert toks[0] < 5 and toks[-1] == 12, (path, toks)
+        assert len(toks) <= 4, (path, toks)  # 1, 6, 11 and the last: never one chunk per token
+
+
+def test_stream_due_follows_sglang():
+    from grid.twin.api import stream_due
+
+    assert [n for n in range(1, 13) if stream_due(n - 1, n, 5, n == 12)] == [1, 6, 11, 12]
+    assert [n for n in range(1, 5) if stream_due(n - 1, n, 1, False)] == [1, 2, 3, 4]
+    assert stream_due(2, 7, 5, False) and not stream_due(1, 5, 5, False)  # a boundary passed between wake-ups counts
+    assert stream_due(3, 3, 5, True) and not stream_due(3, 3, 1, False)
+
+
 def test_generate_probe_and_input_ids(twin):
     status, body = twin.request("POST", "/generate", {"text": "What is 2+2? Answer with a number only.",
                                                       "sampling_params": {"max_new_tokens": 16, "temperature": 0}},
