@@ -47,7 +47,8 @@ def stream_due(sent: int, n: int, interval: int, done: bool) -> bool:
     scheduler decides with ``--stream-interval`` / ``sampling_params.stream_interval`` k: a finished request always;
     with k > 1 when the count passes 1, k + 1, 2k + 1, ... (``len(req.output_ids) % stream_interval == 1``, so the
     first token goes out at once), with k = 1 on every new token (python/sglang/srt/managers/
-    scheduler_output_processor_mixin.py ``stream_output_generation``). Several tokens may arrive between two wake-ups,
+    scheduler_output_processor_mixin.py ``stream_output_generation``; read in the released 0.5.9 and 0.5.10 wheels).
+    Several tokens may arrive between two wake-ups,
     so a boundary passed since ``sent`` counts."""
     if done:
         return True
