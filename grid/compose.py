@@ -102,10 +102,6 @@ def compose_spec(overrides: Sequence[str], run_dir: str | Path) -> RunSpec:
         return load_run_spec(plain)
 
 
-#: Refused input, before anything ran (README, "Exit status"); grid.app returns the same status.
-EXIT_REFUSED = 2
-
-
 def _compose(overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=True)

@@ -11,8 +11,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from grid.app import EXIT_REFUSED
 from grid.app import main as run_app
-from grid.compose import EXIT_REFUSED, composition_error
+from grid.compose import composition_error
 
 #: Where a run keeps its resolved config, as Hydra's default ``hydra.output_subdir`` would (conf/config.yaml sets
 #: that to null: grid writes these files itself once nothing refuses the run).
