@@ -1,12 +1,13 @@
 """Pre-launch knowledge (hardware requirements, known failures), the search policies and the cost estimate."""
 
 import dataclasses
+import re
 
 import pytest
 
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
-from grid.releases.checks import RULES, check_config
+from grid.releases.checks import CPU, RULES, check_config
 from grid.search.knowledge import launch_order, twin_model
 from grid.search.plan import build, expected_launches, gpu_seconds
 from grid.search.predict import forecast
@@ -39,9 +40,12 @@ def test_kernel_requirements_refuse_by_hardware():
     assert check_config(aiter, "0.5.9", None, HW(942, vendor="amd")) == []
     assert check_config(aiter, "0.5.9", None, HW(90)) == [
         "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'"]
-    every = [r for r in RULES if r.stage == "requirement"]
+    every = [r for r in RULES if r.stage == "requirement" and r.hardware != CPU]
     assert {r.name for r in every} == {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
     assert all("failure table" in r.where for r in every)  # each names its row and public source
+    # a CPU host's requirement is the host's memory, measured on the released server (docs/sources.md#cpu-host)
+    host = [r for r in RULES if r.stage == "requirement" and r.hardware == CPU]
+    assert [r.name for r in host] == ["cpu_kv_pool_host_memory"] and "docs/sources.md#cpu-host" in host[0].where
 
 
 def test_nsa_backends_known_before_launch(nsa):
@@ -297,13 +301,17 @@ def test_twin_guided_stops_after_twice_its_terms_once_nothing_left_can_win():
     assert len(issued) == 24 and len(p.skipped) == 24
     assert sorted(h for h in issued if h.startswith("mt")) == ["mtc1ps", "mtc2pr"]
     assert {h for h in p.skipped if h.startswith("mt")} == {c.config_hash for c in cands if c.config_hash.startswith("mt")} - {"mtc1ps", "mtc2pr"}
-    assert set(p.skipped.values()) == {
-        "P(one of the 24 left beats the best measured 102 by more than 3%) = 0.000 < risk 0.1 (twin error 9.2%, "
-        "100% of its variance shared per flag value)"}
+    # the learned twin error is 9.1-9.2%: the model averaging's weights go through Cholesky solves whose rounding
+    # depends on the CPU's BLAS kernels, and parts lighter than 1% of the heaviest are dropped, so the last digit (and
+    # the tiny P below) differ between machines (9.2% and P 6.7e-05 on one, 9.1% and 5.4e-05 on an AVX-512 EPYC)
+    (why,) = set(p.skipped.values())
+    learned = re.fullmatch(r"P\(one of the 24 left beats the best measured 102 by more than 3%\) = 0\.000 < risk 0\.1 "
+                           r"\(twin error 9\.[12]%, 100% of its variance shared per flag value\)", why)
+    assert learned is not None, why
     # measured exactly as forecast: the twin's error is learned to be small (2.0%) and the same 24 suffice
     flat, measured = big_space()
     q = TwinGuided(flat, Budget(), twin_error=0.074, spread=0.01)
-    assert len(drain(q, measured)) == 24 and q.last_p == pytest.approx(6.6737e-05, rel=1e-3)
+    assert len(drain(q, measured)) == 24 and 4e-05 < q.last_p < 8e-05
     assert "(twin error 2.0%, 99% of its variance shared per flag value)" in next(iter(q.skipped.values()))
 
 
