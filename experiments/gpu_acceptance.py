@@ -32,11 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAKE_MODEL = ROOT / "experiments" / "real_server" / "make_tiny_model.py"
-#: The tiny model's shape, as conf/model facts (grid records them; the performance model is not used on GPUs).
-#: Parameters: 2 x (4 x 256^2 attention + 3 x 256 x 512 MLP) + 2 x 2000 x 256 embeddings/head ~ 2.3 M.
-TINY_MODEL = {"name": "tiny-llama", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
-              "num_kv_heads": 4, "head_dim": 64, "intermediate_size": 512, "vocab_size": 2000,
-              "context_length": 2048, "total_params_b": 0.0023, "active_params_b": 0.0023}
+#: The tiny model's facts are conf/model/tiny_llama.yaml, the same model the CPU test of real SGLang serves
+#: (tests/engines/test_sglang_cpu.py): the GPU run repeats on a GPU what the CPU already ran.
 #: GPU memory (MiB) a stopped run may leave in use above the level before it (driver/context noise).
 GPU_MEMORY_SLACK_MIB = 1024
 
@@ -50,9 +47,8 @@ class Check:
 
 def sweep_overrides(model_dir: Path, run_dir: Path, python: str, hardware: str) -> list[str]:
     """The ``python -m grid.run`` overrides of the acceptance sweep."""
-    model = [f"model.{k}={v}" for k, v in TINY_MODEL.items()]
     return ["engine=sglang", f"engine.python={python}", "engine.startup_timeout_s=1200", "engine.stop_grace_s=30",
-            "model=llama3_1_8b", f"model.path={model_dir}", *model, f"hardware={hardware}",
+            "model=tiny_llama", f"model.path={model_dir}", f"hardware={hardware}",
             "probe.enabled=false", "+sweep={name: gpu_acceptance, grid: {cuda_graph: [true, false]}}",
             "search=exhaustive",
             "server.mem_fraction_static=0.5", "server.tp_size=1", "load.concurrency=[1,8]", "load.min_prompts=16",

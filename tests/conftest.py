@@ -115,7 +115,7 @@ def printed() -> type[Printed]:
     return Printed
 
 
-_COSTLY = ("integration", "faults", "real_server")
+_COSTLY = ("integration", "faults", "real_server", "real_sglang")
 
 
 def pytest_collection_modifyitems(items):

@@ -160,9 +160,14 @@ class HardwareSpec(_Frozen):
     """
 
     name: str
-    gpu: str
-    gpu_count: int = Field(..., gt=0, description="GPUs per node")
-    sm_version: int = Field(..., gt=0, description="compute capability x10: 90 Hopper, 100 B200, 120 RTX PRO 6000")
+    vendor: Literal["nvidia", "amd", "cpu"] = Field(
+        "nvidia", description="what serves: NVIDIA GPUs (CUDA), AMD GPUs (ROCm) or the host CPU (SGLang's "
+                              "--device cpu; the GPU fields then describe the CPU socket, see conf/hardware/cpu_host.yaml)")
+    gpu: str = Field(..., description="the device's name (NVML's name of the GPU; the CPU model for vendor cpu)")
+    gpu_count: int = Field(..., gt=0, description="GPUs per node (1 for vendor cpu: one server process)")
+    sm_version: int = Field(..., ge=0, description="compute capability x10: 90 Hopper, 100 B200, 120 RTX PRO 6000; "
+                                                   "0 for vendor cpu (no CUDA device)")
+    cpu_cores: int | None = Field(None, gt=0, description="vendor cpu: cores the server may use (its host's cores)")
     memory_gb: float = Field(..., gt=0, description="per GPU, GB (1e9 bytes)")
     memory_bandwidth_gbps: float = Field(..., gt=0, description="per GPU, GB/s")
     tflops: dict[str, float] = Field(..., description="dense TFLOP/s per GPU by dtype")
@@ -192,7 +197,18 @@ class HardwareSpec(_Frozen):
         if self.nodes > 1 and missing:
             raise ValueError(f"hardware {self.name!r}: nodes={self.nodes} needs {', '.join(missing)} "
                              "(the network between the nodes; see conf/hardware/h100_x16_ib.yaml)")
+        if self.vendor == "cpu" and (self.sm_version != 0 or self.gpu_count != 1 or self.nodes != 1
+                                     or self.cpu_cores is None):
+            raise ValueError(f"hardware {self.name!r}: vendor cpu needs sm_version 0, gpu_count 1, nodes 1 and "
+                             "cpu_cores (see conf/hardware/cpu_host.yaml)")
+        if self.vendor != "cpu" and self.sm_version == 0:
+            raise ValueError(f"hardware {self.name!r}: sm_version must be > 0 for vendor {self.vendor}")
         return self
+
+    @property
+    def is_cpu(self) -> bool:
+        """The server runs on the host CPU (SGLang's ``--device cpu``): no CUDA, no NVML, memory is host RAM."""
+        return self.vendor == "cpu"
 
     @property
     def total_gpus(self) -> int:

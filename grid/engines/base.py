@@ -42,7 +42,10 @@ def redact(argv: list[str]) -> str:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Everything needed to start one server: argv (never a shell string), added env, where it will listen."""
+    """Everything needed to start one server: argv (never a shell string), added env, where it will listen.
+
+    ``command_env``: the part of ``env`` that belongs to the command a user would type (SGLang's CPU switch), shown
+    before it as ``NAME=value``; the rest of ``env`` (``engine.env``: library paths, tokens) is not shown."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -50,6 +53,7 @@ class LaunchPlan:
     port: int = 30000
     time_scale: float = 1.0
     startup_time_scale: float = 1.0
+    command_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -58,7 +62,9 @@ class LaunchPlan:
 
     @property
     def command(self) -> str:
-        return redact(self.argv)
+        """The command line as one shell string: ``command_env`` as ``NAME=value`` words, then the redacted argv."""
+        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in self.command_env.items())
+        return prefix + redact(self.argv)
 
 
 class Engine(ABC):

@@ -1,4 +1,8 @@
-"""``engine=sglang``: the real SGLang server (``python -m sglang.launch_server``) on a GPU node."""
+"""``engine=sglang``: the real SGLang server (``python -m sglang.launch_server``) on a GPU node or a CPU host.
+
+The device comes from the hardware file: ``vendor: cpu`` (conf/hardware/cpu_host.yaml) launches SGLang's CPU engine
+with the flags and environment grid/releases/devices.py lists for it; every other vendor launches on its GPUs.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
+from grid.releases.devices import launch_args, launch_env
 from grid.releases.flags import parse_version, to_argv
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
@@ -76,17 +81,25 @@ class SGLangEngine(Engine):
                 "(pip install -e '.[sglang]' on the GPU node). Use engine=sim to run on the embedded twin, "
                 "or dry_run=true engine.version=X to print the command lines."
             )
+        if self.spec.hardware.is_cpu:
+            return  # SGLang's CPU engine: nothing but the host
         if not _has_gpu():
             raise EngineUnavailable(
                 "engine=sglang: no NVIDIA GPU found on this machine (nvidia-smi -L lists none). "
-                "Run on a GPU node, join a Ray cluster with ray.address=auto, or use engine=sim."
+                "Run on a GPU node, join a Ray cluster with ray.address=auto, serve on this machine's CPU with "
+                "hardware=cpu_host, or use engine=sim."
             )
 
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
-        model = self.spec.model
+        """``python -m sglang.launch_server --model-path P <settings> [--device cpu] --host H --port N``; the
+        device's environment (grid/releases/devices.py) under ``engine.env``, which wins where both set a name."""
+        model, version = self.spec.model, parse_version(self.version())
+        vendor = self.spec.hardware.vendor
         argv = [self.spec.engine.python, "-m", "sglang.launch_server", "--model-path", str(model.path)]
-        argv += to_argv(trial.settings, parse_version(self.version())) + self.common_args(port)
-        return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0, 1.0)
+        argv += to_argv(trial.settings, version) + launch_args(vendor, version) + self.common_args(port)
+        device_env = launch_env(vendor, version)
+        return LaunchPlan(argv, {**device_env, **self.spec.engine.env}, self.spec.engine.host, port, 1.0, 1.0,
+                          command_env=device_env)
 
 
 def _has_gpu() -> bool:

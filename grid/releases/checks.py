@@ -90,6 +90,9 @@ class Rule:
     #: ``"launch"``: SGLang's own argument checks refuse it (the twin enforces it at launch too); ``"requirement"``:
     #: a kernel's hardware requirement SGLang does not check at argument time; the server would die later (import,
     #: first forward). grid refuses both before launch; ``where`` then names the failure-table row and its source.
+    #: ``"start"``: SGLang starts and dies before it is ready with ``message`` (read off the running server); grid
+    #: does not refuse it but knows it fails (grid/search/knowledge.py: launched last, as a known failure).
+    #: ``"twin"``: what the twin cannot represent (only the twin refuses it).
     stage: str = "launch"
     #: ``when`` takes the hardware too: ``when(settings, model, hardware)`` (the twin's cross-node rule reads the
     #: hardware file's nodes and network).
@@ -274,6 +277,21 @@ def _cross_node(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | 
     return None if why is None else (int(s.get("nnodes") or 1), why)
 
 
+#: The host CPU as the device (``hardware.vendor: cpu``, SGLang's ``--device cpu``).
+CPU = (Hardware(vendor="cpu"),)
+
+
+def _cpu_pool_unbounded(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | None:
+    """(fraction, host GB) when the KV pool of a CPU host is sized from its memory, i.e. ``max_total_tokens`` unset:
+    SGLang's CPU engine sizes the pool as ``mem_fraction_static`` x host memory (measured with SGLang 0.5.23 on a
+    24 GB, 2-core host: the default 0.844 gave a 17.4M-token pool of 16.6 GB and a scheduler of 18.9 GB RSS;
+    docs/sources.md#cpu-host)."""
+    if s.get("max_total_tokens") is not None:
+        return None
+    fraction = s.get("mem_fraction_static")
+    return (f"{fraction:g}" if fraction is not None else "SGLang's default", f"{getattr(hardware, 'memory_gb', 0):g}")
+
+
 def _pd(s: dict[str, Any], model: Any) -> tuple | None:
     mode = s.get("disaggregation_mode")
     return (mode,) if mode not in (None, "null") else None
@@ -395,6 +413,25 @@ RULES: list[Rule] = [
          "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); "
          "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes",
          hardware=CUDA, stage="requirement"),
+    # -- the host CPU as the device (--device cpu), read off the released server on a CPU-only host (SGLang 0.5.9 and
+    # 0.5.23; docs/sources.md#cpu-host). The first is grid's own refusal (SGLang starts, then takes the host's
+    # memory); the others are SGLang's errors at start (stage "start": launched last, as a known failure).
+    Rule("cpu_kv_pool_host_memory", "0.5.9", None,
+         "on a CPU host SGLang sizes the KV pool as --mem-fraction-static x host memory ({} x {} GB), which leaves "
+         "the host too little: set server.max_total_tokens (e.g. 65536) to size the pool in tokens",
+         _cpu_pool_unbounded, "measured: SGLang 0.5.23 --device cpu without --max-total-tokens on a 24 GB host "
+         "(docs/sources.md#cpu-host)", hardware=CPU, stage="requirement", with_hardware=True),
+    Rule("cpu_fa3", "0.5.9", None,
+         "FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`.",
+         _uses("fa3"), "SGLang srt/layers/attention/attention_registry.py create_flashattention_v3_backend (an "
+         "assert on the device's compute capability, which a CPU does not have); measured at start on a CPU host, "
+         "SGLang 0.5.9 and 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+    Rule("cpu_torch_compile", "0.5.9", None,
+         "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state'",
+         lambda s, m: () if s.get("torch_compile") else None,
+         "SGLang's CPU graph runner (srt/model_executor/cpu_graph_runner.py) calls init_cpu_graph_state, which only "
+         "the intel_amx backend has; a CPU without AMX falls back to torch_native; measured at start on a CPU host, "
+         "SGLang 0.5.9 and 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
     # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
     # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
     Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",
@@ -421,6 +458,10 @@ RULES: list[Rule] = [
          "keep a fixed-size state instead of a KV cache; set linear_attention_layers and linear_state_bytes in the "
          "model description, as conf/model/qwen3_next_80b_a3b.yaml does); searches: " + TWIN_SEARCHES,
          _arch_without_linear_layers, TWIN_SEARCHES, stage="twin"),
+    Rule("twin_cpu_host", "0.5.9", None,
+         "the twin cannot model serving on a CPU host ({}): its performance model is of GPUs (tensor cores, HBM, "
+         "NCCL); run real SGLang there with engine=sglang", lambda s, m, h: (getattr(h, "name", "cpu"),),
+         "docs/sources.md#cpu-host", hardware=CPU, stage="twin", with_hardware=True),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
          "SM100/103/107 only)", _trtllm_dsa,
@@ -453,12 +494,39 @@ def check_config(settings: dict[str, Any], version: str | Version, model: Any = 
     if bad:
         reasons.append(f"unrecognized arguments: {' '.join(bad)} (SGLang {'.'.join(map(str, ver))})")
     for rule in RULES:
-        if rule.stage == "twin" and not twin:
+        if (rule.stage == "twin" and not twin) or rule.stage == "start":
             continue
         why = rule.refuses(known, ver, model, hardware)
         if why is not None:
             reasons.append(why)
     return reasons
+
+
+def _is_message(text: str, template: str) -> bool:
+    """Whether ``text`` is ``template`` with its ``{}`` filled in."""
+    parts = template.split("{}")
+    return text.startswith(parts[0]) and text.endswith(parts[-1]) and len(text) >= sum(map(len, parts))
+
+
+def start_failures(settings: dict[str, Any], version: str | Version, model: Any = None,
+                   hardware: Any = None) -> list[Rule]:
+    """The rules of stage ``"start"`` under which SGLang ``version`` starts ``settings`` on ``hardware`` and dies
+    before it is ready (known failures, not refusals). Settings that fail :func:`check_config`'s setting checks
+    match none. Raises ``ValueError`` for a version string that is not an SGLang version."""
+    ver = parse_version(version) if isinstance(version, str) else tuple(version)
+    try:
+        known = {k: check_setting(k, v, ver) for k, v in settings.items()}
+    except SettingError:
+        return []
+    return [rule for rule in RULES if rule.stage == "start" and rule.refuses(known, ver, model, hardware) is not None]
+
+
+def device_name(hardware: Any) -> str:
+    """``rtx_pro_6000_x8 (SM120)`` for a GPU, ``cpu_host (CPU)`` for a CPU host: where a requirement failed."""
+    name = getattr(hardware, "name", "this hardware")
+    if getattr(hardware, "vendor", None) == "cpu":
+        return f"{name} (CPU)"
+    return f"{name} (SM{getattr(hardware, 'sm_version', '?')})"
 
 
 def refuse(engine: Any, trial: Any) -> str | None:
@@ -476,7 +544,6 @@ def refuse(engine: Any, trial: Any) -> str | None:
     if any(rule.stage == "twin" and reasons[0].startswith(rule.message.split("{}")[0]) for rule in RULES):
         return reasons[0]
     for rule in RULES:  # a kernel's hardware requirement: say which hardware and where the fact comes from
-        if rule.stage == "requirement" and reasons[0] == rule.message:
-            where = f"{getattr(hardware, 'name', 'this hardware')} (SM{getattr(hardware, 'sm_version', '?')})"
-            return f"{where} cannot run this configuration: {reasons[0]} (source: {rule.where})"
+        if rule.stage == "requirement" and _is_message(reasons[0], rule.message):
+            return f"{device_name(hardware)} cannot run this configuration: {reasons[0]} (source: {rule.where})"
     return f"SGLang {version} would refuse this configuration: {reasons[0]}"

@@ -92,12 +92,17 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     hw = spec.hardware
     versions = _distinct(r.get("engine_version") for r in rows) or [spec.version]
     engine = spec.engine.kind
+    words = ENGINE_WORDS.get(engine, engine)
+    if hw.is_cpu:
+        hardware = f"Hardware: {hw.name}: the host CPU, {hw.gpu} ({hw.cpu_cores} cores, {hw.memory_gb:g} GB memory)"
+        words = words.replace("on the GPUs", "on the host CPU, SGLang's --device cpu")
+    else:
+        hardware = (f"Hardware: {hw.name}: {f'{hw.nodes} nodes x ' if hw.nodes > 1 else ''}{hw.gpu_count} x {hw.gpu} "
+                    f"(sm_{hw.sm_version}, {hw.memory_gb:g} GB each, {hw.interconnect})")
     lines = [
         f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path else ""),
-        f"Hardware: {hw.name}: {f'{hw.nodes} nodes x ' if hw.nodes > 1 else ''}{hw.gpu_count} x {hw.gpu} "
-        f"(sm_{hw.sm_version}, {hw.memory_gb:g} GB each, "
-        f"{hw.interconnect})",
-        f"Engine: {ENGINE_WORDS.get(engine, engine)}; SGLang release {', '.join(versions)} (engine={engine})",
+        hardware,
+        f"Engine: {words}; SGLang release {', '.join(versions)} (engine={engine})",
     ]
     loads = _distinct(p.load for p in plans) if plans else [spec.load]
     for load in loads:

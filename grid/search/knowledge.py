@@ -50,15 +50,20 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
 
 
 def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, str, str], ...]:
-    """The failure-table rows (id, effect, source) that apply to ``plan`` on ``spec``'s model and hardware."""
+    """The known failures (id, effect, source) of ``plan`` on ``spec``'s model and hardware: the launch rules of
+    stage ``start`` (grid/releases/checks.py: SGLang starts and dies before it is ready), then the failure-table rows
+    (grid/twin/failures.py) where the twin models the hardware."""
     if engine_class(spec.engine.kind).external:  # the failure table describes servers grid launches
         return ()
+    from grid.releases.checks import start_failures
     from grid.twin.failures import find_failures
 
+    rules = tuple((r.name, "startup_crash", r.where)
+                  for r in start_failures(plan.settings, version, spec.model, spec.hardware))
     perf = twin_model(spec, plan.settings, version)
     if perf is None:
-        return ()
-    return tuple((f.id, f.effect, f.source) for f in find_failures(spec.model, spec.hardware, perf.cfg, perf))
+        return rules
+    return rules + tuple((f.id, f.effect, f.source) for f in find_failures(spec.model, spec.hardware, perf.cfg, perf))
 
 
 def assess(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> dict[str, Known]:

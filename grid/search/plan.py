@@ -146,7 +146,9 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
-    if not engine_class(spec.engine.kind).external:
+    if spec.hardware.is_cpu and not engine_class(spec.engine.kind).external:
+        lines.append(f"No cost estimate on {spec.hardware.name}: the twin does not model serving on a CPU host")
+    elif not engine_class(spec.engine.kind).external:
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"

@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grid.releases.devices import exit_meaning
 from grid.server.statuses import TrialErrorClass
 
 RUN_ID_ENV = "GRID_RUN_ID"                  # the run-id marker in every server's environment
@@ -300,7 +301,9 @@ class ManagedServer:
                 cls: TrialErrorClass = ("startup_oom" if OOM_PATTERNS.search(tail) else
                        "port_in_use" if BIND_PATTERNS.search(tail) else "startup_exit")
                 self.stop(1.0)
-                raise StartupError(cls, f"server exited with code {code} before it was ready", code, tail)
+                meaning = exit_meaning(code)
+                raise StartupError(cls, f"server exited with code {code} before it was ready"
+                                   + (f" ({meaning})" if meaning else ""), code, tail)
             status = http_status(self.host, self.port, path, timeout_s=max(1.0, poll_s * 20))
             phase = "refused" if status is None else str(status)
             if not info.phases or info.phases[-1] != phase:

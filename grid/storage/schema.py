@@ -23,10 +23,11 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 6  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 7  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
-# 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops)
+# 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
+# cached_token in server_log (SGLang's CPU engine)
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -316,6 +317,10 @@ SERVER_LOG_COLUMNS: list[tuple[str, str, str, str]] = [
     ("new_seq", "int64", "requests", "#new-seq (prefill lines)"),
     ("new_token", "int64", "tokens", "#new-token (prefill lines)"),
     ("cuda_graph", "bool", "flag", "cuda graph: whether the batch ran as a CUDA graph"),
+    ("cpu_graph", "bool", "flag", "cpu graph: whether the batch ran as a captured CPU graph (SGLang's CPU engine, "
+     "--device cpu, in place of cuda graph)"),
+    ("cached_token", "int64", "tokens", "#cached-token: prompt tokens of the batch found in the radix cache (prefill "
+     "lines)"),
     ("gen_throughput_tok_per_s", "float64", "tok/s",
      "gen throughput: tokens decoded since the previous decode line / time since it (decode lines)"),
     ("input_throughput_tok_per_s", "float64", "tok/s", "input throughput (prefill lines)"),

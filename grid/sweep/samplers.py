@@ -212,6 +212,10 @@ def _gpu_telemetry(ctx: SamplerContext) -> Sampler | None:
             say_once("gpu_telemetry:sim", f"modelled GPU telemetry not recorded: the twin did not answer ({err})")
             return None
         return GpuTelemetrySampler(ctx, reader, topo)
+    if getattr(ctx.hardware, "vendor", None) == "cpu":
+        say_once("gpu_telemetry:cpu", f"GPU telemetry not recorded: hardware {ctx.hardware.name} serves on the host "
+                                      "CPU (no GPU, no NVML)")
+        return None
     host = urlparse(ctx.base_url).hostname or ""
     if engine.external and host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         say_once("gpu_telemetry:remote", f"GPU telemetry not recorded: the server at {ctx.base_url} is not on this "

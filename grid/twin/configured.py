@@ -15,7 +15,10 @@ def perf_model(model: Any, hardware: Any, flags: Sequence[str], version: str,
                env: Mapping[str, str] | None = None) -> PerfModel | None:
     """``PerfModel`` of SGLang ``version`` launched with ``flags`` (argv, without ``--model-path``) on ``model`` /
     ``hardware`` (``ModelSpec`` / ``HardwareSpec``); ``env`` is the server's environment (the speculative acceptance
-    length, grid/twin/speculative.py). None when the twin refuses the flags, as SGLang would."""
+    length, grid/twin/speculative.py). None when the twin refuses the flags, as SGLang would, and on a CPU host
+    (``hardware.vendor: cpu``), which the twin does not model (grid/releases/checks.py rule ``twin_cpu_host``)."""
+    if getattr(hardware, "vendor", None) == "cpu":
+        return None
     try:
         args = cli.parse_args(["--model-path", "m", *flags], version)
         cli.resolve_args(args, model)
