@@ -421,17 +421,31 @@ RULES: list[Rule] = [
          "the host too little: set server.max_total_tokens (e.g. 65536) to size the pool in tokens",
          _cpu_pool_unbounded, "measured: SGLang 0.5.23 --device cpu without --max-total-tokens on a 24 GB host "
          "(docs/sources.md#cpu-host)", hardware=CPU, stage="requirement", with_hardware=True),
-    Rule("cpu_fa3", "0.5.9", None,
+    # fa3 on a CPU: create_flashattention_v3_backend (srt/layers/attention/attention_registry.py) asks torch.cuda for
+    # the compute capability until 0.5.10, which raises without a GPU; from 0.5.11 it asks SGLang's own
+    # get_device_capability() and asserts on the answer (read in every wheel 0.5.9-0.5.23; measured on 0.5.9, 0.5.23).
+    Rule("cpu_fa3", "0.5.9", "0.5.10", "RuntimeError: No CUDA GPUs are available", _uses("fa3"),
+         "SGLang srt/layers/attention/attention_registry.py create_flashattention_v3_backend calls "
+         "torch.cuda.get_device_capability(); measured at start on a CPU host, SGLang 0.5.9 "
+         "(docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+    Rule("cpu_fa3", "0.5.11", None,
          "FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`.",
          _uses("fa3"), "SGLang srt/layers/attention/attention_registry.py create_flashattention_v3_backend (an "
          "assert on the device's compute capability, which a CPU does not have); measured at start on a CPU host, "
-         "SGLang 0.5.9 and 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
-    Rule("cpu_torch_compile", "0.5.9", None,
+         "SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+    # torch.compile on a CPU: SGLang's CPU graph runner (srt/model_executor/cpu_graph_runner.py) asks the attention
+    # backend for a method only the intel_amx backend has; a CPU without AMX runs torch_native. 0.5.9 asks for
+    # get_graph_seq_len_fill_value, 0.5.10+ for init_cpu_graph_state (read in the wheels; measured on 0.5.9, 0.5.23).
+    Rule("cpu_torch_compile", "0.5.9", "0.5.9",
+         "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'get_graph_seq_len_fill_value'",
+         lambda s, m: () if s.get("torch_compile") else None,
+         "SGLang srt/model_executor/cpu_graph_runner.py (torch_native attention without AMX); measured at start on "
+         "a CPU host, SGLang 0.5.9 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+    Rule("cpu_torch_compile", "0.5.10", None,
          "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state'",
          lambda s, m: () if s.get("torch_compile") else None,
-         "SGLang's CPU graph runner (srt/model_executor/cpu_graph_runner.py) calls init_cpu_graph_state, which only "
-         "the intel_amx backend has; a CPU without AMX falls back to torch_native; measured at start on a CPU host, "
-         "SGLang 0.5.9 and 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+         "SGLang srt/model_executor/cpu_graph_runner.py (torch_native attention without AMX); measured at start on "
+         "a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
     # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
     # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
     Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",

@@ -63,10 +63,15 @@ def test_what_dies_at_start_on_a_cpu_is_known_not_refused():
         assert [r.name for r in start_failures(compiled, version, None, cpu())] == ["cpu_torch_compile"]
         assert start_failures({"max_total_tokens": 65536}, version, None, cpu()) == []
         assert start_failures(compiled, version, None, HardwareSpec(**H100)) == []
-    by_name = {r.name: r for r in RULES}
-    assert by_name["cpu_fa3"].message == ("FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use "
-                                          "`--attention-backend flashinfer`.")
-    assert by_name["cpu_torch_compile"].message == (
+    messages = {(r.name, v): r.message for r in RULES for v in ("0.5.9", "0.5.10", "0.5.11", "0.5.23")
+                if r.stage == "start" and r.releases(tuple(map(int, v.split("."))))}
+    assert messages[("cpu_fa3", "0.5.9")] == messages[("cpu_fa3", "0.5.10")] == (
+        "RuntimeError: No CUDA GPUs are available")
+    assert messages[("cpu_fa3", "0.5.11")] == messages[("cpu_fa3", "0.5.23")] == (
+        "FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`.")
+    assert messages[("cpu_torch_compile", "0.5.9")] == (
+        "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'get_graph_seq_len_fill_value'")
+    assert messages[("cpu_torch_compile", "0.5.10")] == messages[("cpu_torch_compile", "0.5.23")] == (
         "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state'")
     # fa3's GPU requirement (Hopper only) is about GPUs: it does not refuse a CPU host before launch
     assert not any(r.startswith("FlashAttention-3") for r in check_config(fa3, "0.5.23", None, cpu()))
