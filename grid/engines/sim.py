@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import Engine, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
@@ -21,6 +22,15 @@ class SimEngine(Engine):
     kind = "sim"
     twin = True
     refuse = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
+
+    @classmethod
+    def check_spec(cls, spec: RunSpec) -> None:
+        """The twin models GPUs: a CPU host (``hardware.vendor: cpu``) is refused before anything launches (rule
+        ``twin_cpu_host`` of grid/releases/checks.py says why). Raises ``ConfigError`` naming the key."""
+        if spec.hardware.is_cpu:
+            raise ConfigError(f"hardware={spec.hardware.name}: the twin (engine=sim) does not model serving on a CPU "
+                              "host; serve it with real SGLang (engine=sglang, README 'Works with') or pick a GPU "
+                              "hardware file")
 
     def version(self) -> str:
         return self.spec.engine.version or "0.5.9"

@@ -284,8 +284,8 @@ CPU = (Hardware(vendor="cpu"),)
 def _cpu_pool_unbounded(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | None:
     """(fraction, host GB) when the KV pool of a CPU host is sized from its memory, i.e. ``max_total_tokens`` unset:
     SGLang's CPU engine sizes the pool as ``mem_fraction_static`` x host memory (measured with SGLang 0.5.23 on a
-    24 GB, 2-core host: the default 0.844 gave a 17.4M-token pool of 16.6 GB and a scheduler of 18.9 GB RSS;
-    docs/sources.md#cpu-host)."""
+    24 GB, 2-core host: SGLang picked a fraction of 0.716 and a 7.8M-token pool of 14.9 GB, and the scheduler held
+    17.5 GB, leaving 5.5 GB; docs/sources.md#cpu-host)."""
     if s.get("max_total_tokens") is not None:
         return None
     fraction = s.get("mem_fraction_static")

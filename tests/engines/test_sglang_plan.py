@@ -43,3 +43,13 @@ def test_the_cpu_sweep_plans_four_to_run_and_two_known_failures(tmp_path):
 def test_the_twin_does_not_model_a_cpu_host(tmp_path):
     spec = _spec(tmp_path)
     assert perf_model(spec.model, spec.hardware, ["--max-total-tokens", "65536"], "0.5.23") is None
+
+
+def test_the_twin_refuses_a_cpu_host_before_launch(tmp_path):
+    import pytest
+
+    from grid.config.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^hardware=cpu_host: the twin \(engine=sim\) does not model serving on a "
+                                          r"CPU host; serve it with real SGLang \(engine=sglang"):
+        compose_spec(["hardware=cpu_host"], tmp_path / "run")
