@@ -66,12 +66,31 @@ class _Row:
     effect: str
     phase: str  # startup phase it strikes in (key of PerfModel.startup_phases_s) or "decode"
     exit_code: int
-    log_lines: tuple[str, ...]  # may use {graph_gb}, {avail_gb}, {backend}, {flag}, {kv_dtype}, {weight_gb}, {mem_gb}
+    log_lines: tuple[str, ...]  # may use {graph_gb}, {avail_gb}, {backend}, {flag}, {kv_dtype}, {weight_gb}, {mem_gb},
+    # {sm}
     description: str
     source: str
     when: Callable[[_Ctx], bool]
     phase_fraction: float = 0.1  # where inside the phase it strikes
     runtime_after_s: float = 0.0  # for decode-phase rows: seconds after the first decode
+
+
+def _requirement(rule: str) -> Callable[[_Ctx], bool]:
+    """A row that fires where the kernel requirement ``rule`` of grid/releases/checks.py ``RULES`` (stage
+    ``requirement``: release range, hardware predicate, settings) does, for the backends the server resolved: the
+    requirement is declared once there, and grid's pre-launch refusal and the twin's crash cannot disagree
+    (tests/twin/test_failure_rules_agree.py)."""
+    from grid.releases.checks import RULES
+
+    rules = [r for r in RULES if r.name == rule and r.stage == "requirement"]
+    if not rules:
+        raise KeyError(f"no requirement rule named {rule!r} in grid/releases/checks.py RULES")
+
+    def when(c: _Ctx) -> bool:
+        settings = {"attention_backend": c.cfg.attention_backend, "dsa_prefill_backend": c.perf.dsa_prefill_backend,
+                    "dsa_decode_backend": c.perf.dsa_decode_backend}
+        return any(r.refuses(settings, c.v, c.model, c.hw) is not None for r in rules)
+    return when
 
 
 _CAPTURE_HINT = (
@@ -135,14 +154,13 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         exit_code=1,
         log_lines=(
             "RuntimeError: FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA); "
-            "this device is sm_120.",
+            "this device is sm_{sm}.",
         ),
         description="fa3 needs Hopper's WGMMA/TMA; SM120 has none, so the fa3 DSA/attention backend dies at the "
         "first forward (graph capture or warm-up).",
         source="docs/sources.md#hardware-spec-sheets (FlashAttention-3/4 do not run on SM120); "
         "sgl-project/sglang#26087 backend list",
-        when=lambda c: c.hw.sm_version >= 100
-        and ("fa3" in c.dsa_backends() or c.cfg.attention_backend == "fa3"),
+        when=_requirement("fa3_needs_sm90"),
     ),
     _Row(
         id="dsa_aiter_cuda",
@@ -153,25 +171,7 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         description="aiter is AMD ROCm only; on an NVIDIA GPU the backend import fails during model init.",
         source="aiter in the DSA backend list, ROCm-only kernels "
                "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)",
-        when=lambda c: "aiter" in c.dsa_backends() or c.cfg.attention_backend == "aiter",
-        phase_fraction=0.0,
-    ),
-    _Row(
-        id="dsa_tilelang_fp8_cuda_rejected",
-        effect="startup_crash",
-        phase="init_distributed",
-        exit_code=1,
-        log_lines=(
-            "ValueError: The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on ROCm/HIP; "
-            "on CUDA they require a bfloat16 KV cache.",
-        ),
-        description="0.5.20 rejects tilelang with an fp8 KV cache on CUDA at argument checking (0.5.23 allows it "
-        "with both backends tilelang on SM>=89).",
-        source="docs/sources.md#sglang-server-arguments-and-defaults DSA 0.5.23 constraints; sgl-project/sglang#40286",
-        when=lambda c: c.model.dsa is not None
-        and "tilelang" in c.dsa_backends()
-        and c.perf.kv_cache_dtype.startswith("fp8")
-        and (0, 5, 20) <= c.v < (0, 5, 23),
+        when=_requirement("aiter_needs_rocm"),
         phase_fraction=0.0,
     ),
     _Row(
@@ -206,7 +206,7 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         "trtllm coherently.)",
         source="sgl-project/sglang#37105, #40558, flashinfer#5445 "
                "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes); the seed session for <0.5.12",
-        when=lambda c: c.dsa_sm120 and "trtllm" in c.dsa_backends() and c.v >= (0, 5, 12),
+        when=_requirement("trtllm_dsa_needs_sm100"),
     ),
     _Row(
         id="dsa_deep_gemm_unsupported_arch_sm120",
@@ -277,6 +277,7 @@ def find_failures(model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig, 
         "kv_dtype": perf.kv_cache_dtype,
         "flag": ctx.dsa_flag,
         "n_graphs": len(perf.cuda_graph_batch_sizes),
+        "sm": hardware.sm_version,
     }
     out: list[FailureMode] = []
     for row in FAILURE_TABLE:

@@ -53,9 +53,15 @@ def test_tilelang_bf16_works_fp8_garbled():
     assert _ids(dsa_prefill_backend="tilelang", dsa_decode_backend="tilelang", kv_cache_dtype="bfloat16") == {}
     f = _ids(dsa_prefill_backend="tilelang", dsa_decode_backend="tilelang", kv_cache_dtype="fp8_e4m3")
     assert f["dsa_fp8_kv_garbled_sm120"].effect == "nan_output"
-    g = _ids(dsa_prefill_backend="tilelang", dsa_decode_backend="tilelang", kv_cache_dtype="fp8_e4m3",
-             version="0.5.20")
-    assert "dsa_tilelang_fp8_cuda_rejected" in g
+    # SGLang 0.5.17-0.5.21 refuses tilelang with an fp8 KV cache on CUDA at argument checking: a launch rule
+    # (grid/releases/checks.py tilelang_fp8_cuda), not a failure row; 0.5.22 accepts both backends tilelang on SM >= 89
+    from grid.releases.checks import check_config
+
+    fp8 = {"dsa_prefill_backend": "tilelang", "dsa_decode_backend": "tilelang", "kv_cache_dtype": "fp8_e4m3"}
+    hw, glm = hardware("rtx_pro_6000_x8_vm"), model("glm5_nvfp4")
+    assert check_config(fp8, "0.5.20", glm, hw)[0].startswith("The tilelang DSA prefill/decode kernels only support")
+    assert check_config(fp8, "0.5.22", glm, hw) == []
+    assert "dsa_tilelang_fp8_cuda_rejected" not in _ids(**fp8, version="0.5.22")
 
 
 def test_trtllm_by_version():

@@ -1,0 +1,100 @@
+"""grid's pre-launch rules and the twin's failure table never disagree (issue: one home for each SGLang fact).
+
+Over every catalogued release x every hardware file x every configuration of the sweeps that vary attention and
+sparse-attention backends and the KV cache dtype:
+
+* a kernel requirement (grid/releases/checks.py ``RULES``, stage ``requirement``) refuses a configuration exactly where
+  its failure-table row (grid/twin/failures.py, derived from the rule) makes the twin crash;
+* no failure-table row restates a launch-time refusal of SGLang (a ``launch`` rule's message): those belong to the
+  rules, which the twin applies at launch as SGLang does, so a row could only fire where the rules, per release,
+  say SGLang accepts (the drift this test was written for: ``dsa_tilelang_fp8_cuda_rejected`` crashed tilelang with
+  an fp8 KV cache at 0.5.22, which SGLang 0.5.22 accepts on SM >= 89).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grid.config.specs import HardwareSpec, ModelSpec
+from grid.releases import catalog
+from grid.releases.checks import RULES, check_config
+from grid.releases.flags import parse_version, to_argv
+from grid.twin.configured import perf_model
+from grid.twin.failures import FAILURE_TABLE, find_failures
+
+ROOT = Path(__file__).resolve().parents[2]
+#: every requirement rule and the failure-table row that shows it on the twin
+LINKED = {"fa3_needs_sm90": "dsa_fa3_sm120", "aiter_needs_rocm": "dsa_aiter_cuda",
+          "trtllm_dsa_needs_sm100": "dsa_trtllm_unsupported_arch_sm120"}
+
+
+def _hardware() -> list[HardwareSpec]:
+    out = []
+    for path in sorted((ROOT / "conf" / "hardware").glob("*.yaml")):
+        hw = HardwareSpec.model_validate(yaml.safe_load(path.read_text()))
+        if not hw.is_cpu and hw.nodes == 1:  # the twin models GPUs; one node is what these rules read
+            out.append(hw)
+    return out
+
+
+def _configs() -> list[dict]:
+    """The nsa_backends sweep's 49 backend pairs with its base, plus the attention backends on a dense model's
+    defaults."""
+    sweep = yaml.safe_load((ROOT / "conf" / "sweep" / "nsa_backends.yaml").read_text())
+    base = sweep.get("base", {})
+    grid = sweep["grid"]
+    (k1, v1), (k2, v2) = list(grid.items())[:2]
+    return [{**base, k1: a, k2: b} for a in v1 for b in v2]
+
+
+MODELS = {name: ModelSpec.model_validate(yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text()))
+          for name in ("glm5_nvfp4", "llama3_1_8b")}
+RELEASES = [".".join(map(str, parse_version(r))) for r in catalog.releases()]
+
+
+def test_every_requirement_rule_has_its_row():
+    assert {r.name for r in RULES if r.stage == "requirement" and r.hardware[0].vendor != "cpu"} == set(LINKED)
+    assert set(LINKED.values()) <= {row.id for row in FAILURE_TABLE}
+
+
+def test_no_row_restates_a_launch_refusal():
+    launch = [r.message.split("{}")[0][:60] for r in RULES if r.stage == "launch"]
+    for row in FAILURE_TABLE:
+        for line in row.log_lines:
+            assert not any(m in line for m in launch), f"failure row {row.id} restates a launch rule: {line}"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_rules_and_the_failure_table_agree(release):
+    version = parse_version(release)
+    checked = 0
+    for hw in _hardware():
+        for model_name, settings_list in (("glm5_nvfp4", _configs()),
+                                          ("llama3_1_8b", [{"attention_backend": b, "tp_size": 1}
+                                                           for b in ("fa3", "aiter", "flashinfer", "triton")])):
+            model = MODELS[model_name]
+            for settings in settings_list:
+                settings = {**settings, "tp_size": settings.get("tp_size", hw.gpu_count)}
+                try:
+                    reasons = check_config(settings, version, model, hw)
+                except ValueError:
+                    continue
+                refused = {r.name for r in RULES if r.name in LINKED and r.refuses(settings, version, model, hw)}
+                if any(not any(r.message.split("{}")[0] in why for r in RULES if r.name in LINKED) for why in reasons):
+                    continue  # refused by SGLang's own argument checks: never launched, the twin refuses it too
+                perf = perf_model(model, hw, to_argv(settings, version), release)
+                if perf is None:
+                    continue
+                rows = {f.id for f in find_failures(model, hw, perf.cfg, perf)}
+                for rule, row in LINKED.items():
+                    assert (rule in refused) <= (row in rows), (release, hw.name, settings, rule, rows)
+                    explicit = {settings.get("attention_backend"), settings.get("dsa_prefill_backend"),
+                                settings.get("dsa_decode_backend")} - {None}
+                    resolved = {perf.cfg.attention_backend, perf.dsa_prefill_backend, perf.dsa_decode_backend}
+                    if row in rows and explicit >= (resolved - {None}):
+                        assert rule in refused, (release, hw.name, settings, row)
+                checked += 1
+    assert checked > 0
