@@ -259,7 +259,7 @@ def base_warnings(spec: RunSpec, best_settings: Mapping[str, Any] | None = None,
 #: Which known failure effects (grid/twin/failures.py) can produce which recorded trial error class.
 EFFECT_CLASSES: dict[str, set[str]] = {
     "nan_output": {"garbage_output", "nan_output", "empty_output"},
-    "startup_crash": {"startup_exit"},
+    "startup_crash": {"startup_exit", "startup_kv_pool"},
     "startup_oom": {"startup_oom", "startup_exit"},
     "startup_hang": {"startup_timeout", "server_hang"},
     "runtime_crash": {"server_crash"},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from grid.server.statuses import TrialErrorClass
+from grid.server.statuses import FAILURE_CLASS, TrialErrorClass
 
 _LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)(?P<prefix>[^\]]*)\]\s+(?P<kind>Prefill|Decode) batch"
                    r"(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
@@ -85,29 +85,15 @@ def error_headline(log_tail: str | None) -> str:
 
 
 # -- runtime errors in the server's log --------------------------------------------------------------------------------
-# (error class, pattern, source). Matched against the log the server writes while a load point runs (and the tail of a
-# failed trial); the earliest matching line names the class, since the first error is the cause and later ones (an
-# NCCL error on the other ranks after one rank's OOM, the SIGQUIT line) are its consequences.
-RUNTIME_ERRORS: tuple[tuple[TrialErrorClass, re.Pattern[str], str], ...] = (
-    ("runtime_oom", re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory"),
-     "PyTorch's CUDA caching allocator raises torch.OutOfMemoryError (torch.cuda.OutOfMemoryError before 2.5) "
-     "'CUDA out of memory. Tried to allocate ...'; SGLang logs it as 'Scheduler hit an exception' "
-     "(sgl-project/sglang#435: requests hang after a CUDA OOM in the scheduler)"),
-    ("runtime_oom", re.compile(r"\b(?:Decode|Prefill) out of memory\b"),
-     "SGLang's KV-cache allocator: 'RuntimeError: Decode out of memory. Try to lower your batch size.' "
-     "(sgl-project/sglang#4602)"),
-    ("nccl_error", re.compile(r"NCCL error|\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b|"
-                              r"Watchdog caught collective operation timeout"),
-     "torch.distributed: 'torch.distributed.DistBackendError: NCCL error in: .../NCCLUtils.hpp' and "
-     "'ncclUnhandledCudaError: Call to CUDA function failed.' (NVIDIA/nccl#1410, vllm-project/vllm#7896); "
-     "ProcessGroupNCCL's 'Watchdog caught collective operation timeout' (sgl-project/sglang#3784)"),
-    ("cuda_error", re.compile(r"CUDA error: |device-side assert triggered"),
-     "PyTorch's C10_CUDA_CHECK: 'RuntimeError: CUDA error: an illegal memory access was encountered' "
-     "(sgl-project/sglang#4188: 'CUDA error: an illegal instruction was encountered' under load)"),
-    ("nan_output", re.compile(r"NaN in the logits|probability tensor contains either `?inf`?, `?nan`?"),
-     "SGLang's sampler with --enable-nan-detection: 'Detected errors during sampling! NaN in the logits.'; "
-     "torch.multinomial: 'probability tensor contains either `inf`, `nan` or element < 0'"),
-)
+#: The classes a server's log decides during load, in the order a line is tried against them (grid/server/statuses.py
+#: FAILURE_CLASSES holds their wordings and sources).
+RUNTIME_CLASSES: tuple[TrialErrorClass, ...] = ("runtime_oom", "nccl_error", "cuda_error", "nan_output")
+#: (error class, pattern, source) of every wording of :data:`RUNTIME_CLASSES`. Matched against the log the server
+#: writes while a load point runs (and the tail of a failed trial); the earliest matching line names the class, since
+#: the first error is the cause and later ones (an NCCL error on the other ranks after one rank's OOM, the SIGQUIT
+#: line) are its consequences.
+RUNTIME_ERRORS: tuple[tuple[TrialErrorClass, re.Pattern[str], str], ...] = tuple(
+    (name, w.regex, w.source) for name in RUNTIME_CLASSES for w in FAILURE_CLASS[name].wordings)
 #: The runtime classes after which the configuration's output is wrong rather than its server broken (``invalid``).
 OUTPUT_ERROR_CLASSES = frozenset({"nan_output"})
 

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from grid.server.net import urlopen
-from grid.server.statuses import ProbeStatus, TrialErrorClass
+from grid.server.statuses import FAILURE_CLASS, ProbeStatus, TrialErrorClass
 
 # Completion-style prompts (no chat template), as SGLang's own warm-up request: "The capital city of France is".
 PROBES: tuple[tuple[str, str], ...] = (
@@ -23,7 +23,9 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("Question: What is 2+2? Answer with a number only.\nAnswer:", "4"),
     ("The chemical symbol for gold is", "au"),
 )
-NAN_LOG = re.compile(r"NaN in the logits|probability tensor contains either `?inf`?, `?nan`?", re.IGNORECASE)
+_NAN = FAILURE_CLASS["nan_output"].pattern()  # its wordings and sources: grid/server/statuses.py
+assert _NAN is not None
+NAN_LOG: re.Pattern[str] = _NAN
 
 
 #: Characters of a server's error body kept in a failure message.

@@ -21,7 +21,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -31,17 +30,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grid.releases.devices import exit_meaning
-from grid.server.statuses import TrialErrorClass
+from grid.server.statuses import STARTUP_LOG_CLASSES, TrialErrorClass, log_class
 
 RUN_ID_ENV = "GRID_RUN_ID"                  # the run-id marker in every server's environment
 REGISTRY_ENV = "GRID_PROCESS_REGISTRY"      # where ManagedServer records the groups it starts (a directory)
 
-OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|Capture cuda graph failed", re.IGNORECASE)
-BIND_PATTERNS = re.compile(r"error while attempting to bind on address|address already in use", re.IGNORECASE)
 
 
 class StartupError(RuntimeError):
-    """The server did not become ready. ``error_class``: startup_exit | startup_oom | startup_timeout | port_in_use."""
+    """The server did not become ready. ``error_class``: startup_exit | startup_oom | startup_kv_pool |
+    startup_timeout | port_in_use."""
 
     def __init__(self, error_class: TrialErrorClass, message: str, exit_code: int | None = None,
                  log_tail: str = "") -> None:
@@ -290,16 +288,17 @@ class ManagedServer:
         return (time.perf_counter_ns() - self._t0_perf_ns) / 1e9 * self.time_scale
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.05, path: str = "/health_generate") -> ReadyInfo:
-        """Poll until ``path`` answers 200. ``timeout_s`` is modelled. Raises ``StartupError``: ``startup_oom`` (the
-        process exited and its log shows a CUDA OOM), ``startup_exit`` (it exited otherwise), ``port_in_use`` (it
-        exited failing to bind its port), ``startup_timeout`` (the group is stopped before raising)."""
+        """Poll until ``path`` answers 200. ``timeout_s`` is modelled. Raises ``StartupError``: when the process
+        exited, the first of ``STARTUP_LOG_CLASSES`` whose wordings its log shows (``startup_kv_pool``: no room for a
+        KV pool, ``startup_oom``: a CUDA OOM, ``port_in_use``: it failed to bind its port; grid/server/statuses.py),
+        else ``startup_exit``; ``startup_timeout`` when it is not ready in time (the group is stopped before
+        raising)."""
         info = ReadyInfo(startup_s=0.0)
         while True:
             if not self.alive():
                 code = self.exit_code()
                 tail = self.log_tail()
-                cls: TrialErrorClass = ("startup_oom" if OOM_PATTERNS.search(tail) else
-                       "port_in_use" if BIND_PATTERNS.search(tail) else "startup_exit")
+                cls: TrialErrorClass = log_class(tail, STARTUP_LOG_CLASSES) or "startup_exit"
                 self.stop(1.0)
                 meaning = exit_meaning(code)
                 raise StartupError(cls, f"server exited with code {code} before it was ready"

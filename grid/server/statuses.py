@@ -1,13 +1,19 @@
 """Every status and error class grid stores, as ``Literal`` types for the code that produces them (the trial
 boundary in grid/server/handle.py, the probe, the process, the log patterns, the trial's verdict in
-grid/sweep/measure.py). What each value means is the table of grid/storage/vocabulary.py (docs/schema.md shows it);
-tests/storage/test_vocabulary_types.py checks that each type lists exactly the values of its column there, in
-order. The types are written out, not computed from the table, so that a type checker reads them; they sit in
-grid.server, below grid.storage, so that the server's modules may use them (the package layers in pyproject.toml).
+grid/sweep/measure.py), and each trial error class declared once (:data:`FAILURE_CLASSES`: status, phase, meaning,
+its wordings in a server's log with their sources). What each value means is the table of grid/storage/vocabulary.py
+(docs/schema.md shows it; the trial error classes' rows come from here); tests/storage/test_vocabulary_types.py checks
+that each type lists exactly the values of its column there, in order. The types are written out, not computed from
+the table, so that a type checker reads them; they sit in grid.server, below grid.storage, so that the server's
+modules may use them (the package layers in pyproject.toml).
+
+Adding a failure class: one :class:`FailureClass` entry (and its name in ``TrialErrorClass``, which a test checks);
+``python -m grid.storage.vocabulary`` then rewrites docs/schema.md.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,10 +22,10 @@ RequestErrorClass = Literal["http_error", "conn_error", "read_timeout", "stall_t
                             "decode_error", "truncated_stream", "empty_output", "client_error"]
 PointStatus = Literal["ok", "partial", "failed", "not_run"]
 TrialStatus = Literal["ok", "failed", "invalid", "skipped"]
-TrialErrorClass = Literal["refused", "startup_exit", "startup_oom", "startup_timeout", "probe_error", "garbage_output",
-                          "empty_output", "nan_output", "server_crash", "server_hang", "server_broken", "runtime_oom",
-                          "nccl_error", "cuda_error", "all_points_failed", "external_unreachable", "env_dirty",
-                          "port_in_use", "actor_lost", "node_lost"]
+TrialErrorClass = Literal["refused", "startup_exit", "startup_oom", "startup_kv_pool", "startup_timeout", "probe_error",
+                          "garbage_output", "empty_output", "nan_output", "server_crash", "server_hang",
+                          "server_broken", "runtime_oom", "nccl_error", "cuda_error", "all_points_failed",
+                          "external_unreachable", "env_dirty", "port_in_use", "actor_lost", "node_lost"]
 #: ``probe_status``: the correctness probe passed, failed, or was not sent (``probe.enabled=false``).
 ProbeStatus = Literal["passed", "failed", "skipped"]
 
@@ -42,33 +48,166 @@ class TrialClass:
         return self.status != "skipped"
 
 
-#: Every trial error class with its status and phase: the one place the code maps a class to a status (the
-#: session, the trial's verdict, the lost-actor and lost-node paths) and the report reads a class's phase.
-#: docs/schema.md shows both beside each class's meaning (grid/storage/vocabulary.py); tests/storage/
-#: test_vocabulary_types.py checks that this table lists exactly the ``TrialErrorClass`` values and that each
-#: meaning there starts with this status.
-TRIAL_CLASSES: dict[TrialErrorClass, TrialClass] = {
-    "refused": TrialClass("invalid", "before_launch"),
-    "startup_exit": TrialClass("failed", "startup"),
-    "startup_oom": TrialClass("failed", "startup"),
-    "startup_timeout": TrialClass("failed", "startup"),
-    "probe_error": TrialClass("failed", "probe"),
-    "garbage_output": TrialClass("invalid", "probe"),
-    "empty_output": TrialClass("invalid", "probe"),
-    "nan_output": TrialClass("invalid", "probe"),         # NaN in the logits: at the probe, or noticed during load
-    "server_crash": TrialClass("failed", "load"),
-    "server_hang": TrialClass("failed", "load"),
-    "server_broken": TrialClass("failed", "load"),
-    "runtime_oom": TrialClass("failed", "load"),
-    "nccl_error": TrialClass("failed", "load"),
-    "cuda_error": TrialClass("failed", "load"),
-    "all_points_failed": TrialClass("failed", "load"),
-    "external_unreachable": TrialClass("failed", "startup"),
-    "env_dirty": TrialClass("skipped", "before_launch"),
-    "port_in_use": TrialClass("skipped", "startup"),
-    "actor_lost": TrialClass("skipped", "load"),
-    "node_lost": TrialClass("skipped", "load"),
-}
+@dataclass(frozen=True)
+class Wording:
+    """One way a server's log says a failure: ``pattern`` (a regular expression, case-insensitive unless it says
+    otherwise), ``example`` (a line as the server writes it, which the pattern matches: the tests check it, and the
+    twin's fault injector writes it) and ``source`` (the file of the server that writes it, or the issue that shows
+    it)."""
+
+    pattern: str
+    example: str
+    source: str
+    ignore_case: bool = True
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0)
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """One trial error class, declared once: its ``trial_status``, the phase that decides it, what it means (the
+    text docs/schema.md shows after the status), and every wording of it in a server's log (``wordings``; empty for a
+    class decided otherwise). :data:`TRIAL_CLASSES`, the vocabulary table (grid/storage/vocabulary.py), the log
+    classifiers (:func:`log_class`; grid/server/logparse.py ``RUNTIME_ERRORS``, grid/server/process.py, the probe's
+    NaN check) and the twin's fault lines derive from it."""
+
+    name: TrialErrorClass
+    status: TrialStatus
+    phase: Phase
+    meaning: str
+    wordings: tuple[Wording, ...] = ()
+
+    @property
+    def charged(self) -> bool:
+        return self.status != "skipped"
+
+    def pattern(self) -> re.Pattern[str] | None:
+        """One expression matching any of the class's wordings (None for a class without wordings)."""
+        if not self.wordings:
+            return None
+        return re.compile("|".join(f"(?{'i' if w.ignore_case else ''}:{w.pattern})" for w in self.wordings))
+
+    def matches(self, text: str) -> bool:
+        pattern = self.pattern()
+        return pattern is not None and pattern.search(text) is not None
+
+
+_TORCH_OOM = Wording(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory",
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                     "capacity of 79.19 GiB of which 1.06 GiB is free.",
+                     "PyTorch's CUDA caching allocator raises torch.OutOfMemoryError (torch.cuda.OutOfMemoryError "
+                     "before 2.5) 'CUDA out of memory. Tried to allocate ...'; SGLang logs it as 'Scheduler hit an "
+                     "exception' (sgl-project/sglang#435: requests hang after a CUDA OOM in the scheduler)",
+                     ignore_case=False)
+
+#: Every trial error class, in the order of ``TrialErrorClass`` (tests/storage/test_vocabulary_types.py checks it).
+FAILURE_CLASSES: tuple[FailureClass, ...] = (
+    FailureClass("refused", "invalid", "before_launch", "the installed SGLang would refuse this configuration (flag, "
+                 "choice or combination); nothing launched"),
+    FailureClass("startup_exit", "failed", "startup", "the server exited before it was ready"),
+    FailureClass("startup_oom", "failed", "startup", "the server exited before ready with a CUDA out of memory in "
+                 "its log: what was allocated at start (weights, KV pool, CUDA graphs) did not fit; lower "
+                 "mem_fraction_static or cuda_graph_max_bs, or use more GPUs",
+                 (_TORCH_OOM,
+                  Wording(r"out of memory|OutOfMemoryError", "RuntimeError: CUDA error: out of memory",
+                          "the CUDA runtime's cudaErrorMemoryAllocation text, as torch raises it"),
+                  Wording(r"Capture cuda graph failed", "Exception: Capture cuda graph failed: CUDA out of memory.",
+                          "SGLang cuda_graph_runner.py CUDA_GRAPH_CAPTURE_FAILED_MSG (0.5.9); sgl-project/sglang#4489"))),
+    FailureClass("startup_kv_pool", "failed", "startup", "the server exited before ready because no KV cache fits: "
+                 "after the weights (and CUDA graphs) the memory fraction left nothing for the pool; raise "
+                 "mem_fraction_static (vLLM: gpu_memory_utilization), or use more GPUs or a smaller model. The other "
+                 "end of the same memory budget from startup_oom, where the fraction is too high",
+                 (Wording(r"Not enough memory\. Please try to increase --mem-fraction-static",
+                          "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current "
+                          "value: mem_fraction_static=0.5",
+                          "SGLang 0.5.9 srt/model_executor/model_runner_kv_cache_mixin.py, 0.5.23 "
+                          "srt/model_executor/pool_configurator.py (max_total_num_tokens <= 0); sgl-project/sglang#322",
+                          ignore_case=False),
+                  Wording(r"No available memory for the cache blocks",
+                          "ValueError: No available memory for the cache blocks. Try increasing "
+                          "`gpu_memory_utilization` when initializing the engine.",
+                          "vLLM vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory; vllm-project/vllm#27508",
+                          ignore_case=False))),
+    FailureClass("startup_timeout", "failed", "startup", "not ready within `engine.startup_timeout_s`"),
+    FailureClass("probe_error", "failed", "probe", "the correctness probe's requests failed"),
+    FailureClass("garbage_output", "invalid", "probe", "the probe's answers are garbage (one token repeated, not "
+                 "text, none correct)"),
+    FailureClass("empty_output", "invalid", "probe", "a probe answer was empty"),
+    FailureClass("nan_output", "invalid", "probe", "the server logged NaN in the logits (at the probe or during load)",
+                 (Wording(r"NaN in the logits", "Detected errors during sampling! NaN in the logits.",
+                          "SGLang's sampler with --enable-nan-detection (srt/layers/sampler.py)"),
+                  Wording(r"probability tensor contains either `?inf`?, `?nan`?",
+                          "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+                          "torch.multinomial's check of its input"))),
+    FailureClass("server_crash", "failed", "load", "the server process exited during a load point (exit code in the "
+                 "message)"),
+    FailureClass("server_hang", "failed", "load", "the process lives but produced no token, neither for the load "
+                 "point's requests nor for a short check request sent after it (or for the probe); the message names "
+                 "the timeout that fired"),
+    FailureClass("server_broken", "failed", "load", "the process lives but requests of a load point failed fast "
+                 "(reset, HTTP 5xx or 429, an error in the stream) and so did the check request after it"),
+    FailureClass("runtime_oom", "failed", "load", "the server broke under load (exit, hang or failed check) and its "
+                 "log shows a CUDA out of memory (or SGLang's 'Decode/Prefill out of memory')",
+                 (_TORCH_OOM,
+                  Wording(r"\b(?:Decode|Prefill) out of memory\b",
+                          "RuntimeError: Decode out of memory. Try to lower your batch size.",
+                          "SGLang's KV-cache allocator (sgl-project/sglang#4602)", ignore_case=False))),
+    FailureClass("nccl_error", "failed", "load", "as runtime_oom, with an NCCL error or a collective timeout in the "
+                 "log",
+                 (Wording(r"NCCL error|\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b",
+                          "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                          "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+                          "version 2.21.5",
+                          "torch.distributed: 'torch.distributed.DistBackendError: NCCL error in: "
+                          ".../NCCLUtils.hpp' and 'ncclUnhandledCudaError: Call to CUDA function failed.' "
+                          "(NVIDIA/nccl#1410, vllm-project/vllm#7896)", ignore_case=False),
+                  Wording(r"Watchdog caught collective operation timeout",
+                          "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+                          "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+                          "ProcessGroupNCCL (sgl-project/sglang#3784)", ignore_case=False))),
+    FailureClass("cuda_error", "failed", "load", "as runtime_oom, with a CUDA error (illegal memory access, "
+                 "device-side assert) in the log",
+                 (Wording(r"CUDA error: |device-side assert triggered",
+                          "RuntimeError: CUDA error: an illegal memory access was encountered",
+                          "PyTorch's C10_CUDA_CHECK (sgl-project/sglang#4188: 'CUDA error: an illegal instruction was "
+                          "encountered' under load)", ignore_case=False),)),
+    FailureClass("all_points_failed", "failed", "load", "every load point failed on a server that still answered "
+                 "(else the point's request class, e.g. stall_timeout when the timeout is shorter than the TTFT)"),
+    FailureClass("external_unreachable", "failed", "startup", "an external server (engine=openai) did not answer "
+                 "its readiness paths within `engine.startup_timeout_s`"),
+    FailureClass("env_dirty", "skipped", "before_launch", "the node was not clean (a process of the last server "
+                 "left, its port held, GPU memory not freed); nothing launched"),
+    FailureClass("port_in_use", "skipped", "startup", "every port tried was taken at launch",
+                 (Wording(r"error while attempting to bind on address|address already in use",
+                          "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
+                          "address already in use",
+                          "uvicorn's bind error (SGLang's HTTP server); sgl-project/sglang#9799"),)),
+    FailureClass("actor_lost", "skipped", "load", "the Ray actor that owns the node's server died (killed, its "
+                 "worker crashed, its node was lost); points measured before are kept, the configuration runs again"),
+    FailureClass("node_lost", "skipped", "load", "the Ray node the trial ran on left the cluster mid-trial (the "
+                 "trial, the node's actor and its server went with it); every point not_run, the configuration runs "
+                 "again on another node"),
+)
+FAILURE_CLASS: dict[str, FailureClass] = {c.name: c for c in FAILURE_CLASSES}
+
+#: Every trial error class with its status and phase (from :data:`FAILURE_CLASSES`): the one map the code uses from a
+#: class to its status (the session, the trial's verdict, the lost-actor and lost-node paths) and the report reads
+#: a class's phase.
+TRIAL_CLASSES: dict[TrialErrorClass, TrialClass] = {c.name: TrialClass(c.status, c.phase) for c in FAILURE_CLASSES}
+
+#: The classes a server's log decides at start, in the order they are tried (the first that matches names a start
+#: that failed; none: ``startup_exit``).
+STARTUP_LOG_CLASSES: tuple[TrialErrorClass, ...] = ("startup_kv_pool", "startup_oom", "port_in_use")
+
+
+def log_class(text: str, classes: tuple[TrialErrorClass, ...]) -> TrialErrorClass | None:
+    """The first of ``classes`` whose wordings occur in ``text`` (a log tail), or None."""
+    for name in classes:
+        if FAILURE_CLASS[name].matches(text):
+            return name
+    return None
 
 
 def status_of(error_class: str | None) -> TrialStatus:

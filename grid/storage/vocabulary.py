@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from grid.server.statuses import (
+    FAILURE_CLASS,
+    FAILURE_CLASSES,
     TRIAL_CLASSES,
     PointStatus,
     RequestErrorClass,
@@ -19,7 +21,8 @@ from grid.server.statuses import (
     TrialStatus,
 )
 
-#: (column, value, meaning). Statuses first, then classes; ``trial_error_class`` of a trial whose every load point
+#: (column, value, meaning). Statuses first, then classes (the trial error classes from grid/server/statuses.py
+#: ``FAILURE_CLASSES``); ``trial_error_class`` of a trial whose every load point
 #: failed on a healthy server is the load point's ``error_class`` (a request class), or ``all_points_failed``.
 VOCABULARY: tuple[tuple[str, str, str], ...] = (
     # requests.status / error_class
@@ -63,52 +66,7 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
                                             "(probe, or NaN in the logits during load); never ranked"),
     ("load_points.trial_status", "skipped", "an infrastructure problem, never charged to the configuration; run "
                                             "again on resume"),
-    # load_points.trial_error_class
-    ("load_points.trial_error_class", "refused", "invalid: the installed SGLang would refuse this configuration "
-                                                 "(flag, choice or combination); nothing launched"),
-    ("load_points.trial_error_class", "startup_exit", "failed: the server exited before it was ready"),
-    ("load_points.trial_error_class", "startup_oom", "failed: the server exited before ready with a CUDA out of "
-                                                     "memory in its log"),
-    ("load_points.trial_error_class", "startup_timeout", "failed: not ready within `engine.startup_timeout_s`"),
-    ("load_points.trial_error_class", "probe_error", "failed: the correctness probe's requests failed"),
-    ("load_points.trial_error_class", "garbage_output", "invalid: the probe's answers are garbage (one token "
-                                                        "repeated, not text, none correct)"),
-    ("load_points.trial_error_class", "empty_output", "invalid: a probe answer was empty"),
-    ("load_points.trial_error_class", "nan_output", "invalid: the server logged NaN in the logits (at the probe or "
-                                                    "during load)"),
-    ("load_points.trial_error_class", "server_crash", "failed: the server process exited during a load point (exit "
-                                                      "code in the message)"),
-    ("load_points.trial_error_class", "server_hang", "failed: the process lives but produced no token, neither for "
-                                                     "the load point's requests nor for a short check request sent "
-                                                     "after it (or for the probe); the message names the timeout "
-                                                     "that fired"),
-    ("load_points.trial_error_class", "server_broken", "failed: the process lives but requests of a load point "
-                                                       "failed fast (reset, HTTP 5xx or 429, an error in the stream) "
-                                                       "and so did the check request after it"),
-    ("load_points.trial_error_class", "runtime_oom", "failed: the server broke under load (exit, hang or failed "
-                                                     "check) and its log shows a CUDA out of memory (or SGLang's "
-                                                     "'Decode/Prefill out of memory')"),
-    ("load_points.trial_error_class", "nccl_error", "failed: as runtime_oom, with an NCCL error or a collective "
-                                                    "timeout in the log"),
-    ("load_points.trial_error_class", "cuda_error", "failed: as runtime_oom, with a CUDA error (illegal memory "
-                                                    "access, device-side assert) in the log"),
-    ("load_points.trial_error_class", "all_points_failed", "failed: every load point failed on a server that still "
-                                                           "answered (else the point's request class, e.g. "
-                                                           "stall_timeout when the timeout is shorter than the TTFT)"),
-    ("load_points.trial_error_class", "external_unreachable", "failed: an external server (engine=openai) did not "
-                                                              "answer its readiness paths within "
-                                                              "`engine.startup_timeout_s`"),
-    ("load_points.trial_error_class", "env_dirty", "skipped: the node was not clean (a process of the last server "
-                                                   "left, its port held, GPU memory not freed); nothing launched"),
-    ("load_points.trial_error_class", "port_in_use", "skipped: every port tried was taken at launch"),
-    ("load_points.trial_error_class", "actor_lost", "skipped: the Ray actor that owns the node's server died "
-                                                    "(killed, its worker crashed, its node was lost); points measured "
-                                                    "before are kept, the configuration runs again"),
-    ("load_points.trial_error_class", "node_lost", "skipped: the Ray node the trial ran on left the cluster "
-                                                   "mid-trial (the trial, the node's actor and its server went with "
-                                                   "it); every point not_run, the configuration runs again on another "
-                                                   "node"),
-)
+) + tuple(("load_points.trial_error_class", c.name, f"{c.status}: {c.meaning}") for c in FAILURE_CLASSES)
 
 
 def describe_vocabulary() -> str:
@@ -121,6 +79,9 @@ def describe_vocabulary() -> str:
         if col == "load_points.trial_error_class":
             known = TRIAL_CLASSES[value]  # type: ignore[index]
             meaning += f" (phase: {known.phase}; {'charged to the configuration' if known.charged else 'not charged'})"
+            wordings = FAILURE_CLASS[value].wordings
+            if wordings:
+                meaning += "; in the log: " + "; ".join(f"`{w.example}` ({w.source})" for w in wordings)
         out.append(f"| `{col}` | `{value}` | {meaning.replace('|', chr(92) + '|')} |")
     return "\n".join(out) + "\n"
 

@@ -236,9 +236,7 @@ def write_schema_doc() -> None:
 def test_schema_doc_is_current():
     path = _schema_doc_path()
     assert path.exists(), "docs/schema.md is missing: run write_schema_doc()"
-    assert path.read_text() == schema_doc(), (
-        "docs/schema.md is stale: python -c 'from tests.storage.test_schema import write_schema_doc; "
-        "write_schema_doc()'")
+    assert path.read_text() == schema_doc(), "docs/schema.md is stale: python -m tests.storage.test_schema rewrites it"
 
 
 def test_read_table_reads_only_the_columns_asked_for(tmp_path):
@@ -256,3 +254,7 @@ def test_read_table_reads_only_the_columns_asked_for(tmp_path):
                              {"config_hash": "b", "status": "failed", "ttft_ms": 12.5}]
     with pytest.raises(KeyError):
         read_table(tmp_path, "requests", ["no_such_column"])
+
+
+if __name__ == "__main__":  # python -m tests.storage.test_schema: rewrite docs/schema.md (docs/architecture.md)
+    write_schema_doc()

@@ -67,7 +67,10 @@ def test_failed_start_records_not_run_points(tmp_path):
     plan, rows, reported = run_one(spec)
     assert reported == []
     assert [r["status"] for r in rows] == ["not_run", "not_run"]
-    assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] in ("startup_exit", "startup_oom")
+    # 0.1 of the GPU leaves no room for a KV pool: SGLang's "Not enough memory. Please try to increase
+    # --mem-fraction-static." (the twin's kv_pool_not_enough_memory row), its own class, not a crash or an OOM
+    assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] == "startup_kv_pool"
+    assert "Not enough memory. Please try to increase --mem-fraction-static" in rows[0]["log_tail"]
     assert rows[0]["log_tail"] and rows[0]["output_tok_per_s"] is None
     t = pq.read_table(tmp_path / "parquet" / "load_points" / f"{plan.config_hash}.parquet")
     assert t.num_rows == 2
