@@ -22,7 +22,7 @@ The sweep is conf/sweep/cpu_serving.yaml with ``search=exhaustive``: four config
 5. the report's launch command is the one grid launched, less ``--port``.
 
 Run: ``experiments/real_server/setup_sglang_cpu.sh 0.5.23``, paste its three ``export`` lines, then
-``python -m pytest -m real_sglang`` (about 8 minutes on 2 cores).
+``python -m pytest -m real_sglang`` (7-8 minutes on 2 idle cores, the conformance test included).
 """
 
 from __future__ import annotations
