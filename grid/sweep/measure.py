@@ -180,11 +180,14 @@ def server_failures(records: Sequence[RequestRecord]) -> list[RequestRecord]:
                                                                              or r.http_status == 429)))]
 
 
-def check_request(target: Target, vocab_size: int, seed: int) -> RequestRecord:
+def check_request(target: Target, vocab_size: int, seed: int, form: PromptForm | None = None) -> RequestRecord:
     """Send one short request (``CHECK_INPUT_TOKENS`` in, ``CHECK_OUTPUT_TOKENS`` out) and return its record; it
-    fails with ``stall_timeout`` when no token comes within ``CHECK_TIMEOUT_S`` modelled seconds."""
+    fails with ``stall_timeout`` when no token comes within ``CHECK_TIMEOUT_S`` modelled seconds. The prompt is built
+    in the run's ``form`` (text for the chat API, which refuses token ids), else as token ids in
+    ``[0, vocab_size)``."""
     timeout = max(CHECK_TIMEOUT_S / target.time_scale, CHECK_MIN_REAL_S)
-    prompts = random_prompts(1, CHECK_INPUT_TOKENS, CHECK_OUTPUT_TOKENS, 1.0, vocab_size, seed)
+    prompts = (form.random(1, CHECK_INPUT_TOKENS, CHECK_OUTPUT_TOKENS, 1.0, seed) if form is not None
+               else random_prompts(1, CHECK_INPUT_TOKENS, CHECK_OUTPUT_TOKENS, 1.0, vocab_size, seed))
     outcome = run_load_point_sync(target, LoadPoint("concurrency", 1, 1), prompts, read_timeout_s=timeout,
                                   stall_timeout_s=timeout)
     return outcome.records[0]
@@ -295,14 +298,15 @@ class _Health:
 
 
 def _judge_server(server: ServerHandle, target: Target, vocab_size: int, seed: int, index: int,
-                  records: list[RequestRecord], log_offset: int, fired: str | None) -> _Health:
+                  records: list[RequestRecord], log_offset: int, fired: str | None,
+                  form: PromptForm | None = None) -> _Health:
     """After load point ``index``: read what the server logged meanwhile, send the check request when requests
     failed from the server or it logged a runtime error, and judge (:func:`broken_verdict`)."""
     failed = server_failures(records)
     check = None
     runtime = runtime_error(server.read_log(log_offset))
     if (failed or runtime is not None) and server.alive():
-        check = check_request(target, vocab_size, seed)
+        check = check_request(target, vocab_size, seed, form)
         if check.status != "ok" and server.alive():
             server.wait_exit(EXIT_SETTLE_S)  # a crash surfaces to the client before the exit is recorded
         runtime = runtime_error(server.read_log(log_offset))  # the error may be logged after the requests failed
@@ -509,7 +513,7 @@ def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] |
                       row.get(levels.metric) if levels.metric else None)
         if measured.failure is not None:
             point_errors.append(measured.failure)
-        verdict, stopped = classify_fault(trial, index, point, row, measured, verdict, timeouts)
+        verdict, stopped = classify_fault(trial, index, point, row, measured, verdict, timeouts, form)
         row.update(verdict.columns())  # the verdict so far (a crash or hang found at this point included)
         rows.append(row)
         if on_point is not None:
@@ -570,13 +574,14 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
 
 
 def classify_fault(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], measured: PointRun,
-                   verdict: TrialVerdict, timeouts: TimeoutNotes) -> tuple[TrialVerdict, str | None]:
+                   verdict: TrialVerdict, timeouts: TimeoutNotes,
+                   form: PromptForm | None = None) -> tuple[TrialVerdict, str | None]:
     """Judge the server after load point ``index`` (:func:`broken_verdict`: a crash, a hang, NaN, a server that
     stopped serving) and add the timeout notes. Returns the verdict after the point and, when the server broke, its
     class (the remaining points are not run)."""
     load = trial.plan.load
     health = _judge_server(trial.server, trial.target, trial.spec.model.vocab_size, point.seed + 7919, index,
-                           measured.records, measured.log_offset, measured.fired)
+                           measured.records, measured.log_offset, measured.fired, form)
     timeouts.longest_wait_ms = max(timeouts.longest_wait_ms, _longest_wait_ms(measured.summary))
     notes = []
     note = timeout_run_note(level_name(row), measured.fired, health.check_ttft_ms if health.broken is None else None,
