@@ -96,8 +96,8 @@ class SGLangEngine(Engine):
         model, version = self.spec.model, parse_version(self.version())
         vendor = self.spec.hardware.vendor
         argv = [self.spec.engine.python, "-m", "sglang.launch_server", "--model-path", str(model.path)]
-        argv += to_argv(trial.settings, version) + launch_args(vendor, version) + self.common_args(port)
-        device_env = launch_env(vendor, version)
+        argv += to_argv(trial.settings, version) + launch_args(vendor) + self.common_args(port)
+        device_env = launch_env(vendor)
         return LaunchPlan(argv, {**device_env, **self.spec.engine.env}, self.spec.engine.host, port, 1.0, 1.0,
                           command_env=device_env)
 

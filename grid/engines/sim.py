@@ -14,6 +14,7 @@ from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import Engine, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
+from grid.releases.checks import twin_hardware_refusal
 from grid.releases.flags import parse_version, to_argv
 
 
@@ -25,12 +26,11 @@ class SimEngine(Engine):
 
     @classmethod
     def check_spec(cls, spec: RunSpec) -> None:
-        """The twin models GPUs: a CPU host (``hardware.vendor: cpu``) is refused before anything launches (rule
-        ``twin_cpu_host`` of grid/releases/checks.py says why). Raises ``ConfigError`` naming the key."""
-        if spec.hardware.is_cpu:
-            raise ConfigError(f"hardware={spec.hardware.name}: the twin (engine=sim) does not model serving on a CPU "
-                              "host; serve it with real SGLang (engine=sglang, README 'Works with') or pick a GPU "
-                              "hardware file")
+        """The twin models GPUs: a CPU host (``hardware.vendor: cpu``) is refused before anything launches, with the
+        reason of rule ``twin_cpu_host`` (grid/releases/checks.py). Raises ``ConfigError`` naming the key."""
+        why = twin_hardware_refusal(spec.hardware)
+        if why is not None:
+            raise ConfigError(f"hardware={spec.hardware.name}: {why} (engine=sim is the twin; README 'Works with')")
 
     def version(self) -> str:
         return self.spec.engine.version or "0.5.9"

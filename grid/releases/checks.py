@@ -543,6 +543,13 @@ def device_name(hardware: Any) -> str:
     return f"{name} (SM{getattr(hardware, 'sm_version', '?')})"
 
 
+def twin_hardware_refusal(hardware: Any) -> str | None:
+    """Why the twin cannot play ``hardware`` at all, whatever the settings (rule ``twin_cpu_host``: a CPU host), or
+    None. The one place the fact lives: the sim engine's config check and the twin's performance model ask it."""
+    rule = next(r for r in RULES if r.name == "twin_cpu_host")
+    return rule.refuses({}, parse_version(rule.since), None, hardware)
+
+
 def refuse(engine: Any, trial: Any) -> str | None:
     """``Engine.refuse`` for engines that launch SGLang (or its twin): the first reason, prefixed with the version.
 

@@ -21,6 +21,8 @@ ENGINE_WORDS = {
     "sglang": "real SGLang servers (measured on the GPUs)",
     "openai": "an already running OpenAI-compatible server (measured)",
 }
+#: The same where the hardware is the host CPU (``hardware.vendor: cpu``).
+ENGINE_WORDS_CPU = {"sglang": "real SGLang servers (measured on the host CPU, SGLang's --device cpu)"}
 
 
 def _levels(values: Sequence[float]) -> str:
@@ -95,7 +97,7 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     words = ENGINE_WORDS.get(engine, engine)
     if hw.is_cpu:
         hardware = f"Hardware: {hw.name}: the host CPU, {hw.gpu} ({hw.cpu_cores} cores, {hw.memory_gb:g} GB memory)"
-        words = words.replace("on the GPUs", "on the host CPU, SGLang's --device cpu")
+        words = ENGINE_WORDS_CPU.get(engine, words)
     else:
         hardware = (f"Hardware: {hw.name}: {f'{hw.nodes} nodes x ' if hw.nodes > 1 else ''}{hw.gpu_count} x {hw.gpu} "
                     f"(sm_{hw.sm_version}, {hw.memory_gb:g} GB each, {hw.interconnect})")

@@ -300,7 +300,7 @@ class ManagedServer:
                 tail = self.log_tail()
                 cls: TrialErrorClass = log_class(tail, STARTUP_LOG_CLASSES) or "startup_exit"
                 self.stop(1.0)
-                meaning = exit_meaning(code)
+                meaning = exit_meaning(code, tail)
                 raise StartupError(cls, f"server exited with code {code} before it was ready"
                                    + (f" ({meaning})" if meaning else ""), code, tail)
             status = http_status(self.host, self.port, path, timeout_s=max(1.0, poll_s * 20))

@@ -79,10 +79,6 @@ class FailureClass:
     meaning: str
     wordings: tuple[Wording, ...] = ()
 
-    @property
-    def charged(self) -> bool:
-        return self.status != "skipped"
-
     def pattern(self) -> re.Pattern[str] | None:
         """One expression matching any of the class's wordings (None for a class without wordings)."""
         if not self.wordings:

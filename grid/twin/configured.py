@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grid.releases.checks import twin_hardware_refusal
 from grid.twin import cli
 from grid.twin.perf import PerfModel
 
@@ -17,7 +18,7 @@ def perf_model(model: Any, hardware: Any, flags: Sequence[str], version: str,
     ``hardware`` (``ModelSpec`` / ``HardwareSpec``); ``env`` is the server's environment (the speculative acceptance
     length, grid/twin/speculative.py). None when the twin refuses the flags, as SGLang would, and on a CPU host
     (``hardware.vendor: cpu``), which the twin does not model (grid/releases/checks.py rule ``twin_cpu_host``)."""
-    if getattr(hardware, "vendor", None) == "cpu":
+    if twin_hardware_refusal(hardware) is not None:
         return None
     try:
         args = cli.parse_args(["--model-path", "m", *flags], version)

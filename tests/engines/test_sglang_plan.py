@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from grid.compose import compose_spec
+from grid.config.schema import ConfigError
 from grid.engines.sglang import SGLangEngine
 from grid.plan import TrialPlan
 from grid.search.knowledge import assess
@@ -46,10 +49,7 @@ def test_the_twin_does_not_model_a_cpu_host(tmp_path):
 
 
 def test_the_twin_refuses_a_cpu_host_before_launch(tmp_path):
-    import pytest
-
-    from grid.config.schema import ConfigError
-
-    with pytest.raises(ConfigError, match=r"^hardware=cpu_host: the twin \(engine=sim\) does not model serving on a "
-                                          r"CPU host; serve it with real SGLang \(engine=sglang"):
+    with pytest.raises(ConfigError, match=r"^hardware=cpu_host: the twin cannot model serving on a CPU host "
+                                          r"\(cpu_host\): its performance model is of GPUs .* run real SGLang there "
+                                          r"with engine=sglang \(engine=sim is the twin"):
         compose_spec(["hardware=cpu_host"], tmp_path / "run")

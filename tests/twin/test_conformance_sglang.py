@@ -37,7 +37,6 @@ import yaml
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.releases.devices import launch_args, launch_env
-from grid.releases.flags import parse_version
 from grid.server.logparse import parse_batch_line
 
 pytestmark = pytest.mark.real_sglang
@@ -150,7 +149,7 @@ def _setup() -> tuple[str, str, str]:
 
 def _real_env(version: str) -> dict[str, str]:
     lib = os.environ.get("GRID_SGLANG_LD_LIBRARY_PATH", "")
-    env = {**launch_env("cpu", parse_version(version)), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**launch_env("cpu"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return {**env, "LD_LIBRARY_PATH": lib} if lib else env
 
 
@@ -161,7 +160,7 @@ COMMON = ["--host", "127.0.0.1", "--enable-metrics", "--max-total-tokens", "6553
 def _start(kind: str, tmp: Path, python: str, model: str, version: str, extra: list[str] = ()) -> Server:
     port = _free_port()
     if kind == "sglang":
-        argv = [python, "-m", "sglang.launch_server", "--model-path", model, *launch_args("cpu", parse_version(version))]
+        argv = [python, "-m", "sglang.launch_server", "--model-path", model, *launch_args("cpu")]
         env = _real_env(version)
     else:
         mdir = tmp / "twin-model"
