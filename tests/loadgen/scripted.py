@@ -13,6 +13,12 @@ from aiohttp import web
 
 SSE = "text/event-stream"
 
+JITTER_MS = 8.0
+"""Timing margin on a quiet shared machine (ms): how far an event may land from its scripted time when the loop ran
+on time. Stalls of a loaded host come on top, measured in each run (``ScriptedServer.tol_ms``)."""
+
+_WATCH_S = 0.002  # the loop watcher's period: it wakes this often and records how late it woke
+
 
 def sse(obj) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
@@ -44,7 +50,23 @@ class ScriptedServer:
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self._runner: web.AppRunner | None = None
+        self._watcher: asyncio.Task | None = None
         self.url = ""
+        self.max_loop_lag_ms = 0.0
+
+    @property
+    def tol_ms(self) -> float:
+        """This run's timing margin (ms): ``JITTER_MS`` plus twice the longest stall of the event loop seen while the
+        server ran. A stall delays both ends of an interval at most once each, so an interval's error is bounded by
+        twice the longest stall; on a quiet machine the margin stays ``JITTER_MS`` plus a few ms."""
+        return JITTER_MS + 2 * self.max_loop_lag_ms
+
+    async def _watch_loop(self) -> None:
+        # server and client share this loop, so a late wake-up here is the delay every timed event may have seen
+        while True:
+            due = time.monotonic() + _WATCH_S
+            await asyncio.sleep(_WATCH_S)
+            self.max_loop_lag_ms = max(self.max_loop_lag_ms, (time.monotonic() - due) * 1e3)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         # the real clock, not loop.time(): uvloop's loop time is cached per iteration in whole ms, and its timers can
@@ -79,10 +101,12 @@ class ScriptedServer:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+        self._watcher = asyncio.create_task(self._watch_loop())
         return self
 
     async def __aexit__(self, *exc) -> None:
-        assert self._runner is not None
+        assert self._runner is not None and self._watcher is not None
+        self._watcher.cancel()
         await self._runner.cleanup()
 
 
