@@ -19,7 +19,13 @@ node and makes ``ray start`` refuse to form a multi-node cluster, so it is set f
 
 The dashboard port (``ray.dashboard_port``, Ray's default 8265) may be held by another process, e.g. a second sweep's
 dashboard on the same head node; Ray then fails with a traceback. grid checks it first and uses a free port instead,
-saying so.
+saying so. The check cannot close the race with a run started in the same second: the other run's Ray may take the
+port between grid's check and its own dashboard's bind. Ray then fails in one of two places (Ray 2.60): its own check
+in ``start_api_server`` (ray/_private/services.py: ``ValueError: Failed to bind to HOST:PORT because it's already
+occupied``), or the dashboard process, which is given no retries for a port named by the caller
+(ray/dashboard/http_server_head.py: ``Exception: Failed to find a valid port for dashboard after 0 retries``, re-raised
+by ``ray.init`` with the dashboard's log). ``start_ray`` then shuts the half-started cluster down and starts again on
+another free port, up to ``DASHBOARD_PORT_ATTEMPTS`` times, saying so.
 """
 
 from __future__ import annotations
@@ -88,6 +94,17 @@ class RayStartError(RuntimeError):
         self.setting = setting
 
 
+#: How many ports ``start_ray`` tries for the dashboard before it gives up (each try after the first follows a lost
+#: race for the port; two races in a row were never seen in about 15 runs started together).
+DASHBOARD_PORT_ATTEMPTS = 3
+_PORT_TAKEN = ("Failed to find a valid port for dashboard", "because it's already occupied")
+
+
+def _dashboard_port_taken(err: BaseException) -> bool:
+    """Whether ``ray.init`` failed because the dashboard's port was taken (the two wordings of Ray 2.60 above)."""
+    return any(words in str(err) for words in _PORT_TAKEN)
+
+
 #: Real seconds the pre-flight TCP connect to ``ray.address`` (HOST:PORT) may take. Without it ``ray.init`` on an
 #: address where no GCS listens retried for more than 6 minutes (Ray 2.60), printing a warning every 5 s.
 GCS_CONNECT_CHECK_S = 5.0
@@ -122,12 +139,35 @@ def start_ray(init: RayInit):
     if init.env.get(LOOPBACK_SWITCH) == "0":
         # read once when Ray is imported; Ray may have been imported before this call (tests, notebooks)
         ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        return ray.init(**init.kwargs)
-    except (ConnectionError, ValueError) as err:
+    for attempt in range(1, DASHBOARD_PORT_ATTEMPTS + 1):
+        try:
+            return ray.init(**init.kwargs)
+        except Exception as err:  # Ray raises a bare Exception when its dashboard cannot bind
+            raced = init.local and "dashboard_port" in init.kwargs and _dashboard_port_taken(err)
+            if not raced or attempt == DASHBOARD_PORT_ATTEMPTS:
+                wrapped = _start_error(init, err, raced)
+                if wrapped is None:
+                    raise
+                raise wrapped from err
+            ray.shutdown()  # the GCS and raylet of the failed start are still running
+            taken = init.kwargs["dashboard_port"]
+            init.kwargs["dashboard_port"] = free_port(LOOPBACK)
+            init.notes.append(f"the Ray dashboard's port {taken} was taken by another process while Ray started; "
+                              f"the Ray dashboard uses port {init.kwargs['dashboard_port']}")
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _start_error(init: RayInit, err: Exception, dashboard_port_taken: bool) -> RayStartError | None:
+    """What a failed ``ray.init`` is reported as: ``RayStartError`` naming the setting to change where there is one;
+    None for an error that is not one of Ray's start errors (it propagates as it is)."""
+    if dashboard_port_taken:
+        return RayStartError(f"the Ray dashboard found no free port in {DASHBOARD_PORT_ATTEMPTS} tries (each taken by "
+                             f"another process while Ray started): {err}", "ray.dashboard_port")
+    if isinstance(err, (ConnectionError, ValueError)):
         if init.local:
-            raise RayStartError(f"the local Ray cluster did not start: {err}") from err
-        raise RayStartError(f"cannot join the Ray cluster at ray.address={init.kwargs['address']}: {err}",
-                            "ray.address") from err
-    except RuntimeError as err:
-        raise RayStartError(f"Ray did not start: {err}") from err
+            return RayStartError(f"the local Ray cluster did not start: {err}")
+        return RayStartError(f"cannot join the Ray cluster at ray.address={init.kwargs['address']}: {err}",
+                             "ray.address")
+    if isinstance(err, RuntimeError):
+        return RayStartError(f"Ray did not start: {err}")
+    return None
