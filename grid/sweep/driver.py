@@ -161,6 +161,30 @@ def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> list
     return actors
 
 
+def record_refusals(spec: RunSpec, plan: Plan, console) -> list[str]:
+    """Record every configuration of ``plan.todo`` the engine refuses before launch (grid.sweep.measure.
+    record_refusal: no server, no node, no Ray Tune trial) and take them out of ``plan.todo`` and out of the search
+    policy's queue (as configurations already recorded). Returns their hashes. A refusal costs milliseconds here; as
+    a Tune trial it cost about 5 s (24 refusals: 2m08s of the 7-minute main job)."""
+    from grid.sweep.measure import record_refusal
+
+    known = plan.search.known if plan.search is not None else {}
+    candidates = [p for p in plan.todo if known.get(p.config_hash) is None or known[p.config_hash].refused]
+    if not candidates:
+        return []
+    engine = get_engine(spec)
+    refused = [p.config_hash for p in candidates if record_refusal(spec, engine, p) is not None]
+    if not refused:
+        return []
+    if plan.search is not None:
+        plan.search.policy.resume({h: None for h in refused})
+        plan.search.policy.issued.extend(refused)
+    plan.todo = [p for p in plan.todo if p.config_hash not in set(refused)]
+    console.print(f"Recorded {len(refused)} configuration(s) refused before launch (no server, no trial); "
+                  f"{len(plan.todo)} to launch", highlight=False)
+    return refused
+
+
 def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
     """Tune's search over ``plan.todo``: the search policy (grid/search/) behind Tune's ``Searcher`` API
     (grid/search/tune.py), fed with the scores read back from each finished trial's Parquet rows. Without a policy
@@ -178,15 +202,14 @@ def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
 
 
 def _progress(plan: Plan, plans: dict, console):
-    """The console progress of ``plans`` (grid.sweep.progress): its time left counts the search's expected launches
-    and the refusals apart, when the plan has a search."""
+    """The console progress of ``plans`` (grid.sweep.progress): its time left counts the search's expected launches,
+    when the plan has a search."""
     from grid.search.plan import expected_launches
     from grid.sweep.progress import ProgressCallback
 
     if plan.search is None:
         return ProgressCallback(plans, len(plan.all), console)
-    refused = {h for h, k in plan.search.known.items() if k.refused}
-    return ProgressCallback(plans, len(plan.all), console, refused=refused, expected=expected_launches(plan.search))
+    return ProgressCallback(plans, len(plan.all), console, expected=expected_launches(plan.search))
 
 
 def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
@@ -210,9 +233,9 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
     from grid.cluster.local import ray_init_args, start_ray
 
     init = ray_init_args(spec.ray, NAMESPACE, NODE_RESOURCE, spec.hardware.name)
-    for note in init.notes:
-        console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     ctx = start_ray(init)
+    for note in init.notes:  # after the start: it may move the dashboard to another port
+        console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     gcs = ctx.address_info.get("gcs_address") if hasattr(ctx, "address_info") else None
     console.print(f"Ray cluster: {'local, ' if init.local else ''}GCS at {gcs}", highlight=False)
     if spec.ray.dashboard and getattr(ctx, "dashboard_url", None):
@@ -227,6 +250,9 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
         actors = _start_node_actors(spec, nodes, owner, console)
         if before_first_trial is not None:
             before_first_trial()
+        record_refusals(spec, plan, console)
+        if not plan.todo:
+            return
         plans = {p.config_hash: p for p in plan.todo}
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
                                         trial_resources(spec))

@@ -13,7 +13,7 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from grid.config.schema import RunSpec
 from grid.diagnosis.rules import diagnose
@@ -345,13 +345,41 @@ def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: Server
     return finalize(run, dirty)
 
 
+def refused_start(spec: RunSpec, engine: Engine, plan: TrialPlan) -> TrialStart | None:
+    """The start of a configuration the engine refuses (``invalid``, class ``refused``, nothing launched), or None
+    when the engine would launch it."""
+    refusal = engine.refuse(plan)
+    if refusal is None:
+        return None
+    return TrialStart(engine.launch_plan(plan, spec.engine.port or 0),
+                      LaunchResult(status_of("refused"), "refused", refusal), [], launched=False)
+
+
+def record_refusal(spec: RunSpec, engine: Engine, plan: TrialPlan) -> list[dict[str, Any]] | None:
+    """Record a configuration the engine refuses, as a trial would (its load points ``not_run``, its command, the
+    reason), without a server, a node or a Ray Tune trial: the driver records refusals before the sweep. Returns the
+    rows written, or None when the engine does not refuse ``plan`` (nothing written)."""
+    start = refused_start(spec, engine, plan)
+    if start is None:
+        return None
+    node = {"node_id": None, "node_hostname": None, "gpu_uuids": None}  # refused before any node was chosen
+    server = GuardedServer(cast(ServerHandle, _Unlaunched()))
+    return finalize(run_points(TrialContext.of(spec, engine, plan, server, plan.config_hash, start, node)), None)
+
+
+class _Unlaunched:
+    """The server handle of a refused configuration: nothing was launched, so nothing may be asked of it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a refused configuration has no server (asked for {name})")
+
+
 def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerHandle) -> TrialStart:
     """Launch the configuration (unless the engine refuses it: ``invalid``, class ``refused``, nothing launched) and
     wait for it to be ready and pass the probe."""
-    refusal = engine.refuse(plan)
-    if refusal is not None:
-        return TrialStart(engine.launch_plan(plan, spec.engine.port or 0), LaunchResult(status_of("refused"), "refused", refusal),
-                          [], launched=False)
+    refused = refused_start(spec, engine, plan)
+    if refused is not None:
+        return refused
     port, infra_notes = server.pick_port(spec.engine.port or 0)
     launch = engine.launch_plan(plan, port)
     launch_ns = time.time_ns()

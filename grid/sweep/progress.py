@@ -29,20 +29,17 @@ def eta_text(elapsed_s: float, done: int, total: int) -> str:
     return text
 
 
-def time_left_s(shares_s: dict[str, float], refused: set[str], launches_left: int,
-                refusals_left: int) -> float | None:
+def time_left_s(shares_s: dict[str, float], launches_left: int) -> float | None:
     """Seconds left in a sweep, from the wall time each finished trial took (``shares_s``: config hash -> seconds
     since the trial that finished before it, or since the sweep's start: the gaps between trials count, and trials
-    that ran side by side on several nodes share the wall time), which of them were ``refused`` before launch (no
-    server: seconds instead of minutes), and the launches and refusals still to come: the mean launch times the
-    launches left plus the mean refusal times the refusals left. None when no launch has finished yet while launches
-    are left (a refusal says nothing of how long a launch takes)."""
-    launched = [d for h, d in shares_s.items() if h not in refused]
-    refusals = [d for h, d in shares_s.items() if h in refused]
-    if launches_left and not launched:
+    that ran side by side on several nodes share the wall time) and the launches still to come: their mean times the
+    launches left. None when no trial has finished yet while launches are left. (Refusals are recorded before the
+    sweep, without a trial: grid.sweep.driver.record_refusals.)"""
+    if not launches_left:
+        return 0.0
+    if not shares_s:
         return None
-    return (sum(launched) / len(launched) * launches_left if launches_left else 0.0) + (
-        sum(refusals) / len(refusals) * refusals_left if refusals and refusals_left else 0.0)
+    return sum(shares_s.values()) / len(shares_s) * launches_left
 
 
 def _repeat(result: dict) -> str:
@@ -52,20 +49,18 @@ def _repeat(result: dict) -> str:
     return f", repeat {r}" if r else ""
 
 class ProgressCallback(tune.Callback):
-    """``refused``: hashes refused before launch (recorded in seconds, no server); ``expected``: the hashes the search
-    expects to launch (grid.search.plan ``expected_launches``). With them the time left counts launches and
-    refusals apart (``time_left_s``); without them every trial left counts alike (``eta_text``)."""
+    """``expected``: the hashes the search expects to launch (grid.search.plan ``expected_launches``); with them the
+    time left counts the launches the search expects (``time_left_s``), without them every trial left
+    (``eta_text``)."""
 
-    def __init__(self, plans: dict, total: int, console, refused: set[str] | None = None,
-                 expected: list[str] | None = None) -> None:
+    def __init__(self, plans: dict, total: int, console, expected: list[str] | None = None) -> None:
         self.plans = plans
         self.total = total
         self.console = console
         self.started = 0
         self.finished = 0
         self.t0: float | None = None  # time.monotonic() at the first trial's start
-        self.refused = set(refused or ()) & set(plans)
-        self.expected = None if expected is None else [h for h in expected if h in plans and h not in self.refused]
+        self.expected = None if expected is None else [h for h in expected if h in plans]
         self.last_end: float | None = None      # time.monotonic() at the last verdict
         self.shares_s: dict[str, float] = {}    # config hash -> wall seconds since the verdict before its own
 
@@ -89,9 +84,7 @@ class ProgressCallback(tune.Callback):
         elapsed = now - self.t0
         if self.expected is None:
             return eta_text(elapsed, self.finished, len(self.plans))
-        launches_left = len([h for h in self.expected if h not in self.shares_s])
-        refusals_left = len(self.refused - set(self.shares_s))
-        left = time_left_s(self.shares_s, self.refused, launches_left, refusals_left)
+        left = time_left_s(self.shares_s, len([h for h in self.expected if h not in self.shares_s]))
         text = f"{_duration(elapsed)} elapsed"
         return text + (f", ~{_duration(left)} left" if left else "")
 

@@ -116,19 +116,16 @@ def test_tune_resume_advice_is_filtered_and_other_warnings_kept():
     assert f.filter(rec("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."))
 
 
-def test_time_left_counts_launches_and_refusals_apart():
+def test_time_left_counts_the_launches_left():
     from grid.sweep.progress import time_left_s
 
-    # +sweep=nsa_backends: 24 refusals of ~2 s each came first, then 4 launches of ~55 s; averaging every trial
-    # alike gave "~50s left" at the first launch when about 2m25s were left
-    refused = {f"r{i}" for i in range(24)}
-    shares = {h: 2.0 for h in refused}
-    assert time_left_s(shares, refused, launches_left=4, refusals_left=0) is None   # no launch timed yet
-    shares["a"] = 55.0
-    assert time_left_s(shares, refused, launches_left=3, refusals_left=0) == 165.0  # 3 x 55 s
-    assert time_left_s({"r0": 2.0, "r1": 4.0}, {"r0", "r1"}, launches_left=0, refusals_left=3) == 9.0
-    assert time_left_s({"a": 30.0, "r0": 2.0}, {"r0"}, launches_left=2, refusals_left=1) == 62.0
-    assert time_left_s({}, set(), launches_left=0, refusals_left=0) == 0.0
+    # refusals are recorded before the sweep (no trial), so every finished trial was a launch: its mean times the
+    # launches left (with 24 two-second refusals averaged in, the first launch of nsa_backends said "~50s left" when
+    # about 2m25s were left)
+    assert time_left_s({}, launches_left=4) is None  # no launch timed yet
+    assert time_left_s({"a": 55.0}, launches_left=3) == 165.0
+    assert time_left_s({"a": 30.0, "b": 50.0}, launches_left=2) == 80.0
+    assert time_left_s({}, launches_left=0) == 0.0 and time_left_s({"a": 9.0}, launches_left=0) == 0.0
 
 
 def test_a_level_with_fewer_requests_than_streams_gets_a_note(tmp_path):

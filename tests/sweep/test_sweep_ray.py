@@ -49,6 +49,10 @@ def test_every_configuration_recorded_with_verdict(sweep):
     # fa3 needs SM90: refused before launch with the reason and its source, no server started
     assert set(fa3.trial_status) == {"invalid"} and set(fa3.status) == {"not_run"}
     assert set(fa3.trial_error_class) == {"refused"} and fa3.startup_s.isna().all()
+    # recorded by the driver before the sweep, without a Ray Tune trial (issue 26 item 6: about 5 s each)
+    trial_dirs = {d.name for d in (run_dir / "tune").glob("*/*") if d.is_dir()}
+    assert trial_dirs == set(lp.config_hash) - set(fa3.config_hash) and len(trial_dirs) == 2
+    assert fa3.node_hostname.isna().all() and "Recorded 2 configuration(s) refused before launch" in stdout
     kv = by_label.loc["prefill=trtllm decode=flashmla_kv"]
     assert kv.trial_status == "invalid" and kv.trial_error_class in ("nan_output", "garbage_output")
     assert "Best configuration: prefill=trtllm decode=trtllm" in stdout
