@@ -87,7 +87,7 @@ def report(spec: RunSpec, console: Console) -> list:
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted - left_out),
                            len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
-    notes = [n for n in (note, metrics_names_note(rows), early_stop_note(stored, spec.hardware.total_gpus)) if n] \
+    notes = [n for n in (metrics_names_note(rows), early_stop_note(stored, spec.hardware.total_gpus)) if n] \
         + search_notes(searched, left_out)
     skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
     if skipped_probe:
@@ -95,7 +95,8 @@ def report(spec: RunSpec, console: Console) -> list:
                      f"configuration{'s' if len(skipped_probe) != 1 else ''} ({', '.join(skipped_probe)}): their "
                      "answers were not checked, so a configuration serving garbage is ranked as if it were correct.")
     run_dir = Path(spec.run_dir)
-    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes), rows, console)
+    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes, [note] if note else []), rows,
+                          console)
     written.append(write_summary(spec, rows, verdicts, plans, searched, left_out).name)
     if spec.experiment:
         out = run_experiment(spec, rows, console)

@@ -186,6 +186,25 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
+#: Settings whose release default is not their option's ``default``: ``cuda_graph`` is on unless a flag disables it
+#: (SGLang's ``--disable-cuda-graph`` defaults to False; 0.5.20+'s ``--cuda-graph-backend-decode`` defaults to None,
+#: a backend SGLang picks; sglang python/sglang/srt/server_args.py).
+_DEFAULTS: dict[str, Any] = {"cuda_graph": True}
+
+
+def release_default(name: str, version: Version) -> Any:
+    """The value SGLang ``version`` uses for setting ``name`` when it is not given: its option's default in the
+    release's catalog (None: SGLang picks at start-up, for the model and hardware, or the release has no such flag).
+    Raises ``KeyError`` for a setting grid does not know."""
+    setting = SETTINGS[name]
+    if name in _DEFAULTS:
+        return _DEFAULTS[name]
+    opt = setting.option(version)
+    if opt is None:
+        return None
+    return bool(opt.default) if setting.switch else opt.default
+
+
 class SettingError(ValueError):
     """A server setting is unknown, of the wrong type, or outside the values the SGLang version accepts."""
 

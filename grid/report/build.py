@@ -18,9 +18,10 @@ from grid.config.schema import RunSpec
 from grid.metrics.loadpoint import SLO_COLUMNS, SLO_LATENCY_KEYS
 from grid.report import context, explain, relevance
 from grid.report.html import HtmlReport, render_html
+from grid.report.lead import lead_lines, sweep_base
 from grid.report.pareto import fronts as pareto_fronts
 from grid.report.render import markdown, plot, print_report
-from grid.report.select import Verdict, slo_text
+from grid.report.select import OBJECTIVES, Verdict, slo_text
 
 REJUDGED_PATH = Path("parquet") / "rejudged" / "rejudged.parquet"
 
@@ -75,11 +76,17 @@ class Report:
     command: str | None
     fronts: list = field(default_factory=list)
     failures: list = field(default_factory=list)
+    lead: list[str] = field(default_factory=list)   # the best's lead over the runner-up and the sweep's base
+    headline: list[str] = field(default_factory=list)  # what qualifies the answer itself (an incomplete sweep)
 
 
-def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str]) -> Report:
-    """Everything the report says, from the ranked ``verdicts`` and re-judged ``rows`` (see module docstring)."""
+def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str],
+             headline: list[str] | None = None) -> Report:
+    """Everything the report says, from the ranked ``verdicts`` and re-judged ``rows`` (see module docstring).
+    ``notes``: caveats (listed after the answer); ``headline``: what qualifies the answer itself (shown above it)."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
+    version = next((r["engine_version"] for r in rows if r.get("engine_version")), None)
+    base = sweep_base(plans, version) if version and plans else None
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
@@ -90,6 +97,8 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
         command=context.real_command(spec, best) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),
+        lead=lead_lines(verdicts, OBJECTIVES[spec.objective.kind], base),
+        headline=list(headline or []),
     )
 
 
@@ -97,7 +106,7 @@ def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
     """Print the report and write its files into ``spec.run_dir``. Returns the names of the files written."""
     run_dir = Path(spec.run_dir)
     title = f"grid: {spec.name}"
-    print_report(rep.verdicts, console, rep.notes, rep.command)
+    print_report(rep.verdicts, console, rep.notes, rep.command, rep.lead, rep.headline)
     for g in rep.failures:
         console.print(f"  {g.headline()}" + (f"; {g.pattern_text()}" if g.pattern_text() else ""),
                       markup=False, highlight=False, soft_wrap=True)
@@ -106,9 +115,10 @@ def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
                 *[f"- {f.describe()}" for f in rep.fronts], "", *explain.markdown_lines(rep.failures),
                 rejudge_note(spec)]
     (run_dir / "report.md").write_text(markdown(rep.verdicts, title, rep.notes, measured=rep.measured,
-                                                command=rep.command, sections=sections))
+                                                command=rep.command, sections=sections, lead=rep.lead,
+                                                headline=rep.headline))
     page = HtmlReport(title, rep.verdicts, rep.measured, rep.notes, rep.command, rep.fronts, rep.failures,
-                      (rejudge_note(spec),))
+                      (rejudge_note(spec),), rep.lead, rep.headline)
     (run_dir / "report.html").write_text(render_html(page), encoding="utf-8")
     written = ["report.md", "report.html", REJUDGED_PATH.as_posix()]
     if plot(rep.verdicts, run_dir / "throughput.png"):

@@ -16,13 +16,15 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from grid.report.explain import FailureGroup
 from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front, draw_series, level_series
-from grid.report.render import POINT_COLUMNS, fmt, no_winner_text, short_diagnosis
+from grid.report.render import (LEVEL_COLUMNS, POINT_COLUMNS, fmt, level_rows, no_winner_text, short_diagnosis,
+                                verdict_groups)
 from grid.plan import level_name
 from grid.report.select import Verdict
 
@@ -42,6 +44,8 @@ class HtmlReport:
     fronts: Sequence[Front] = ()
     failures: Sequence[FailureGroup] = ()
     extra: Sequence[str] = field(default_factory=tuple)   # further plain-text paragraphs (e.g. re-judge note)
+    lead: Sequence[str] = ()   # the best's lead over the runner-up and the sweep's base (grid.report.lead)
+    headline: Sequence[str] = ()   # what qualifies the answer itself (an incomplete sweep), above it
 
 
 def _pyplot():
@@ -210,6 +214,11 @@ def _e(text: Any) -> str:
     return html.escape(str(text))
 
 
+def _code_spans(text: str) -> str:
+    """``text`` escaped, its markdown code spans (`` `label` ``) as <code> elements."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#f0f0f0}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:12px}
@@ -218,24 +227,42 @@ pre.cmd{white-space:pre-wrap}img{max-width:100%;border:1px solid #ddd;margin:6px
 
 
 def render_html(rep: HtmlReport) -> str:
-    """The page as one string (UTF-8, no external resources)."""
+    """The page as one string (UTF-8, no external resources). It leads with the answer: the best configuration, its
+    launch command, its lead over the runner-up and the sweep's base; then the caveats in one list, what was
+    measured, every configuration x load level, the plots, every verdict (failures that share a reason once) and
+    the failures grouped by cause."""
     out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(rep.title)}</title>"
            f"<style>{STYLE}</style></head><body><h1>{_e(rep.title)}</h1>"]
-    if rep.measured:
-        out.append("<h2>What was measured</h2><ul>" + "".join(f"<li>{_e(m)}</li>" for m in rep.measured) + "</ul>")
-    out += [f"<p class='note'>{_e(n)}</p>" for n in rep.notes]
+    out += [f"<p class='note'><b>{_e(line)}</b></p>" for line in rep.headline]
     best = next((v for v in rep.verdicts if v.outcome == "best"), None)
     if best:
-        out.append(f"<h2>Best: <code>{_e(best.label)}</code></h2><p>{_e(best.reason)}</p>")
+        out.append(f"<h2 id='best'>Best: <code>{_e(best.label)}</code></h2><p>{_e(best.reason)}</p>")
         if rep.command:
             out.append(f"<pre class='cmd'>{_e(rep.command)}</pre>")
+        if rep.lead:
+            out.append("<ul id='lead'>" + "".join(f"<li>{_code_spans(x)}</li>" for x in rep.lead) + "</ul>")
         out.append("<table><tr>" + "".join(f"<th>{_e(n)}</th>" for n, _, _ in POINT_COLUMNS) + "</tr>")
         for row in best.rows:
             out.append("<tr>" + "".join(f"<td>{_e(fmt(row, k, p))}</td>" for _, k, p in POINT_COLUMNS) + "</tr>")
         out.append("</table>")
     else:
-        out.append(f"<h2>{_e(no_winner_text(rep.verdicts))}</h2>")
+        out.append(f"<h2 id='best'>{_e(no_winner_text(rep.verdicts))}</h2>")
+    if rep.notes:
+        out.append("<h2>Caveats</h2><ul id='caveats' class='note'>"
+                   + "".join(f"<li>{_e(n)}</li>" for n in rep.notes) + "</ul>")
+    if rep.measured:
+        out.append("<h2>What was measured</h2><ul>" + "".join(f"<li>{_e(m)}</li>" for m in rep.measured) + "</ul>")
     out += [f"<p>{_e(x)}</p>" for x in rep.extra]
+    levels = level_rows(rep.verdicts)
+    if levels:
+        out.append("<h2>Every configuration x load level</h2><table id='levels'><tr><th>configuration</th>"
+                   "<th>outcome</th><th>level</th><th>status</th>"
+                   + "".join(f"<th>{_e(n)}</th>" for n, _, _ in LEVEL_COLUMNS) + "</tr>")
+        for r in levels:
+            out.append(f"<tr><td><code>{_e(r['label'])}</code></td><td class='{_e(r['outcome'])}'>{_e(r['outcome'])}"
+                       f"</td><td>{_e(r['level'])}</td><td>{_e(r['status'])}</td>"
+                       + "".join(f"<td>{_e(fmt(r, k, p))}</td>" for _, k, p in LEVEL_COLUMNS) + "</tr>")
+        out.append("</table>")
     plots = (("Throughput vs load", throughput_figure(rep.verdicts)),
              ("Latency percentiles vs load", latency_figure(rep.verdicts)),
              ("Pareto fronts", pareto_figure(rep.fronts)),
@@ -245,11 +272,13 @@ def render_html(rep: HtmlReport) -> str:
             out.append(f"<h2>{_e(title)}</h2><img alt='{_e(title)}' src='{uri}'>")
     if rep.fronts:
         out.append("<ul>" + "".join(f"<li>{_e(f.describe())}</li>" for f in rep.fronts) + "</ul>")
-    out.append("<h2>Every configuration</h2><table><tr><th>#</th><th>configuration</th><th>outcome</th><th>why</th>"
-               "<th>bottleneck</th></tr>")
-    for i, v in enumerate(rep.verdicts, 1):
-        out.append(f"<tr><td>{i}</td><td><code>{_e(v.label)}</code></td><td class='{v.outcome}'>{_e(v.outcome)}"
-                   f"</td><td>{_e(v.reason)}</td><td>{_e(short_diagnosis(v))}</td></tr>")
+    out.append("<h2>Every configuration</h2><table id='verdicts'><tr><th>#</th><th>configuration</th><th>outcome</th>"
+               "<th>why</th><th>bottleneck</th></tr>")
+    for i, grp in enumerate(verdict_groups(list(rep.verdicts)), 1):
+        names = "<br>".join(f"<code>{_e(label)}</code>" for label in grp.labels)
+        count = f" ({len(grp.labels)})" if len(grp.labels) > 1 else ""
+        out.append(f"<tr><td>{i}</td><td>{names}</td><td class='{grp.outcome}'>{_e(grp.outcome)}{count}"
+                   f"</td><td>{_e(grp.reason)}</td><td>{_e(short_diagnosis(grp.first))}</td></tr>")
     out.append("</table>")
     if rep.failures:
         out.append("<h2>Why configurations failed (grouped by cause)</h2>")

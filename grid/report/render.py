@@ -7,12 +7,14 @@ values re-judged for the current objective by grid.report.select.rejudge); nothi
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich import box
 from rich.table import Table
 
+from grid.plan import level_name
 from grid.report.pareto import draw_series, level_series
 from grid.report.select import Verdict
 
@@ -116,14 +118,15 @@ def where_ran(v: Verdict) -> str:
 
 
 def verdict_table(verdicts: list[Verdict]) -> Table:
+    """Every verdict; failed and invalid configurations that share a reason share a row (labels joined by ``; ``)."""
     t = Table(title="All configurations", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("#", "configuration", "outcome", "why", "node"):
         t.add_column(name, overflow="fold")
     colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "less_accurate": "yellow", "invalid": "yellow", "failed": "red"}
-    for i, v in enumerate(verdicts, 1):
-        limit = short_diagnosis(v)
-        why = v.reason + (f"; limited by: {limit}" if limit != "-" else "")
-        t.add_row(str(i), v.label, f"[{colors[v.outcome]}]{v.outcome}[/]", why, where_ran(v))
+    for i, g in enumerate(verdict_groups(verdicts), 1):
+        limit = short_diagnosis(g.first)
+        why = g.reason + (f"; limited by: {limit}" if limit != "-" else "")
+        t.add_row(str(i), "; ".join(g.labels), f"[{colors[g.outcome]}]{g.outcome}[/]", why, where_ran(g.first))
     return t
 
 
@@ -175,6 +178,65 @@ def deploy_command(command: str) -> str:
     return shlex.join(out)
 
 
+@dataclass(frozen=True)
+class VerdictGroup:
+    """Verdicts shown as one row: a scored configuration alone, or every failed or invalid configuration that shares
+    one reason (a long refusal is given once per group, not once per configuration)."""
+
+    labels: tuple[str, ...]
+    outcome: str
+    reason: str
+    first: Verdict
+
+
+def verdict_groups(verdicts: list[Verdict]) -> list[VerdictGroup]:
+    """``verdicts`` in their order, those that did not run load (``failed``, ``invalid``) merged by outcome and
+    reason at the place of the first of them. Pure."""
+    groups: list[VerdictGroup] = []
+    merged: dict[tuple[str, str], int] = {}
+    for v in verdicts:
+        key = (v.outcome, v.reason)
+        if v.outcome in ("failed", "invalid") and key in merged:
+            g = groups[merged[key]]
+            groups[merged[key]] = VerdictGroup((*g.labels, v.label), g.outcome, g.reason, g.first)
+            continue
+        if v.outcome in ("failed", "invalid"):
+            merged[key] = len(groups)
+        groups.append(VerdictGroup((v.label,), v.outcome, v.reason, v))
+    return groups
+
+
+#: The columns of the table of every configuration x load level: (header, load-point column, format).
+LEVEL_COLUMNS = (("out tok/s", "output_tok_per_s", "{:.1f}"), ("TTFT p99 ms", "ttft_p99_ms", "{:.0f}"),
+                 ("TPOT p99 ms", "tpot_p99_ms", "{:.1f}"))
+
+
+def level_rows(verdicts: list[Verdict]) -> list[dict[str, Any]]:
+    """One row per configuration and load level that was measured or planned (``label``, ``outcome``, ``level``,
+    ``status``, and each of :data:`LEVEL_COLUMNS` as the mean over the level's ok repeats, None without one); the
+    status is the repeats' status when they agree, else ``2/3 ok``. Configurations in verdict order, levels
+    ascending. Configurations that ran no load point (refused, failed at start) have no rows. Pure."""
+    out: list[dict[str, Any]] = []
+    for v in verdicts:
+        levels: dict[tuple[Any, Any], list[dict]] = {}
+        for r in v.rows:
+            if r.get("point_value") is not None:
+                levels.setdefault((r.get("point_kind"), r["point_value"]), []).append(r)
+        if all(r.get("status") == "not_run" for reps in levels.values() for r in reps):
+            continue
+        for (kind, value), reps in sorted(levels.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            ok = [r for r in reps if r.get("status") == "ok"]
+            statuses = {r.get("status") for r in reps}
+            status = statuses.pop() if len(statuses) == 1 else f"{len(ok)}/{len(reps)} ok"
+            row: dict[str, Any] = {"label": v.label, "outcome": v.outcome, "status": status,
+                                   "level": level_name({"point_kind": kind, "point_value": value})}
+            for _, key, _ in LEVEL_COLUMNS:
+                vals = [r[key] for r in ok if r.get(key) is not None]
+                row[key] = sum(vals) / len(vals) if vals else None
+            out.append(row)
+    return out
+
+
 def no_winner_text(verdicts: list[Verdict]) -> str:
     """``No configuration qualified: 6 invalid (every configuration refused before launch: nothing ran).``: the count
     per outcome when no configuration won, so a run whose configurations were all refused says so before the table
@@ -194,19 +256,23 @@ def no_winner_text(verdicts: list[Verdict]) -> str:
 
 
 def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str, ...] = (),
-                 command: str | None = None) -> None:
-    """Print the best configuration, its load points and diagnosis, then every verdict. ``notes`` (e.g.
-    :func:`incomplete_note`) are printed first, in yellow. ``command``: the best configuration's command line to
-    show (default: the stored one without ``--port``)."""
+                 command: str | None = None, lead: list[str] | tuple[str, ...] = (),
+                 headline: list[str] | tuple[str, ...] = ()) -> None:
+    """Print the answer first (after the ``headline`` lines that qualify it, e.g. :func:`incomplete_note`): the best
+    configuration, its command (default: the stored one without ``--port``),
+    its ``lead`` over the runner-up and the sweep's base (grid.report.lead), its load points and diagnosis; then the
+    caveats (``notes``) in one list, then every verdict."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
     console.print()
-    for note in notes:
-        console.print(f"[bold yellow]{note}[/]", highlight=False, soft_wrap=True)
+    for line in headline:
+        console.print(f"[bold yellow]{line}[/]", highlight=False, soft_wrap=True)
     if best is None:
         console.print(f"[bold red]{no_winner_text(verdicts)}[/]", highlight=False)
     else:
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
         console.print(f"  {command or deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
+        for line in lead:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
         caution = sample_note(best.rows)
         if caution:
@@ -216,26 +282,32 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
             console.print("[bold]What limits each load point[/] (grid/diagnosis/rules.py):")
             for line in lines:
                 console.print(f"  {line}", markup=False, soft_wrap=True)
+    if notes:
+        console.print("[bold yellow]Caveats:[/]")
+        for note in notes:
+            console.print(f"[yellow]- {note}[/]", highlight=False, soft_wrap=True)
     console.print(verdict_table(verdicts))
 
 
 def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, ...] = (), *,
              measured: list[str] | tuple[str, ...] = (), command: str | None = None,
-             sections: list[str] | tuple[str, ...] = ()) -> str:
-    """``report.md``: what was ``measured`` (bullets), the ``notes`` (each its own paragraph), the best configuration
-    with ``command`` (default: the stored command without ``--port``), every verdict, then ``sections`` (markdown
-    lines, e.g. the Pareto fronts and the failures grouped by cause)."""
+             sections: list[str] | tuple[str, ...] = (), lead: list[str] | tuple[str, ...] = (),
+             headline: list[str] | tuple[str, ...] = ()) -> str:
+    """``report.md``, the answer first: the best configuration with ``command`` (default: the stored command without
+    ``--port``), its ``lead`` (grid.report.lead) and load points; then the caveats (``notes``) in one list, what was
+    ``measured`` (bullets), every verdict, then ``sections`` (markdown lines, e.g. the Pareto fronts and the failures
+    grouped by cause). ``headline``: what qualifies the answer, in bold above it."""
     lines = [f"# {title}", ""]
-    if measured:
-        lines += ["## What was measured", ""] + [f"- {m}" for m in measured] + [""]
-    for note in notes:
-        lines += [f"**{note}**", ""]
+    for line in headline:
+        lines += [f"**{line}**", ""]
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best:
         lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```",
                   command or deploy_command(best.rows[0]["command"]),
-                  "```", "",
-                  "| " + " | ".join(n for n, _, _ in POINT_COLUMNS) + " |",
+                  "```", ""]
+        if lead:
+            lines += [f"- {line}" for line in lead] + [""]
+        lines += ["| " + " | ".join(n for n, _, _ in POINT_COLUMNS) + " |",
                   "|" + "---|" * len(POINT_COLUMNS)]
         for row in best.rows:
             lines.append("| " + " | ".join(fmt(row, k, p) for _, k, p in POINT_COLUMNS) + " |")
@@ -245,11 +317,16 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
             lines += ["### What limits each load point", ""] + [f"- {d}" for d in diag] + [""]
     else:
         lines += [f"**{no_winner_text(verdicts)}**", ""]
+    if notes:
+        lines += ["## Caveats", ""] + [f"- {note}" for note in notes] + [""]
+    if measured:
+        lines += ["## What was measured", ""] + [f"- {m}" for m in measured] + [""]
     lines += ["## Every configuration", "", "| # | configuration | outcome | why | bottleneck | node |",
               "|---|---|---|---|---|---|"]
-    for i, v in enumerate(verdicts, 1):
-        lines.append(f"| {i} | `{v.label}` | {v.outcome} | {v.reason.replace('|', '/')} | "
-                     f"{short_diagnosis(v).replace('|', '/')} | {where_ran(v)} |")
+    for i, g in enumerate(verdict_groups(verdicts), 1):
+        names = "; ".join(f"`{label}`" for label in g.labels)
+        lines.append(f"| {i} | {names} | {g.outcome} | {g.reason.replace('|', '/')} | "
+                     f"{short_diagnosis(g.first).replace('|', '/')} | {where_ran(g.first)} |")
     lines += ["", *sections]
     return "\n".join(lines).rstrip("\n") + "\n"
 

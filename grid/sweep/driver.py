@@ -180,8 +180,8 @@ def record_refusals(spec: RunSpec, plan: Plan, console) -> list[str]:
         plan.search.policy.resume({h: None for h in refused})
         plan.search.policy.issued.extend(refused)
     plan.todo = [p for p in plan.todo if p.config_hash not in set(refused)]
-    console.print(f"Recorded {len(refused)} configuration(s) refused before launch (no server, no trial); "
-                  f"{len(plan.todo)} to launch", highlight=False)
+    console.print(f"Recorded {len(refused)} configuration(s) refused before launch (no server, no trial)",
+                  highlight=False)
     return refused
 
 

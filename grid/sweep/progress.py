@@ -88,13 +88,19 @@ class ProgressCallback(tune.Callback):
         text = f"{_duration(elapsed)} elapsed"
         return text + (f", ~{_duration(left)} left" if left else "")
 
+    def _count(self) -> str:
+        """``3/4`` (this trial of the launches the search expects, or of every configuration to run without a search
+        plan); ``5 (4 expected)`` once a search launches more than it expected."""
+        of = len(self.plans) if self.expected is None else len(self.expected)
+        return f"{self.started}/{of}" if self.started <= of else f"{self.started} ({of} expected)"
+
     def on_trial_start(self, iteration, trials, trial, **info):
         self.started += 1
         now = time.monotonic()
         if self.t0 is None:
             self.t0 = now
         eta = self._eta(now) if self.started > 1 else ""
-        self.console.print(f"[cyan]▶ trial {self.started}/{len(self.plans)}[/] {self._label(trial)}"
+        self.console.print(f"[cyan]▶ trial {self._count()}[/] {self._label(trial)}"
                            + (f"  [dim]({eta})[/]" if eta else ""))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

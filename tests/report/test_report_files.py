@@ -64,8 +64,16 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
                "trtllm --kv-cache-dtype bfloat16 --enable-metrics --trust-remote-code --host 127.0.0.1")
     assert f"```\n{command}\n```" in md and command in out
     assert "grid.twin" not in md and "--port" not in md
-    assert ("**The sweep's base turns CUDA graphs off (cuda_graph=false) for every configuration: decode runs kernel "
-            "by kernel") in md
+    caveats = md.split("## Caveats\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert caveats[0].startswith("- The sweep's base turns CUDA graphs off (cuda_graph=false) for every "
+                                 "configuration: decode runs kernel by kernel")
+    # the answer first: the best, its command and its lead, then the caveats, then what was measured
+    assert md.index("**Best:** `mem_fraction_static=0.85`") < md.index(command) < md.index("- Lead over the runner-up") \
+        < md.index("## Caveats") < md.index("## What was measured")
+    assert ("- Lead over the runner-up `mem_fraction_static=0.9`: +2.6% (400 vs 390 tok/s at concurrency 4); "
+            "spread not measured (load.repeats=1): set load.repeats=3 to know how confident") in md
+    assert ("- No sweep base to compare with: every configuration sets mem_fraction_static, which SGLang 0.5.9 picks "
+            "itself at start-up when unset (add null to that axis of the sweep to measure SGLang's own choice)") in md
     assert ("- **failed startup_oom: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has "
             "a total capacity of 79.11 GiB of which 0 bytes is free. — 1 configuration**") in md   # real, unmasked
     assert ("- TPOT p50 vs output tok/s: 3 of 6 load points on the front (mem_fraction_static=0.85 @ concurrency 1: "
@@ -138,7 +146,17 @@ def test_report_html_in_a_headless_browser(recorded_run, tmp_path_factory):
                                                "Timeline of the sweep"]
         assert all(done and w > 300 and h > 150 for _, done, w, h in images), images
         headings = [h.text for h in driver.find_elements("tag name", "h2")]
-        assert headings[:2] == ["What was measured", "Best: mem_fraction_static=0.85"]
+        # the page leads with the answer (issue 26 item 9): the best, its command, its lead; then the caveats
+        assert headings[:4] == ["Best: mem_fraction_static=0.85", "Caveats", "What was measured",
+                                "Every configuration x load level"]
+        lead = [li.text for li in driver.find_elements("css selector", "#lead li")]
+        assert lead[0].startswith("Lead over the runner-up mem_fraction_static=0.9: +2.6% (400 vs 390 tok/s")
+        assert driver.find_element("css selector", "pre.cmd").text.startswith("python -m sglang.launch_server")
+        levels = [[td.text for td in tr.find_elements("tag name", "td")]
+                  for tr in driver.find_elements("css selector", "#levels tr")][1:]
+        assert levels[:2] == [["mem_fraction_static=0.85", "best", "concurrency 1", "ok", "101.0", "90", "18.0"],
+                              ["mem_fraction_static=0.85", "best", "concurrency 4", "ok", "400.0", "180", "22.0"]]
+        assert len(levels) == 6  # 3 configurations x 2 levels; the one that failed at start ran no level
         assert "Why configurations failed (grouped by cause)" in headings
         tail = driver.find_element("tag name", "details")
         assert "server log tail" in tail.text

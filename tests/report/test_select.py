@@ -203,8 +203,8 @@ def test_incomplete_note():
                                      "same command again to run them — the best below is among the 4 recorded.")
     assert incomplete_note(3, 2).startswith("Incomplete: 1 of 3 configurations has no result yet")
     assert "nothing is recorded yet" in incomplete_note(2, 0)
-    md = markdown(rank([{**r, "command": "x"} for r in ROWS], ObjectiveSpec()), "t", [incomplete_note(6, 4)])
-    assert md.splitlines()[2] == f"**{incomplete_note(6, 4)}**"
+    md = markdown(rank([{**r, "command": "x"} for r in ROWS], ObjectiveSpec()), "t", headline=[incomplete_note(6, 4)])
+    assert md.splitlines()[2] == f"**{incomplete_note(6, 4)}**"   # it qualifies the answer: above it
 
 
 def rep(h, label, idx, r, level, out):
