@@ -220,6 +220,21 @@ class ProbeSpec(_Spec):
                                             "garbage by construction); recorded as probe_status 'skipped'")
 
 
+class RerunSpec(_Spec):
+    """Recorded configurations to run again (any selector matches); their earlier files are kept, set aside in the
+    run directory (grid/sweep/rerun.py). Each list is checked against the allowed values before anything launches."""
+
+    status: list[str] = Field(default_factory=list, description="trial statuses: ok | failed | invalid | skipped")
+    error_class: list[str] = Field(default_factory=list,
+                                   description="trial error classes, e.g. nan_output, startup_timeout (docs/schema.md)")
+    label: list[str] = Field(default_factory=list, description="glob patterns over labels, e.g. 'prefill=trtllm *'")
+    config_hash: list[str] = Field(default_factory=list, description="config hashes or prefixes (4+ hex digits)")
+
+    @property
+    def any(self) -> bool:
+        return bool(self.status or self.error_class or self.label or self.config_hash)
+
+
 class RaySpec(_Spec):
     address: str | None = Field(None, description="None: start a local cluster; 'auto': join a running one")
     dashboard: bool = True
@@ -278,6 +293,7 @@ class RunSpec(_Spec):
     dry_run: bool = False
     fresh: bool = False
     retry_failed: bool = False
+    rerun: RerunSpec = Field(default_factory=RerunSpec)
 
     @property
     def version(self) -> str:

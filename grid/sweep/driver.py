@@ -22,14 +22,15 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
-from grid.storage.parquet import recorded_hashes, set_aside_corrupt
+from grid.storage.parquet import set_aside_corrupt
+from grid.sweep import rerun
 from grid.sweep.notes import known_notes, plan_notes
 from grid.plan import TrialPlan
 from grid.sweep.space import expand
@@ -55,14 +56,29 @@ class Plan:
     todo: list[TrialPlan]
     done: dict[str, str]
     search: SearchPlan | None = None  # what is known before launch and the search policy
+    again: dict[str, str] = field(default_factory=dict)  # recorded configurations to run again -> why (rerun.py)
 
 
 def plan_run(spec: RunSpec) -> Plan:
+    """Every configuration, those to run (not recorded, or recorded and chosen to run again: grid/sweep/rerun.py)
+    and the trial status of each recorded one."""
     plans = expand(spec)
-    done = {} if spec.fresh else recorded_hashes(spec.run_dir)
-    keep = {"ok", "invalid"} if spec.retry_failed else {"ok", "invalid", "failed"}
-    todo = [p for p in plans if done.get(p.config_hash) not in keep]
-    return Plan(plans, todo, done)
+    if spec.fresh:
+        return Plan(plans, list(plans), {})
+    rows = rerun.recorded_rows(spec.run_dir)
+    done = {r["config_hash"]: r["trial_status"] for r in rows}
+    wanted = {p.config_hash for p in plans}
+    again = rerun.selected(spec, [r for r in rows if r["config_hash"] in wanted])
+    todo = [p for p in plans if p.config_hash not in done or p.config_hash in again]
+    return Plan(plans, todo, done, again=again)
+
+
+def _before_first_trial(spec: RunSpec, plan: Plan) -> None:
+    """``fresh=true``: clear the recorded results; else set aside the earlier files of what runs again."""
+    if spec.fresh:
+        _clear_previous(spec)
+    elif plan.again:
+        rerun.set_aside(spec.run_dir, plan.again)
 
 
 def _clear_previous(spec: RunSpec) -> None:
@@ -307,6 +323,7 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
     set_ray_environment()
     engine = get_engine(spec)
     expand(spec)  # an empty search space raises ConfigError here, before anything is touched or launched
+    rerun.check(spec)  # so does a rerun value that can never match
     if not spec.dry_run:
         for note in set_aside_corrupt(spec.run_dir):
             console.print(f"[yellow]Set aside damaged Parquet file[/] {note}", markup=True, highlight=False)
@@ -325,6 +342,8 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
         nodes = dry_run_nodes(spec)
         for p in plan.all:
             state = plan.done.get(p.config_hash, "pending")
+            if p.config_hash in plan.again:
+                state = f"{state}, runs again: {plan.again[p.config_hash]}"
             known = search.known[p.config_hash]
             state = f"refused: {known.refused}" if known.refused else \
                 f"{state}, {known.text()}" if known.known_to_fail else state
@@ -341,13 +360,18 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
     engine_label = f"SGLang {version}" if version[:1].isdigit() else version  # an external server: "vllm 0.32.0"
     console.print(f"[bold]{spec.name}[/]: {len(plan.all)} configurations on {spec.engine.kind} ({engine_label}), "
                   f"{spec.model.name} on {spec.hardware.name}; {skipped} already recorded, {len(plan.todo)} to run")
+    if plan.again:
+        labels = {p.config_hash: p.label for p in plan.all}
+        console.print(f"Running {len(plan.again)} recorded configuration(s) again (their earlier files are kept in "
+                      f"parquet/{rerun.SUPERSEDED}/): " + "; ".join(f"{labels[h]} ({why})" for h, why in plan.again.items()),
+                      highlight=False, soft_wrap=True)
     run_id = new_run_id()
     end_leftovers(spec, run_id, console)
     if plan.todo:
         try:
-            # fresh=true clears the recorded results only once nothing refuses the run and the cluster is joined
-            run_trials(spec, plan, console, run_id, before_first_trial=(lambda: _clear_previous(spec)) if spec.fresh
-                       else None)
+            # fresh=true clears the recorded results, and a re-run sets its configurations' earlier files aside, only
+            # once nothing refuses the run and the cluster is joined
+            run_trials(spec, plan, console, run_id, before_first_trial=lambda: _before_first_trial(spec, plan))
         finally:
             record_search(spec, plan)
     return plan

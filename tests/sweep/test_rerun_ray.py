@@ -1,0 +1,51 @@
+"""Re-running chosen configurations through the whole pipeline (issue 26 item 3): before, ``probe.enabled=false`` and
+``retry_failed=true`` re-ran nothing a probe had marked invalid, and only ``fresh=true`` (every result deleted) did."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+SWEEP = ["+sweep=nsa_backends", "~sweep.load", "sweep.grid.dsa_prefill_backend=[trtllm]",
+         "sweep.grid.dsa_decode_backend=[trtllm,flashmla_kv]", "load.concurrency=[4]", "load.input_len=64",
+         "load.output_len=32", "ray.dashboard=false", "engine.time_scale=50", "search=exhaustive"]
+OK, NAN = "decode=trtllm", "decode=flashmla_kv"  # labels name the settings that vary
+
+
+def grid_run(run_dir, *extra):
+    out = subprocess.run([sys.executable, "-m", "grid.run", *SWEEP, *extra, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
+                                                                            "COLUMNS": "200"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def trials(run_dir) -> dict[str, tuple[str, str, str | None]]:
+    lp = pd.read_parquet(run_dir / "parquet" / "load_points")
+    return {r.label: (r.trial_id, r.trial_status, r.probe_status) for r in lp.itertuples()}
+
+
+def test_rerun_by_probe_change_and_by_label(tmp_path):
+    grid_run(tmp_path)
+    first = trials(tmp_path)
+    assert first[OK][1:] == ("ok", "passed") and first[NAN][1:] == ("invalid", "failed")
+    # the probe that marked it invalid is off now: it runs again (and NaN in the log during load still marks it)
+    out = grid_run(tmp_path, "probe.enabled=false")
+    assert "Running 1 recorded configuration(s) again" in out and "the probe that marked it invalid is now off" in out
+    second = trials(tmp_path)
+    assert second[OK] == first[OK]                                   # untouched
+    assert second[NAN][0] != first[NAN][0] and second[NAN][2] == "skipped"
+    # re-run one chosen by its label; the other stays as recorded
+    out = grid_run(tmp_path, f"rerun.label=['{OK}']")
+    third = trials(tmp_path)
+    assert third[OK][0] != first[OK][0] and third[OK][1] == "ok" and third[NAN] == second[NAN]
+    superseded = pd.read_parquet(next((tmp_path / "parquet" / "_superseded").glob("*/load_points")))
+    assert set(superseded.trial_id) <= {first[OK][0], first[NAN][0]} and len(superseded) >= 1
+    kept = {p.name for p in (tmp_path / "parquet" / "_superseded").glob("*/load_points/*.parquet")}
+    assert len(kept) == 2   # both earlier results kept, one per re-run
+    assert "Best configuration: decode=trtllm" in out
