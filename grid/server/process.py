@@ -145,6 +145,73 @@ def process_env(pid: int, name: str) -> str | None:
     return None
 
 
+def port_holders(port: int) -> list[int]:
+    """Pids of the processes listening on TCP ``port`` (any address), from ``psutil.net_connections``; processes of
+    other users are not listed where the system hides their sockets."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied:
+        return []
+    return sorted({c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   and c.pid})
+
+
+def marked_processes(run_id: str) -> list[int]:
+    """Pids of the live processes whose environment carries ``GRID_RUN_ID=run_id``: every process a run's server
+    started, including those that left its process group (``setsid``, a daemonizing child)."""
+    import psutil
+
+    return [pid for pid in psutil.pids() if pid != os.getpid() and process_env(pid, RUN_ID_ENV) == run_id]
+
+
+def end_processes(pids: list[int], grace_s: float) -> list[int]:
+    """SIGTERM ``pids``, wait up to ``grace_s`` real seconds, SIGKILL what is left, wait up to 5 s; the pids still
+    alive after that (none, normally). Zombies count as ended."""
+    import psutil
+
+    left = list(pids)
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            break
+    return left
+
+
+def end_escaped_holders(port: int, run_id: str | None, grace_s: float = 5.0) -> str | None:
+    """After a server's group was stopped: end the processes that still listen on its ``port`` and carry its
+    ``run_id`` (children that left the group, e.g. by ``setsid``); what is still there after that, named by pid
+    and command line (None: the port is not held by anyone). A holder without the marker is not grid's: it is named,
+    never signalled."""
+    import psutil
+
+    holders = port_holders(port)
+    if not holders:
+        return None
+    ours = [p for p in holders if run_id and process_env(p, RUN_ID_ENV) == run_id]
+    left = end_processes(ours, grace_s) if ours else []
+    notes = []
+    if ours:
+        notes.append(f"ended {len(ours) - len(left)} process(es) {ours} of this run that left the server's group and "
+                     f"held port {port}" + (f"; could not end {left}" if left else ""))
+    for pid in [p for p in holders if p not in ours]:
+        try:
+            cmd = " ".join(psutil.Process(pid).cmdline())[:200]
+        except psutil.Error:
+            cmd = "?"
+        notes.append(f"port {port} held by pid {pid} ({cmd}), not started by this run")
+    return "; ".join(notes)
+
+
 @dataclass
 class GroupRecord:
     """A process group a run started: its id, its leader's start time (``process_start_ticks``) and the run id that
@@ -197,27 +264,19 @@ def leftover_members(record: GroupRecord) -> list[int]:
 
 def reap_leftovers(directory: str | Path, current_run_id: str | None = None, grace_s: float = 5.0) -> list[str]:
     """End what is left of the process groups earlier runs recorded in ``directory``; one line per group that had
-    processes left (what was ended). Only processes matching :func:`leftover_members` get a signal (SIGTERM, then
-    SIGKILL after ``grace_s`` real seconds); records of ``current_run_id`` are left alone. Records are removed."""
+    processes left (what was ended). Only processes matching :func:`leftover_members`, or carrying the record's run
+    id and started after its group (:func:`marked_processes`: children that left the group), get a signal (SIGTERM,
+    then SIGKILL after ``grace_s`` real seconds); records of ``current_run_id`` are left alone. Records are
+    removed."""
     registry = ProcessRegistry(directory)
     notes = []
     for record in registry.records():
         if record.run_id == current_run_id:
             continue
-        found = pids = leftover_members(record)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
-            while pids and time.monotonic() < deadline:
-                time.sleep(0.05)
-                members = set(group_members(record.pgid))
-                pids = [p for p in pids if p in members]
-            if not pids:
-                break
+        # the group's members, and the run's processes that left the group (they still carry its marker)
+        found = sorted({*leftover_members(record), *(p for p in marked_processes(record.run_id)
+                                                     if (process_start_ticks(p) or -1) >= record.start_ticks)})
+        pids = end_processes(found, grace_s) if found else []
         if found:
             what = f" ({record.command})" if record.command else ""
             notes.append(f"ended {len(found) - len(pids)} leftover process(es) {found} of group {record.pgid} from "
@@ -249,6 +308,7 @@ class ManagedServer:
         self.pgid: int | None = None     # the supervisor's pid = the group id
         self.pid: int | None = None      # the server process itself (the watchdog's child)
         self.last_pgid: int | None = None  # the group of the last stopped launch (for leak checks)
+        self.escaped: str | None = None    # after stop: who else held the port, and what was ended (end_escaped_holders)
         self._state = self.log_path.with_name(self.log_path.name + ".state")
         self._exit_code: int | None = None
         self._t0_perf_ns = 0
@@ -355,6 +415,8 @@ class ManagedServer:
         while time.monotonic() < deadline and group_alive(self.pgid):
             time.sleep(0.02)
         self.exit_code()
+        # a child that left the group (setsid, a daemon) may still hold the port: ended when it carries the run id
+        self.escaped = end_escaped_holders(self.port, self.env.get(RUN_ID_ENV) or os.environ.get(RUN_ID_ENV), grace_s)
         registry, run_id = _run_registry()
         if registry is not None and not group_alive(self.pgid):
             registry.remove(run_id, self.pgid)

@@ -17,6 +17,7 @@ Secrets (the API key) are redacted from every log tail this session hands out.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import time
@@ -30,6 +31,8 @@ from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
 from grid.server.statuses import status_of
+
+log = logging.getLogger(__name__)
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
@@ -238,6 +241,10 @@ class ServerSession:
             self._last = (pgid, server.port)
             self._checked_pgid = pgid
             self.dirty = self.check_clean(pgid, server.port)
+            if server.escaped:
+                log.warning("%s: %s", self.label, server.escaped)
+                if self.dirty:
+                    self.dirty += f" ({server.escaped})"
         self.label = "idle"
         return self.dirty
 

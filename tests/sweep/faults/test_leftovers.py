@@ -81,3 +81,100 @@ def test_managed_server_records_its_group_and_removes_it_on_stop(tmp_path, monke
     finally:
         server.stop(2)
     assert ProcessRegistry(tmp_path / "processes").records() == [] and group_members(record.pgid) == []
+
+
+# A server whose child leaves the process group (setsid) keeping the listening socket: issue 26 item 10 found such a
+# child stall a run for over 400 s, and the next run, carrying the same run id marker, neither found nor ended it.
+ESCAPING_SERVER = """
+import socket, subprocess, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], pass_fds=[s.fileno()],
+                         start_new_session=True)
+open(sys.argv[2], "w").write(str(child.pid))
+time.sleep(300)
+"""
+
+
+def _escaping_server(tmp_path, run_id: str) -> tuple[ManagedServer, int, int]:
+    from grid.server.process import free_port, port_holders
+
+    port = free_port()
+    script = tmp_path / "escaping.py"
+    script.write_text(ESCAPING_SERVER)
+    child_file = tmp_path / "child.pid"
+    server = ManagedServer([sys.executable, str(script), str(port), str(child_file)], {RUN_ID_ENV: run_id},
+                           tmp_path / "s.log", "127.0.0.1", port)
+    server.start()
+    deadline = time.monotonic() + 20
+    while not (child_file.exists() and child_file.read_text() and port_holders(port)):  # one pid per socket
+        assert time.monotonic() < deadline, "the server and its escaped child never both listened"
+        time.sleep(0.05)
+    child = int(child_file.read_text())
+    assert os.getpgid(child) != server.pgid   # it left the group
+    return server, port, child
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_child_that_left_the_group_holding_the_port_is_found_by_port_and_ended(tmp_path):
+    from grid.server.process import port_holders, port_is_free
+
+    server, port, child = _escaping_server(tmp_path, "run-esc")
+    try:
+        t0 = time.monotonic()
+        server.stop(grace_s=2)
+        assert time.monotonic() - t0 < 15                               # never a stall
+        assert _gone(child) and port_is_free("127.0.0.1", port) and port_holders(port) == []
+        assert server.escaped == (f"ended 1 process(es) [{child}] of this run that left the server's group and held "
+                                  f"port {port}")
+    finally:
+        if not _gone(child):
+            os.kill(child, 9)
+
+
+def test_a_port_holder_without_the_marker_is_named_never_signalled(tmp_path):
+    from grid.server.process import end_escaped_holders, free_port
+
+    port = free_port()
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                               f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(300)"],
+                              env={k: v for k, v in os.environ.items() if k != RUN_ID_ENV})
+    try:
+        deadline = time.monotonic() + 10
+        while (note := end_escaped_holders(port, "run-esc", grace_s=1)) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert note.startswith(f"port {port} held by pid {holder.pid} (") and note.endswith("not started by this run")
+        assert alive(holder)
+    finally:
+        holder.kill()
+        holder.wait(5)
+
+
+def test_the_next_run_ends_an_earlier_runs_escaped_child_by_its_marker(tmp_path):
+    from grid.server.process import port_is_free
+
+    server, port, child = _escaping_server(tmp_path, "run-gone")
+    registry = ProcessRegistry(tmp_path / "processes")
+    registry.add(GroupRecord(server.pgid, process_start_ticks(server.pgid), "run-gone", "escaping.py"))
+    try:
+        os.killpg(server.pgid, 9)                                   # the group dies; the escaped child does not
+        deadline = time.monotonic() + 10
+        while group_members(server.pgid):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not _gone(child) and not port_is_free("127.0.0.1", port)
+        notes = reap_leftovers(tmp_path / "processes", current_run_id="run-next", grace_s=2)
+        assert notes == [f"ended 1 leftover process(es) [{child}] of group {server.pgid} from run run-gone "
+                         "(escaping.py)"]
+        assert _gone(child) and port_is_free("127.0.0.1", port)
+    finally:
+        if not _gone(child):
+            os.kill(child, 9)
