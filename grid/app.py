@@ -70,7 +70,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.experiments import run_experiment
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
-    from grid.report.select import rank, rejudge
+    from grid.report.select import rank, rejudge, unmeasured_note
     from grid.storage.summary import read_record
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
@@ -95,8 +95,8 @@ def report(spec: RunSpec, console: Console) -> list:
                      f"configuration{'s' if len(skipped_probe) != 1 else ''} ({', '.join(skipped_probe)}): their "
                      "answers were not checked, so a configuration serving garbage is ranked as if it were correct.")
     run_dir = Path(spec.run_dir)
-    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes, [note] if note else []), rows,
-                          console)
+    headline = [n for n in (note, unmeasured_note(stored, spec.objective)) if n]
+    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes, headline), rows, console)
     written.append(write_summary(spec, rows, verdicts, plans, searched, left_out).name)
     if spec.experiment:
         out = run_experiment(spec, rows, console)

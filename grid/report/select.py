@@ -85,6 +85,25 @@ def describe_objectives() -> str:
 _LOAD_FIELD = {"concurrency": "load.concurrency", "rate": "load.request_rate"}
 
 
+def unmeasured_note(rows: Iterable[Mapping[str, Any]], objective) -> str | None:
+    """``Cannot name a winner yet: ...`` when load points early stopping skipped under another objective (kind or
+    SLOs: their ``early_stop_objective``) are missing from this objective's ranking; None when there are none
+    (pure). A rule that was safe for the objective it judged by (grid/search/levels.py) says nothing of another."""
+    key = objective_key(objective)
+    stale = [r for r in rows if r.get("status") == "not_run" and r.get("early_stop_objective")
+             and r["early_stop_objective"] != key]
+    if not stale:
+        return None
+    configs = {r["config_hash"] for r in stale}
+    judged = sorted({r["early_stop_objective"] for r in stale})
+    return (f"Cannot name a winner yet: {len(stale)} load point{'s' if len(stale) != 1 else ''} of {len(configs)} "
+            f"configuration{'s' if len(configs) != 1 else ''} {'were' if len(stale) != 1 else 'was'} skipped by early "
+            "stopping under another objective "
+            f"({'; '.join(judged)}), so this objective ({key}) ranks without them. Run the same command again to "
+            "measure them (those configurations run again; their earlier files are kept), or rank with the "
+            "objective they were measured under.")
+
+
 def _pct_label(percentile: float) -> str:
     return f"{percentile:g}"
 
@@ -98,6 +117,13 @@ def slo_text(slo) -> str:
     return ", ".join(f"p{pct} {name.upper()} <= {target:g} ms"
                      for name, target in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2e", slo.e2e_ms))
                      if target is not None)
+
+
+def objective_key(objective) -> str:
+    """What a judgement depends on: the objective's kind and its SLOs, e.g. ``max_goodput; p99 TTFT <= 1500 ms``
+    (``objective``: an ObjectiveSpec). Recorded with every point early stopping skipped (``early_stop_objective``)."""
+    slo = slo_text(objective.slo)
+    return f"{objective.kind}; {slo}" if slo else objective.kind
 
 
 def fmt_score(value: float, figures: int = 3) -> str:
@@ -381,6 +407,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         by_config.setdefault(row["config_hash"], []).append(row)
     verdicts: list[Verdict] = []
     excluded: dict[str, list[str]] = {}    # per configuration: its load points not counted, and why
+    key = objective_key(objective)
     for h, group in by_config.items():
         group.sort(key=lambda r: r["point_index"])
         # a configuration is judged by its worst trial verdict: one row whose server broke keeps it from ranking
@@ -392,9 +419,14 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             continue
         eligible, misses, slo_missed = [], [], False
         skipped: dict[str, list[tuple[str, str]]] = {}   # early-stop class -> (level, its own reason), in order
+        unmeasured: dict[str, list[str]] = {}   # objective early stopping judged by -> levels it skipped
         for row in obj.points(group):
             level = level_name(row) + _repeat_text(row)
             if row["status"] == "not_run" and row.get("error_class") in EARLY_STOP_TEXT and row.get("skip_reason"):
+                judged = row.get("early_stop_objective")
+                if judged and judged != key:   # skipped for another objective: nothing says it could not count here
+                    unmeasured.setdefault(judged, []).append(level)
+                    continue
                 skipped.setdefault(row["error_class"], []).append((level, row["skip_reason"]))
                 continue
             if row["status"] != "ok":
@@ -415,6 +447,9 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
                 continue
             eligible.append(row)
         misses += [_skipped_text(cls, points) for cls, points in skipped.items()]
+        misses += [f"not measured for this objective: {', '.join(levels)} (skipped by early stopping under "
+                   f"objective {judged}; running the same command again measures them)"
+                   for judged, levels in unmeasured.items()]
         best: dict | None = None
         best_iv: Interval | None = None
         for agg, iv in level_scores(obj.points(group), eligible, obj.metric):

@@ -23,7 +23,7 @@ from grid.loadgen.records import RequestRecord
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
-from grid.report.select import meets_slos
+from grid.report.select import meets_slos, objective_key
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
 from grid.server.infra import GuardedServer, infra_verdict
@@ -530,6 +530,7 @@ def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] |
         if skip is not None:
             log.info("%s: %s not run: %s", plan.label, level_name(row), skip[1])
             rows.append({**row, "status": "not_run", "error_class": skip[0], "skip_reason": skip[1],
+                         "early_stop_objective": objective_key(spec.objective),
                          "forecast_duration_s": levels.forecast_s(point), "finished_unix_ns": time.time_ns()})
             continue
         measured = run_point(trial, index, point, row, samplers, form)

@@ -7,6 +7,8 @@ make it run again, each without touching the others:
   choice; ``retry_failed=true`` is ``rerun.status=[failed]``;
 * the probe setting changed: with ``probe.enabled=false`` a configuration the probe had marked invalid
   (``probe_status`` ``failed``) runs again, since the probe that judged it is now off;
+* the objective changed: a configuration with load points early stopping skipped under another objective (kind or
+  SLOs: ``early_stop_objective``) runs again, since nothing says those points could not count now;
 * a ``skipped`` configuration (its machinery was lost, grid/server/infra.py) always runs again.
 
 The earlier files of a configuration that runs again (every Parquet table's file and its server log) are moved to
@@ -26,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from grid.config.schema import ConfigError, RunSpec
+from grid.report.select import objective_key
 from grid.server.statuses import TRIAL_CLASSES, TrialStatus
 
-#: The load-point columns the selection reads (the first row of each configuration's file).
-COLUMNS = ["config_hash", "label", "trial_status", "trial_error_class", "probe_status"]
+#: The load-point columns the selection reads (the first row of each configuration's file; ``early_stop_objective``
+#: from every row: the objectives early stopping judged its skipped points by).
+COLUMNS = ["config_hash", "label", "trial_status", "trial_error_class", "probe_status", "early_stop_objective"]
 SUPERSEDED = "_superseded"
 
 
@@ -51,8 +55,9 @@ def check(spec: RunSpec) -> None:
 
 
 def selected(spec: RunSpec, recorded: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """config_hash -> why it runs again, for the ``recorded`` configurations (one row of :data:`COLUMNS` each) that
-    match a ``rerun`` selector, ``retry_failed``, a probe now off, or are ``skipped``. Pure."""
+    """config_hash -> why it runs again, for the ``recorded`` configurations (one row of :data:`COLUMNS` each, with
+    ``early_stop_objectives``: the set over its rows) that match a ``rerun`` selector, ``retry_failed``, a probe now
+    off, points skipped under another objective, or are ``skipped``. Pure."""
     r = spec.rerun
     statuses = {*r.status, *(("failed",) if spec.retry_failed else ())}
     out: dict[str, str] = {}
@@ -71,6 +76,8 @@ def selected(spec: RunSpec, recorded: Iterable[Mapping[str, Any]]) -> dict[str, 
             why = "rerun.config_hash=" + next(p for p in r.config_hash if h.startswith(p))
         elif not spec.probe.enabled and status == "invalid" and row.get("probe_status") == "failed":
             why = "the probe that marked it invalid is now off (probe.enabled=false)"
+        elif stale := sorted(o for o in row.get("early_stop_objectives", ()) if o != objective_key(spec.objective)):
+            why = f"early stopping skipped load points under another objective ({'; '.join(stale)})"
         else:
             continue
         out[h] = why
@@ -83,7 +90,9 @@ def recorded_rows(run_dir: str | Path) -> list[dict[str, Any]]:
 
     seen: dict[str, dict[str, Any]] = {}
     for row in read_table(run_dir, "load_points", COLUMNS).to_pylist():
-        seen.setdefault(row["config_hash"], row)
+        first = seen.setdefault(row["config_hash"], {**row, "early_stop_objectives": set()})
+        if row.get("early_stop_objective"):
+            first["early_stop_objectives"].add(row["early_stop_objective"])
     return list(seen.values())
 
 

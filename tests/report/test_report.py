@@ -107,3 +107,49 @@ def test_sample_note_only_for_thin_tails():
     assert sample_note([{"completed": 100}, {"completed": 500}]) is None
     assert sample_note([{"completed": None}, {"completed": 0}]) is None
     assert sample_note([{"completed": 96}, {"completed": 96}]).startswith("Percentiles rest on 96 completed")
+
+
+def write_skipping(run_dir, plan, ttfts_by_level, skipped_levels, judged):
+    """``write_config`` plus, per level of ``skipped_levels``, a point early stopping skipped under ``judged``."""
+    write_config(run_dir, plan, ttfts_by_level)
+    rows = read_table(run_dir, "load_points").to_pylist()
+    mine = [r for r in rows if r["config_hash"] == plan.config_hash]
+    for level in skipped_levels:
+        mine.append(load_point_row({}, config_hash=plan.config_hash, trial_id="t", label=plan.label,
+                                   command="python -m sglang...", trial_status="ok", point_index=len(mine),
+                                   point_kind="concurrency", point_value=float(level), num_prompts=4,
+                                   status="not_run", error_class="early_stop_twin_bound",
+                                   skip_reason="the twin's upper bound here is below the best measured",
+                                   early_stop_objective=judged))
+    requests = [r for r in read_table(run_dir, "requests").to_pylist() if r["config_hash"] == plan.config_hash]
+    write_trial(run_dir, plan.config_hash, {"requests": requests, "load_points": mine})
+
+
+def test_rejudging_never_picks_from_levels_early_stopping_skipped_for_another_objective(tmp_path):
+    # issue 26 item 2: the main job re-judged under max_goodput with SLOs named the configuration measured first,
+    # the others having had levels skipped for throughput, and offered to measure nothing
+    from grid.sweep.driver import plan_run
+
+    args = ("+sweep=mem_fraction", "sweep.grid.mem_fraction_static=[0.8,0.85]")
+    a, b = expand(spec_for(tmp_path, *args))
+    write_config(tmp_path, a, {1: [100.0] * 4, 8: [900.0] * 8})
+    write_skipping(tmp_path, b, {1: [90.0] * 4}, [8], "max_output_throughput")
+    same = spec_for(tmp_path, *args)
+    verdicts, out, _ = run_report(same)
+    assert "Cannot name a winner yet" not in out and plan_run(same).todo == []   # its own objective: safe to skip
+    assert "not counted: concurrency 8: not_run (early_stop_twin_bound: the twin's upper bound here" in verdicts[1].reason
+    other = spec_for(tmp_path, *args, "objective=max_goodput", "objective.slo.ttft_ms=1500")
+    verdicts, out, md = run_report(other)
+    line = ("Cannot name a winner yet: 1 load point of 1 configuration was skipped by early stopping under another "
+            "objective (max_output_throughput), so this objective (max_goodput; p99 TTFT <= 1500 ms, p99 TPOT <= 150 "
+            "ms) ranks without "
+            "them. Run the same command again to measure them (those configurations run again; their earlier files "
+            "are kept), or rank with the objective they were measured under.")
+    assert line in " ".join(out.split()) and md.index(f"**{line}**") < md.index("**Best:**")
+    lost = next(v for v in verdicts if v.config_hash == b.config_hash)
+    assert "not measured for this objective: concurrency 8 (skipped by early stopping under objective " \
+           "max_output_throughput; running the same command again measures them)" in lost.reason
+    plan = plan_run(other)   # the resume measures it
+    assert [p.config_hash for p in plan.todo] == [b.config_hash]
+    assert plan.again == {b.config_hash: "early stopping skipped load points under another objective "
+                                         "(max_output_throughput)"}
