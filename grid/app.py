@@ -70,7 +70,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.experiments import run_experiment
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
-    from grid.report.select import rank, rejudge, unmeasured_note
+    from grid.report.select import behind_note, rank, rejudge, unmeasured_note
     from grid.storage.summary import read_record
     from grid.storage.parquet import read_table
     from grid.sweep.space import expand
@@ -87,7 +87,8 @@ def report(spec: RunSpec, console: Console) -> list:
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded
     note = incomplete_note(len(wanted - left_out),
                            len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
-    notes = [n for n in (metrics_names_note(rows), early_stop_note(stored, spec.hardware.total_gpus)) if n] \
+    notes = [n for n in (behind_note(stored), metrics_names_note(rows),
+                         early_stop_note(stored, spec.hardware.total_gpus)) if n] \
         + search_notes(searched, left_out)
     skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
     if skipped_probe:

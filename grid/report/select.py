@@ -51,6 +51,17 @@ OBJECTIVES: dict[str, Objective] = {}
 # (grid/metrics/confidence.py).
 TIE_PERCENT = 1.0
 
+# A load point measured on the twin while the twin fell behind its own clock by more than this (percent of the
+# point's real time; load_points.twin_behind_pct) is host noise: every time the client measures stretches by about
+# that much, so a difference the tie rule would count could be the host's. The bound is the tie rule's: below it, the
+# lag cannot turn a tie into a win.
+TWIN_BEHIND_MAX_PCT = 5.0
+
+
+def twin_behind(row: Mapping[str, Any]) -> bool:
+    """Whether a measured load point is host noise (:data:`TWIN_BEHIND_MAX_PCT`)."""
+    return (row.get("twin_behind_pct") or 0.0) > TWIN_BEHIND_MAX_PCT
+
 
 def register(obj: Objective) -> Objective:
     OBJECTIVES[obj.kind] = obj
@@ -102,6 +113,21 @@ def unmeasured_note(rows: Iterable[Mapping[str, Any]], objective) -> str | None:
             f"({'; '.join(judged)}), so this objective ({key}) ranks without them. Run the same command again to "
             "measure them (those configurations run again; their earlier files are kept), or rank with the "
             "objective they were measured under.")
+
+
+def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """The caveat for load points measured while the twin fell behind its own clock (:func:`twin_behind`), or None
+    (pure)."""
+    noisy = [r for r in rows if r.get("status") in ("ok", "partial") and twin_behind(r)]
+    if not noisy:
+        return None
+    configs = {r["config_hash"] for r in noisy}
+    worst = max(r["twin_behind_pct"] for r in noisy)
+    return (f"The twin fell behind its own clock by more than {TWIN_BEHIND_MAX_PCT:g}% (up to {worst:.1f}%) while "
+            f"measuring {len(noisy)} load point{'s' if len(noisy) != 1 else ''} of {len(configs)} "
+            f"configuration{'s' if len(configs) != 1 else ''}: the host was too busy for its clock, so those points "
+            "are host noise and are not counted. Run the same command again on a quieter machine (or with a smaller "
+            "engine.time_scale) to measure them again.")
 
 
 def _pct_label(percentile: float) -> str:
@@ -420,8 +446,12 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         eligible, misses, slo_missed = [], [], False
         skipped: dict[str, list[tuple[str, str]]] = {}   # early-stop class -> (level, its own reason), in order
         unmeasured: dict[str, list[str]] = {}   # objective early stopping judged by -> levels it skipped
+        noisy: list[str] = []                   # levels measured while the twin fell behind its clock
         for row in obj.points(group):
             level = level_name(row) + _repeat_text(row)
+            if row["status"] in ("ok", "partial") and twin_behind(row):
+                noisy.append(f"{level} ({row['twin_behind_pct']:.1f}%)")
+                continue
             if row["status"] == "not_run" and row.get("error_class") in EARLY_STOP_TEXT and row.get("skip_reason"):
                 judged = row.get("early_stop_objective")
                 if judged and judged != key:   # skipped for another objective: nothing says it could not count here
@@ -447,6 +477,9 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
                 continue
             eligible.append(row)
         misses += [_skipped_text(cls, points) for cls, points in skipped.items()]
+        if noisy:
+            misses.append(f"the twin fell behind its own clock while measuring {', '.join(noisy)}: host noise, not "
+                          "the configuration (running the same command again measures them again)")
         misses += [f"not measured for this objective: {', '.join(levels)} (skipped by early stopping under "
                    f"objective {judged}; running the same command again measures them)"
                    for judged, levels in unmeasured.items()]

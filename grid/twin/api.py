@@ -115,6 +115,9 @@ class _TwinState:
         new_rid: Callable[[], str]
         validate: Callable[[int, int], None]
         mnow: Callable[[], float]
+        behind_s: Callable[[], float]
+        _lag_sum_s: float
+        _deliveries: int
         resolved_args: Callable[[], dict[str, Any]]
         garbage: Callable[[], str | None]
         _mem: Callable[[], dict[str, float]]
@@ -539,7 +542,12 @@ class TwinAPI(_TwinState):
                 # the twin's modelled startup (s): its startup phases, warm-up request and any fault's ready time,
                 # without host latency; the launcher's clock also scales the host's process start and polling by
                 # startup_time_scale (grid/sweep/measure.py startup_seconds)
-                "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3)}
+                "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3),
+                # real seconds the twin fell behind its own clock since it started (Twin.behind_s): a host too busy
+                # to keep the modelled schedule; grid/sweep/measure.py compares it with each load point's length
+                "twin_behind_s": round(self.behind_s(), 6),
+                # every delivery's lateness against the schedule its arrival set (real s, summed) and their count
+                "twin_delivery_lag_s": round(self._lag_sum_s, 6), "twin_deliveries": self._deliveries}
         if self.ver >= (0, 5, 23):
             info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
                         startup_time=round(self.ready_at, 3), frontend="python")

@@ -164,6 +164,12 @@ class Twin(TwinAPI):
         self.last_gen_throughput = 0.0
         self.last_output_real = 0.0
         self.mclock = 0.0
+        self._busy = False             # the scheduler ran a step since it last went idle
+        self._behind_banked_s = 0.0    # real seconds behind its clock over the finished busy periods (behind_s)
+        self._woken_m = 0.0            # modelled time at which work last arrived for an idle scheduler
+        self._slip_s = 0.0             # real seconds the current busy period started after the arrival that woke it
+        self._lag_sum_s = 0.0          # real seconds deliveries were late, summed over every delivery
+        self._deliveries = 0           # steps that delivered tokens
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
         self.loop_task: asyncio.Task | None = None
@@ -196,6 +202,15 @@ class Twin(TwinAPI):
         now_real = time.perf_counter()
         self.m_base = self.m_base + (now_real - self.t0) * self.scale
         self.t0, self.scale = now_real, float(scale)
+
+    def behind_s(self) -> float:
+        """Real seconds the twin has fallen behind its own clock since it started (monotonic): over each busy period,
+        how far the delivery of the last step trails the real time its modelled end maps to (steps follow each other
+        in modelled time exactly, so a host that cannot keep up makes this grow; a late wake-up does not carry over),
+        plus how late each busy period started after the arrival that woke the idle scheduler. A busy period's lag is
+        banked when the scheduler goes idle and its clock resyncs."""
+        lag = max(0.0, time.perf_counter() - self.real_at(self.mclock)) if self._busy else 0.0
+        return self._behind_banked_s + lag
 
     def model_unix(self) -> float:
         return self.unix0 + self.mnow()
@@ -527,7 +542,10 @@ class Twin(TwinAPI):
     def _enqueue(self, req: Req, treq) -> None:
         if req.finished:  # aborted while in the front end
             return
-        self.sched.add(treq, self.mnow())
+        now = self.mnow()
+        self.sched.add(treq, now)
+        if not self.wake.is_set():
+            self._woken_m = now  # when work arrived for an idle scheduler (behind_s counts how late it started)
         self.wake.set()
 
     def abort(self, req: Req) -> None:
@@ -566,6 +584,9 @@ class Twin(TwinAPI):
                 await self.stop.wait()
                 return
             if not sched.has_work():
+                if self._busy:  # the busy period ends: bank its lag before the clock resyncs
+                    self._behind_banked_s = self.behind_s()
+                    self._busy = False
                 self.wake.clear()
                 if not sched.has_work():
                     await self.wake.wait()
@@ -573,13 +594,20 @@ class Twin(TwinAPI):
                 continue
             # Back-to-back steps follow each other in modelled time exactly (end of one = start of the next), so
             # the loop's own latency is never multiplied by the time scale; deliveries that run late do not drift.
-            now = max(self.mclock, self.mnow()) if resume else self.mclock
+            if resume:
+                now = max(self.mclock, self.mnow())
+                # an idle scheduler should start at the arrival that woke it; starting later is the host's delay
+                self._slip_s = max(0.0, now - max(self.mclock, self._woken_m)) / self.scale
+                self._behind_banked_s += self._slip_s
+            else:
+                now = self.mclock
             resume = False
             step = sched.step(now)
             st = step.stats
             dur = float(st.duration_s)
             end = now + dur
             self.mclock = end
+            self._busy = True
             delay = self.real_at(end) - perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -612,6 +640,10 @@ class Twin(TwinAPI):
                                  token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph))
         if step.emitted:
             self.last_output_real = time.perf_counter()
+            # how late this delivery is against the schedule the arrival set: the busy period's late start plus
+            # the step's own lateness (Twin.delivery_lag)
+            self._lag_sum_s += self._slip_s + max(0.0, self.last_output_real - self.real_at(end))
+            self._deliveries += 1
             reqs = self.reqs
             itl = self.metrics.itl if self.metrics is not None else None
             for rid, n in step.emitted.items():
