@@ -133,6 +133,44 @@ def describe_cost() -> str:
     return "\n".join(out) + "\n"
 
 
+def indistinct_groups(forecasts: dict[str, float], error: float) -> list[list[str]]:
+    """Groups of two or more configurations whose forecasts (config hash -> forecast score, positive) lie within
+    ``error`` (relative, ``search.twin_error``) of the highest of the group: the twin cannot tell them apart. Greedy
+    from the highest forecast down, in descending order; each configuration in one group at most. Pure."""
+    ranked = sorted(((v, h) for h, v in forecasts.items() if v and v > 0), reverse=True)
+    groups: list[list[str]] = []
+    i = 0
+    while i < len(ranked):
+        top = ranked[i][0]
+        j = i + 1
+        while j < len(ranked) and (top - ranked[j][0]) / top <= error:
+            j += 1
+        if j - i >= 2:
+            groups.append([h for _, h in ranked[i:j]])
+        i = j
+    return groups
+
+
+def indistinct_notes(spec: RunSpec, sp: SearchPlan) -> list[str]:
+    """Before the sweep: the configurations that may launch (not refused, not known to fail) whose forecasts the twin
+    cannot separate (:func:`indistinct_groups` with ``search.twin_error``), one line per group, naming them."""
+    from grid.report.select import OBJECTIVES
+
+    launchable = {c.config_hash: c.forecast for c in sp.policy.candidates
+                  if not c.refused and not c.known_to_fail and c.forecast}
+    labels = {p.config_hash: p.label for p in sp.plans}
+    err = spec.search.twin_error
+    lines = []
+    for group in indistinct_groups(launchable, err):
+        values = sorted({f"{launchable[h]:.4g}" for h in group})
+        unit = OBJECTIVES[spec.objective.kind].unit
+        lines.append(f"The twin cannot separate {len(group)} configurations (forecasts {' / '.join(values)} {unit}, "
+                     f"within its {err:.1%} error, search.twin_error): {', '.join(labels[h] for h in group)}. "
+                     f"Measure them with load.repeats >= 3 (the report then decides by the measured spread), or keep "
+                     "one of them.")
+    return lines
+
+
 def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     refused = [h for h, k in sp.known.items() if k.refused]
     failing = [h for h, k in sp.known.items() if k.known_to_fail]

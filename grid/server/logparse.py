@@ -125,3 +125,28 @@ _POLL_LINE = re.compile(r'^(?:\[[^\]]*\]\s*)?INFO:\s+\S+ - "GET (?:' + "|".join(
 def strip_poll_lines(text: str) -> str:
     """``text`` without the uvicorn access-log lines of GET requests to :data:`POLL_PATHS` (grid's own polls). Pure."""
     return "".join(line for line in text.splitlines(keepends=True) if not _POLL_LINE.match(line))
+
+
+#: SGLang's start-up phases as its log shows them, in the order a start goes through them: (pattern, phase). The
+#: wordings are SGLang's own (model_runner.py, cuda_graph_runner.py, http_server.py; the twin writes the same lines,
+#: grid/twin/logs.py; docs/sources.md#sglang-log-formats-readiness-phases-failure-modes).
+STARTUP_PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), name) for p, name in (
+    (r"Load weight begin", "loading the weights"),
+    (r"Load weight end", "weights loaded, allocating the KV cache"),
+    (r"KV Cache is allocated|Memory pool end", "KV cache allocated"),
+    (r"Capture (?:target decode )?cuda graph begin|Capture cuda graph bs", "capturing CUDA graphs"),
+    (r"Capture (?:target decode )?cuda graph end", "CUDA graphs captured, starting the HTTP server"),
+    (r"Uvicorn running on|Application startup complete", "HTTP server up, warming up"),
+    (r"The server is fired up and ready to roll", "ready"),
+))
+
+
+def startup_phase(log_text: str | None) -> tuple[str, str] | None:
+    """(phase, the log line that shows it) of the last start-up phase ``log_text`` reaches (:data:`STARTUP_PHASES`),
+    or None when it shows none."""
+    found = None
+    for line in (log_text or "").splitlines():
+        for pattern, name in STARTUP_PHASES:
+            if pattern.search(line):
+                found = (name, _PREFIX.sub("", line).strip()[:160])
+    return found

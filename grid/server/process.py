@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grid.releases.devices import exit_meaning
+from grid.server.logparse import startup_phase
 from grid.server.statuses import STARTUP_LOG_CLASSES, TrialErrorClass, log_class
 
 RUN_ID_ENV = "GRID_RUN_ID"                  # the run-id marker in every server's environment
@@ -375,9 +376,11 @@ class ManagedServer:
             if self.elapsed_s() > timeout_s:
                 tail = self.log_tail()
                 self.stop()
+                shown = startup_phase(tail)
                 raise StartupError("startup_timeout",
-                                   f"not ready after {timeout_s:.0f} s (modelled); phases seen: {'→'.join(info.phases)}",
-                                   None, tail)
+                                   f"not ready after {timeout_s:.0f} s (modelled); HTTP phases seen: "
+                                   f"{'→'.join(info.phases)}"
+                                   + (f"; the log shows it {shown[0]} ({shown[1]!r})" if shown else ""), None, tail)
             time.sleep(poll_s)
 
     def alive(self) -> bool:

@@ -31,6 +31,7 @@ from grid.config.schema import RunSpec
 from grid.engines.base import get_engine
 from grid.storage.parquet import set_aside_corrupt
 from grid.sweep import rerun
+from grid.search.plan import indistinct_notes
 from grid.sweep.notes import known_notes, plan_notes
 from grid.plan import TrialPlan
 from grid.sweep.space import expand
@@ -331,7 +332,7 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
     version = engine.version()
     notes = [*engine.notes, *engine.workload_notes(spec.load), *plan_notes(spec, plan.all, version)]
     search = plan_search(spec, engine, plan, version)
-    notes += known_notes(plan.all, search.known)
+    notes += known_notes(plan.all, search.known) + indistinct_notes(spec, search)
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
     for line in search.cost_lines(spec):

@@ -69,3 +69,30 @@ def test_port_in_use_detected_before_launch(tmp_path):
         with pytest.raises(StartupError) as e:
             s.start()
         assert e.value.error_class == "port_in_use" and s.pgid is None
+
+
+def test_a_startup_timeout_names_the_phase_the_log_shows(tmp_path):
+    # issue 26 item 5: a server stuck capturing CUDA graphs was reported as "phases seen: refused" only
+    port = free_port()
+    script = ("import sys, time; print('[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB'); "
+              "print('[2026-12-02 10:00:09 TP0] Load weight end. type=GlmMoeDsaForCausalLM, avail mem=22.10 GB'); "
+              "print('[2026-12-02 10:00:10 TP0] KV Cache is allocated. #tokens: 1048576, KV size: 9.50 GB'); "
+              "print('[2026-12-02 10:00:11 TP0] Capture cuda graph begin. This can take up to several minutes. "
+              "avail mem=12.40 GB', flush=True); time.sleep(100)")
+    s = ManagedServer([sys.executable, "-c", script], {}, tmp_path / "s.log", "127.0.0.1", port)
+    s.start()
+    with pytest.raises(StartupError) as e:
+        s.wait_ready(timeout_s=1.5)
+    assert e.value.error_class == "startup_timeout"
+    assert str(e.value).endswith("HTTP phases seen: refused; the log shows it capturing CUDA graphs ('Capture cuda "
+                                 "graph begin. This can take up to several minutes. avail mem=12.40 GB')")
+
+
+def test_startup_phase_reads_the_last_phase():
+    from grid.server.logparse import startup_phase
+
+    assert startup_phase(None) is None and startup_phase("INFO: something else") is None
+    assert startup_phase("[x] Load weight begin. avail mem=70 GB\n[x] Load weight end. avail mem=20 GB") == (
+        "weights loaded, allocating the KV cache", "Load weight end. avail mem=20 GB")
+    assert startup_phase("Capture cuda graph bs [1, 2, 4]\nINFO:     Uvicorn running on http://127.0.0.1:30000")[0] == \
+        "HTTP server up, warming up"

@@ -1,0 +1,89 @@
+"""Does a busy host turn into findings? (benchmark script, not a test)
+
+Runs one sweep on the twin twice into fresh directories: on the machine as it is, then with ``--burners`` CPU-burning
+processes (default: 2 per core) running beside it. Per configuration and load level it prints the mean output tok/s
+and median TTFT over the repeats of each run, their difference, the quiet run's repeat spread, how far the twin fell
+behind its clock (``twin_behind_pct``) and whether grid flagged the point as host noise; then both runs' rankings.
+
+    python experiments/busy_host.py [--burners N] [-- extra grid.run overrides]
+    python experiments/busy_host.py -- +sweep=cuda_graph
+
+Default sweep: the main job (``+sweep=nsa_backends``). What to look for: every loaded value either agrees with the
+quiet one within the quiet run's spread, or its point is flagged (not counted, measured again on resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+
+from grid.report.select import TWIN_BEHIND_MAX_PCT  # noqa: E402
+
+BURN = "while True: pass"
+
+
+def run(overrides: list[str], run_dir: Path) -> float:
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "grid.run", *overrides, "ray.dashboard=false",
+                          f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode not in (0, 3):
+        raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
+    return time.monotonic() - t0
+
+
+def levels(run_dir: Path) -> pd.DataFrame:
+    lp = pd.read_parquet(run_dir / "parquet" / "load_points")
+    lp = lp[lp.status == "ok"]
+    return lp.groupby(["label", "point_value"]).agg(
+        out=("output_tok_per_s", "mean"), out_min=("output_tok_per_s", "min"), out_max=("output_tok_per_s", "max"),
+        ttft=("ttft_median_ms", "mean"), behind=("twin_behind_pct", "max"), n=("output_tok_per_s", "size"))
+
+
+def best(run_dir: Path) -> str:
+    text = (run_dir / "report.md").read_text()
+    line = next((ln for ln in text.splitlines() if ln.startswith("**Best:**")), "")
+    return line.split("`")[1] if "`" in line else "(none)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--burners", type=int, default=2 * (os.cpu_count() or 1))
+    ap.add_argument("overrides", nargs="*", default=["+sweep=nsa_backends"])
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="busy_host_"))
+    quiet_s = run(args.overrides, tmp / "quiet")
+    burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(args.burners)]
+    try:
+        busy_s = run(args.overrides, tmp / "busy")
+    finally:
+        for b in burners:
+            b.kill()
+    q, b = levels(tmp / "quiet"), levels(tmp / "busy")
+    print(f"quiet run {quiet_s:.0f} s, busy run ({args.burners} CPU burners on {os.cpu_count()} cores) {busy_s:.0f} s")
+    print(f"{'configuration':40} {'level':>6} {'quiet tok/s':>11} {'spread':>7} {'busy tok/s':>10} {'diff':>7} "
+          f"{'TTFT q/b ms':>13} {'behind':>7} flagged")
+    for key in sorted(set(q.index) | set(b.index)):
+        qa, ba = q.loc[key] if key in q.index else None, b.loc[key] if key in b.index else None
+        if qa is None or ba is None:
+            print(f"{key[0]:40} {key[1]:>6g} measured in {'busy' if qa is None else 'quiet'} run only")
+            continue
+        spread = (qa.out_max - qa.out_min) / qa.out * 100 if qa.n > 1 else float("nan")
+        diff = (ba.out - qa.out) / qa.out * 100
+        flagged = (ba.behind or 0) > TWIN_BEHIND_MAX_PCT
+        print(f"{key[0]:40} {key[1]:>6g} {qa.out:>11.1f} {spread:>6.1f}% {ba.out:>10.1f} {diff:>+6.1f}% "
+              f"{qa.ttft:>6.0f}/{ba.ttft:<6.0f} {ba.behind or 0:>6.1f}% {'yes' if flagged else 'no'}")
+    print(f"best: quiet {best(tmp / 'quiet')}, busy {best(tmp / 'busy')}  (run directories: {tmp})")
+
+
+if __name__ == "__main__":
+    main()
