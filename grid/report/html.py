@@ -223,7 +223,7 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200p
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#f0f0f0}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:12px}
 pre.cmd{white-space:pre-wrap}img{max-width:100%;border:1px solid #ddd;margin:6px 0}.note{background:#fff6d5;padding:6px}
-.best{color:#060;font-weight:bold}.failed{color:#a00}.invalid{color:#a60}"""
+.best{color:#060;font-weight:bold}.failed{color:#a00}.invalid{color:#a60}.skipped{color:#808}"""
 
 
 def render_html(rep: HtmlReport) -> str:

@@ -122,7 +122,7 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
     t = Table(title="All configurations", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("#", "configuration", "outcome", "why", "node"):
         t.add_column(name, overflow="fold")
-    colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "less_accurate": "yellow", "invalid": "yellow", "failed": "red"}
+    colors = {"best": "green", "lost": "white", "no_eligible_point": "yellow", "less_accurate": "yellow", "invalid": "yellow", "failed": "red", "skipped": "magenta"}
     for i, g in enumerate(verdict_groups(verdicts), 1):
         limit = short_diagnosis(g.first)
         why = g.reason + (f"; limited by: {limit}" if limit != "-" else "")
@@ -190,17 +190,17 @@ class VerdictGroup:
 
 
 def verdict_groups(verdicts: list[Verdict]) -> list[VerdictGroup]:
-    """``verdicts`` in their order, those that did not run load (``failed``, ``invalid``) merged by outcome and
+    """``verdicts`` in their order, those that did not run load (``failed``, ``invalid``, ``skipped``) merged by outcome and
     reason at the place of the first of them. Pure."""
     groups: list[VerdictGroup] = []
     merged: dict[tuple[str, str], int] = {}
     for v in verdicts:
         key = (v.outcome, v.reason)
-        if v.outcome in ("failed", "invalid") and key in merged:
+        if v.outcome in ("failed", "invalid", "skipped") and key in merged:
             g = groups[merged[key]]
             groups[merged[key]] = VerdictGroup((*g.labels, v.label), g.outcome, g.reason, g.first)
             continue
-        if v.outcome in ("failed", "invalid"):
+        if v.outcome in ("failed", "invalid", "skipped"):
             merged[key] = len(groups)
         groups.append(VerdictGroup((v.label,), v.outcome, v.reason, v))
     return groups

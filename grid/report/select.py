@@ -215,7 +215,7 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
 class Verdict:
     config_hash: str
     label: str
-    outcome: str                       # best | lost | less_accurate | failed | invalid | no_eligible_point
+    outcome: str                       # best | lost | less_accurate | no_eligible_point | invalid | failed | skipped
     score: float | None
     reason: str
     best_point: dict | None = None
@@ -440,6 +440,12 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         first = next((r for r in group if r["trial_status"] != "ok"), group[0])
         status = first["trial_status"]
         if status != "ok":
+            if status == "skipped":  # the machinery was lost: infrastructure, never the configuration's failure
+                verdicts.append(Verdict(h, first["label"], "skipped", None,
+                                        f"not measured, an infrastructure failure (not charged to the configuration): "
+                                        f"{_failure_reason(first)}; it runs again when the same command runs again",
+                                        None, group))
+                continue
             outcome = "invalid" if status == "invalid" else "failed"
             verdicts.append(Verdict(h, first["label"], outcome, None, _failure_reason(first), None, group))
             continue
@@ -546,7 +552,8 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         note = None if planned_above else rising_note(obj, levels, peak)
         if note:
             top.reason += f"; {note}"
-    order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5}
+    order = {"best": 0, "lost": 1, "less_accurate": 2, "no_eligible_point": 3, "invalid": 4, "failed": 5,
+             "skipped": 6}
     rest = [v for v in verdicts if v.score is None]
     rest.sort(key=lambda v: (order[v.outcome], v.label))
     return scored + rest

@@ -119,3 +119,17 @@ def test_one_row_per_configuration_and_level_and_refusals_grouped():
     groups = verdict_groups(verdicts)
     assert [(g.labels, g.outcome) for g in groups] == [(("A",), "best"), (("R1", "R2"), "invalid"), (("F",), "failed")]
     assert groups[1].reason == "refused: fa3 requires SM90" and groups[1].first.label == "R1"  # given once
+
+
+def test_a_skipped_configuration_is_said_skipped_never_failed():
+    # issue 26 item 10: the console printed "failed" for a configuration whose node's actor was lost
+    from grid.report.render import no_winner_text
+
+    rows = [row("a", "A", 8, 100.0), row("s", "S", 8, None, status="not_run", trial_status="skipped",
+                                         cls="actor_lost", msg="the node's server actor died")]
+    verdicts = rank(rows, ObjectiveSpec())
+    assert [(v.label, v.outcome) for v in verdicts] == [("A", "best"), ("S", "skipped")]
+    assert verdicts[1].reason == ("not measured, an infrastructure failure (not charged to the configuration): "
+                                  "actor_lost: the node's server actor died; it runs again when the same command runs "
+                                  "again")
+    assert no_winner_text(rank(rows[1:], ObjectiveSpec())) == "No configuration qualified: 1 skipped."
