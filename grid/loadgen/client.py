@@ -24,6 +24,7 @@ stall watchdog). An event's arrival time is the stamp of the read that completed
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +48,20 @@ class EventInfo:
     finish_reason: str | None = None
     error: str | None = None  # a server-reported error (error class server_error)
     content_null: bool = False  # non-streamed: content was null/empty
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def join_text(parts: list[str]) -> str:
+    """The text of a stream's events, joined. A character outside the BMP that a server split into two UTF-16
+    surrogate halves across events (JSON ``"\\ud83d"`` then ``"\\ude00"``, as JavaScript servers and gateways send)
+    is rejoined; a lone half becomes U+FFFD, so no text a server sends can make the record unstorable (Arrow and
+    UTF-8 refuse surrogates)."""
+    text = "".join(parts)
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 class ParseError(ValueError):
@@ -484,8 +499,8 @@ class StreamParser:
             self._dispatch()
         elif rec.error_class is None and rec.http_status == 200:
             self._finish_body()
-        rec.text = "".join(self._text)
-        rec.reasoning_text = "".join(self._reasoning)
+        rec.text = join_text(self._text)
+        rec.reasoning_text = join_text(self._reasoning)
         stream_count = sum(rec.chunk_tokens)
         if rec.usage_completion_tokens is not None and rec.usage_completion_tokens >= 1:
             rec.output_tokens, rec.output_tokens_source = rec.usage_completion_tokens, "usage"

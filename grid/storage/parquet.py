@@ -66,8 +66,25 @@ def write_trial(run_dir: str | Path, config_hash: str, tables: dict[str, list[di
     if unknown:
         raise KeyError(f"unregistered tables: {sorted(unknown)}; known: {list(TABLES)}")
     for name, schema in TABLES.items():
-        write_atomic(pa.Table.from_pylist(tables.get(name, []), schema=schema),
-                     table_dir(run_dir, name) / f"{config_hash}.parquet")
+        write_atomic(_arrow_table(tables.get(name, []), schema), table_dir(run_dir, name) / f"{config_hash}.parquet")
+
+
+def _arrow_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """``rows`` as a table of ``schema``. Text Arrow cannot store (UTF-16 surrogates a server sent, which UTF-8
+    refuses) is stored with each surrogate pair rejoined and each lone half as U+FFFD: no text a server sends can
+    keep a trial from being recorded."""
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except UnicodeEncodeError:
+        return pa.Table.from_pylist([{k: _scrub(v) for k, v in r.items()} for r in rows], schema=schema)
+
+
+def _scrub(value):
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return value
 
 
 def _readable(path: Path) -> bool:

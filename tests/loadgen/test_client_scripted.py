@@ -534,3 +534,30 @@ def test_steady_tail_requests_that_fail_are_not_resent():
     assert len(res.tail_records) == 3 and all(r.error_class == "http_error" for r in res.tail_records)
     assert len(srv.requests) == 16
     assert summarize(res)["tail_requests_run"] == 3
+
+
+def test_an_emoji_split_into_escaped_surrogate_halves_is_rejoined(tmp_path):
+    # issue 22 item 3: "\ud83d" then "\ude00" in two events (JS/UTF-16 servers and gateways); a lone half -> U+FFFD
+    from grid.storage.parquet import read_table, write_trial
+
+    def script(i, body):
+        halves = ["\ud83d", "\ude00", "!", "\ud83d"] if pid(body) == 0 else ["ok"]
+        return Reply([(0.0, b"")] + [(0.01 * k, cmpl_event(t)) for k, t in enumerate(halves, 1)]
+                     + [(0.05, cmpl_event("", finish="length", usage=usage(4, len(halves)))), (0.05, DONE)])
+
+    res, _ = run(script, api="completions", n=2, point=LoadPoint("concurrency", 1, 2))
+    texts = {r.prompt_index: r.text for r in res.records}
+    assert texts == {0: "\U0001F600!\ufffd", 1: "ok"} and all(r.status == "ok" for r in res.records)
+    rows = request_rows(res, config_hash="abc", trial_id="t", point_index=0)
+    write_trial(tmp_path, "abc", {"requests": rows})
+    assert sorted(read_table(tmp_path, "requests").column("text").to_pylist()) == ["ok", "\U0001F600!\ufffd"]
+
+
+def test_no_text_a_server_sends_keeps_a_trial_from_being_recorded(tmp_path):
+    from grid.storage.parquet import read_table, write_trial
+
+    # a lone surrogate anywhere (here an error message) is stored as U+FFFD instead of failing the write
+    write_trial(tmp_path, "abc", {"requests": [{"config_hash": "abc", "error_message": "bad \udc80 byte",
+                                                "text": "\ud83d\ude00"}]})
+    row = read_table(tmp_path, "requests").to_pylist()[0]
+    assert (row["error_message"], row["text"]) == ("bad \ufffd byte", "\U0001F600")
