@@ -435,9 +435,27 @@ class StreamParser:
                     if self._event_ts is None:
                         self._event_ts = ts
                     self._event_data.append(payload)
+                elif line.startswith((b"error:", b"{")) and self._event_ts is None:
+                    self._error_line(line)
                 # SSE comments (":" keep-alive) and other fields (event:, id:, retry:) are ignored
         self._buf = buf
         self._cr_end = cr_end
+
+    def _error_line(self, line: bytes) -> None:
+        """A line of a 200 event stream that is not an event but the server's (or a proxy's) error: an SSE field named
+        ``error:``, or a bare JSON object with an ``error`` (a proxy that had sent ``200 OK`` forwarding the
+        backend's error body). The request fails with the server's own message (``server_error``)."""
+        payload = line[6:].strip() if line.startswith(b"error:") else line
+        try:
+            obj = _loads_event(payload)
+        except ValueError:
+            obj = None
+        message = _server_error(obj) if isinstance(obj, dict) else None
+        if message is None and line.startswith(b"error:"):
+            message = payload.decode("utf-8", "replace") or "error field without a message"
+        if message is not None and not self._stop:
+            self._server_error = message
+            self._stop = True
 
     def _dispatch(self) -> None:
         if self._event_ts is None:

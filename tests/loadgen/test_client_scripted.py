@@ -561,3 +561,18 @@ def test_no_text_a_server_sends_keeps_a_trial_from_being_recorded(tmp_path):
                                                 "text": "\ud83d\ude00"}]})
     row = read_table(tmp_path, "requests").to_pylist()[0]
     assert (row["error_message"], row["text"]) == ("bad \ufffd byte", "\U0001F600")
+
+
+@pytest.mark.parametrize("wire", [
+    b'{"error":{"code":400,"message":"request (6009 tokens) exceeds the available context size (4096 tokens), try '
+    b'increasing it","type":"exceed_context_size_error","n_prompt_tokens":6009,"n_ctx":4096}}\n',
+    b'error: {"error":{"code":400,"message":"request (6009 tokens) exceeds the available context size (4096 tokens), '
+    b'try increasing it"}}\n\n',
+])
+def test_a_200_stream_whose_body_is_an_error_fails_with_the_servers_words(wire):
+    # issue 22 item 1: a proxy that had sent 200 OK / text/event-stream forwards the backend's JSON error as the body
+    res, _ = run(lambda i, b: Reply([(0.0, b""), (0.01, wire)]), api="completions")
+    (rec,) = res.records
+    assert (rec.status, rec.error_class) == ("failed", "server_error")
+    assert rec.error_message == ("request (6009 tokens) exceeds the available context size (4096 tokens), try "
+                                 "increasing it")
