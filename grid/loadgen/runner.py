@@ -64,6 +64,7 @@ import aiohttp
 from grid.loadgen.arrivals import offsets_to_ns, send_offsets
 from grid.loadgen.client import Endpoint, StreamParser, dumps_body, get_endpoint
 from grid.loadgen.http import Exchange, Pool
+from grid.loadgen.looplag import LoopLag
 from grid.loadgen.records import TAIL_CANCELLED, Prompt, RequestRecord
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,10 @@ class LoadPointResult:
     #: tokens by arrival inside the window (warm-up and tail requests included), see grid.metrics.loadpoint
     window_kind: str = "all_requests"
     tail_records: list[RequestRecord] = field(default_factory=list)  # steady points: load kept on, not measured
+    #: real seconds the load generator's own event loop ran late while the point ran (grid/loadgen/looplag.py), and
+    #: the real seconds the point took: a starved client sends and reads late, whatever the server does
+    loop_late_s: float = 0.0
+    real_s: float = 0.0
 
 
 class _Session:
@@ -374,6 +379,9 @@ async def run_load_point(
         elif point.max_concurrency is not None:  # the cap bounds the connections needed: open them ahead too
             await pool.prewarm(min(point.max_concurrency, point.num_prompts))
         sess.start()
+        lag = LoopLag()
+        lag.start()
+        started_perf_ns = time.perf_counter_ns()
         dog = asyncio.ensure_future(sess.watchdog()) if stall_timeout_s is not None else None
         try:
             warm = await _closed_loop(
@@ -399,6 +407,8 @@ async def run_load_point(
                 records = await _open_loop(sess, items, offsets_ns, t0, point.max_concurrency)
             await sess.drain()
         finally:
+            await lag.stop()
+            real_s = (time.perf_counter_ns() - started_perf_ns) / 1e9
             if dog is not None:
                 dog.cancel()
                 await asyncio.gather(dog, return_exceptions=True)
@@ -414,6 +424,7 @@ async def run_load_point(
         time_scale=target.time_scale, warmup_records=warm,
         stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
         window_kind="steady_state" if t1 is not None else "all_requests", tail_records=tail,
+        loop_late_s=lag.late_s, real_s=real_s,
     )
 
 

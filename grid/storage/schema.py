@@ -27,8 +27,8 @@ SCHEMA_VERSION: int = 8  # 2: server metrics, GPU telemetry and bottleneck colum
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
 # 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
-# cached_token in server_log (SGLang's CPU engine); 8: early_stop_objective, twin_behind_pct and
-# twin_delivery_lag_ms in load_points
+# cached_token in server_log (SGLang's CPU engine); 8: early_stop_objective, twin_behind_pct,
+# twin_delivery_lag_ms and client_lag_pct in load_points
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -218,12 +218,15 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
     ("forecast_duration_s", "float64", "s", "a point skipped by early stopping: the twin's forecast of its modelled "
      "duration (the time saved; summary.json early_stop_gpu_seconds_saved); null otherwise"),
     ("twin_behind_pct", "float64", "%", "the twin only: how far it fell behind its own clock while sending the point, "
-     "in percent of the point's real time (its /server_info twin_behind_s before and after); above "
-     "grid.report.select.TWIN_BEHIND_MAX_PCT the point is host noise: not counted, and a resume measures it again"),
+     "in percent of the point's real time (its /server_info twin_behind_s or twin_loop_late_s before and after, the "
+     "larger); above grid.report.select.HOST_NOISE_MAX_PCT the point is host noise: not counted, and a resume "
+     "measures it again"),
+    ("client_lag_pct", "float64", "%", "how late the load generator's own event loop ran while sending the point, "
+     "in percent of the point's real time (grid/loadgen/looplag.py): a starved client sends and reads late, so every "
+     "time it measures grows; above grid.report.select.HOST_NOISE_MAX_PCT the point is host noise"),
     ("twin_delivery_lag_ms", "float64", "ms", "the twin only: how late its deliveries of the point were on average "
      "against the schedule each request's arrival set (modelled ms: every TTFT and E2E latency measured grows by "
-     "about this much); above grid.report.select.TWIN_LAG_MAX_PCT of the point's median TTFT the point is host "
-     "noise"),
+     "about this much; evidence, not a verdict)"),
     ("early_stop_objective", "string", "", "a point skipped by early stopping: the objective it was judged by (kind "
      "and SLOs, e.g. `max_goodput; p99 TTFT <= 1500 ms`); a report under another objective counts the point as not "
      "measured and a resume measures its configuration again (grid/sweep/rerun.py); null otherwise"),

@@ -7,7 +7,7 @@ import time
 from ray import tune
 
 from grid.plan import level_name
-from grid.report.select import twin_behind
+from grid.report.select import host_noise, noise_text
 
 
 def _fmt(v, unit: str = "", nd: int = 1) -> str:
@@ -113,8 +113,8 @@ class ProgressCallback(tune.Callback):
             f"   point {result.get('point_index')} ({level_name(result)}{_repeat(result)}): {result.get('status')}  "
             f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_median_ms'), ' ms', 0)}"
             f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}"
-            + (f"  (the twin fell {result['twin_behind_pct']:.1f}% behind its clock: host noise, not counted)"
-               if twin_behind(result) else ""), highlight=False)
+            + (f"  (host noise, not counted: {noise_text(result)})" if host_noise(result) else ""),
+            highlight=False)
 
     def _finished(self, trial) -> None:
         self.finished += 1

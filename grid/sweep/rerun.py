@@ -9,8 +9,9 @@ make it run again, each without touching the others:
   (``probe_status`` ``failed``) runs again, since the probe that judged it is now off;
 * the objective changed: a configuration with load points early stopping skipped under another objective (kind or
   SLOs: ``early_stop_objective``) runs again, since nothing says those points could not count now;
-* the host was too busy: a configuration with a load point measured while the twin fell behind its own clock
-  (``twin_behind_pct`` above grid.report.select.TWIN_BEHIND_MAX_PCT) runs again;
+* the host was too busy: a configuration with a load point the load generator's loop ran late on or the twin fell
+  behind its own clock on (``client_lag_pct``, ``twin_behind_pct`` above grid.report.select.HOST_NOISE_MAX_PCT)
+  runs again;
 * a ``skipped`` configuration (its machinery was lost, grid/server/infra.py) always runs again.
 
 The earlier files of a configuration that runs again (every Parquet table's file and its server log) are moved to
@@ -30,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from grid.config.schema import ConfigError, RunSpec
-from grid.report.select import objective_key, twin_behind
+from grid.report.select import host_noise, objective_key
 from grid.server.statuses import TRIAL_CLASSES, TrialStatus
 
 #: The load-point columns the selection reads (the first row of each configuration's file; ``early_stop_objective``
 #: from every row: the objectives early stopping judged its skipped points by).
 COLUMNS = ["config_hash", "label", "trial_status", "trial_error_class", "probe_status", "early_stop_objective",
-           "status", "twin_behind_pct"]
+           "status", "twin_behind_pct", "client_lag_pct"]
 SUPERSEDED = "_superseded"
 
 
@@ -80,7 +81,7 @@ def selected(spec: RunSpec, recorded: Iterable[Mapping[str, Any]]) -> dict[str, 
         elif not spec.probe.enabled and status == "invalid" and row.get("probe_status") == "failed":
             why = "the probe that marked it invalid is now off (probe.enabled=false)"
         elif row.get("host_noise"):
-            why = "the twin fell behind its own clock while measuring it (a busy host)"
+            why = "host noise: the host was too busy while measuring it"
         elif stale := sorted(o for o in row.get("early_stop_objectives", ()) if o != objective_key(spec.objective)):
             why = f"early stopping skipped load points under another objective ({'; '.join(stale)})"
         else:
@@ -98,7 +99,7 @@ def recorded_rows(run_dir: str | Path) -> list[dict[str, Any]]:
         first = seen.setdefault(row["config_hash"], {**row, "early_stop_objectives": set(), "host_noise": False})
         if row.get("early_stop_objective"):
             first["early_stop_objectives"].add(row["early_stop_objective"])
-        first["host_noise"] = first["host_noise"] or (row.get("status") in ("ok", "partial") and twin_behind(row))
+        first["host_noise"] = first["host_noise"] or (row.get("status") in ("ok", "partial") and host_noise(row))
     return list(seen.values())
 
 

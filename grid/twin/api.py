@@ -118,6 +118,7 @@ class _TwinState:
         behind_s: Callable[[], float]
         _lag_sum_s: float
         _deliveries: int
+        loop_lag: Any
         resolved_args: Callable[[], dict[str, Any]]
         garbage: Callable[[], str | None]
         _mem: Callable[[], dict[str, float]]
@@ -547,7 +548,9 @@ class TwinAPI(_TwinState):
                 # to keep the modelled schedule; grid/sweep/measure.py compares it with each load point's length
                 "twin_behind_s": round(self.behind_s(), 6),
                 # every delivery's lateness against the schedule its arrival set (real s, summed) and their count
-                "twin_delivery_lag_s": round(self._lag_sum_s, 6), "twin_deliveries": self._deliveries}
+                "twin_delivery_lag_s": round(self._lag_sum_s, 6), "twin_deliveries": self._deliveries,
+                # real seconds its event loop woke late in all (grid/loadgen/looplag.py): deliveries wait on it too
+                "twin_loop_late_s": round(self.loop_lag.late_s, 6)}
         if self.ver >= (0, 5, 23):
             info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
                         startup_time=round(self.ready_at, 3), frontend="python")

@@ -38,6 +38,8 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
+
+from grid.loadgen.looplag import LoopLag
 from typing import Any
 
 from aiohttp import web
@@ -170,6 +172,7 @@ class Twin(TwinAPI):
         self._slip_s = 0.0             # real seconds the current busy period started after the arrival that woke it
         self._lag_sum_s = 0.0          # real seconds deliveries were late, summed over every delivery
         self._deliveries = 0           # steps that delivered tokens
+        self.loop_lag = LoopLag()      # the event loop's own lateness (grid/loadgen/looplag.py)
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
         self.loop_task: asyncio.Task | None = None
@@ -441,6 +444,7 @@ class Twin(TwinAPI):
             self.log.info(logs.uvicorn(msg))
         self.mclock = max(self.mclock, self.mnow())
         self.loop_task = asyncio.create_task(self._sched_loop())
+        self.loop_lag.start()  # how late this loop (scheduler and HTTP deliveries alike) runs: /server_info
 
     async def _warmup(self, post_s: float) -> None:
         start = self.mnow()
