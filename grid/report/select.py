@@ -53,9 +53,10 @@ TIE_PERCENT = 1.0
 
 # A load point is host noise when the load generator's own event loop (load_points.client_lag_pct, any engine) or
 # the twin (twin_behind_pct: behind its own clock) lost more than this share of the point's real time: every time
-# the client measures stretches with it. A quiet 2-core machine measured 0.1-1.3% for both (twin at time scale 50);
-# 5% leaves room for that and still catches a host running other jobs (README, "The twin's clock").
-HOST_NOISE_MAX_PCT = 5.0
+# the client measures stretches with it. Measured on a 2-core machine: quiet up to 6.4% (the test suite's own load:
+# a client answering a storm of HTTP 429s is busy with its own work), two CPU burners per core 58-90% on the main
+# job (its throughput 7-30% low); 20% sits between (README, "The twin's clock").
+HOST_NOISE_MAX_PCT = 20.0
 
 
 def host_noise(row: Mapping[str, Any]) -> bool:

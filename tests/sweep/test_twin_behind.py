@@ -19,8 +19,8 @@ def point(h, label, level, out, behind):
 
 @pytest.mark.unit
 def test_points_the_twin_fell_behind_on_are_not_counted():
-    assert HOST_NOISE_MAX_PCT == 5.0
-    assert not host_noise({"twin_behind_pct": 5.0}) and host_noise({"twin_behind_pct": 5.01})
+    assert HOST_NOISE_MAX_PCT == 20.0
+    assert not host_noise({"twin_behind_pct": 20.0}) and host_noise({"twin_behind_pct": 20.01})
     assert not host_noise({"twin_behind_pct": None}) and not host_noise({})
     assert host_noise({"twin_behind_pct": 0.2, "client_lag_pct": 41.0})   # a starved load generator, any engine
     # the case: the same configuration measured while the host was busy looks 35% faster than the others
@@ -33,7 +33,7 @@ def test_points_the_twin_fell_behind_on_are_not_counted():
                                        "command again measures them again)")
     assert behind_note(rows) == (
         "The host was too busy while measuring 1 load point of 1 configuration: the load generator's event loop ran "
-        "late or the twin fell behind its own clock by more than 5% of the point's time (up to 38.2%), so those "
+        "late or the twin fell behind its own clock by more than 20% of the point's time (up to 38.2%), so those "
         "points are host noise and are not counted. Run the same command again on a quieter machine (or, on the "
         "twin, with a smaller engine.time_scale) to measure them again.")
     assert behind_note(rows[:3]) is None
@@ -49,7 +49,8 @@ def test_a_resume_measures_host_noise_again(tmp_path):
 
 @pytest.mark.integration
 def test_a_twin_that_cannot_keep_its_clock_says_so(tmp_path):
-    # a clock 2000x real time: no host delivers a 16-stream decode step every few tens of microseconds
+    # a clock 2000x real time: no host delivers a 16-stream decode step every few tens of microseconds (measured
+    # 56-61% behind)
     _, rows, reported = run_one(spec_for(tmp_path / "fast", "load.concurrency=[16]", "engine.time_scale=2000"))
     assert rows[0]["twin_behind_pct"] > HOST_NOISE_MAX_PCT and rows[0]["twin_delivery_lag_ms"] > 0
     assert reported[0]["twin_behind_pct"] == rows[0]["twin_behind_pct"]
