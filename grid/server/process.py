@@ -159,18 +159,22 @@ def port_holders(port: int) -> list[int]:
                    and c.pid})
 
 
-def marked_processes(run_id: str) -> list[int]:
-    """Pids of the live processes whose environment carries ``GRID_RUN_ID=run_id``: every process a run's server
-    started, including those that left its process group (``setsid``, a daemonizing child)."""
+def _marked_by_run(run_ids: set[str]) -> dict[str, list[int]]:
+    """Run id -> pids of the live processes whose environment carries ``GRID_RUN_ID`` equal to it, for ``run_ids``
+    (one scan of the process table): every process a run's server started, including those that left its process
+    group (``setsid``, a daemonizing child)."""
     import psutil
 
-    return [pid for pid in psutil.pids() if pid != os.getpid() and process_env(pid, RUN_ID_ENV) == run_id]
+    out: dict[str, list[int]] = {}
+    for pid in psutil.pids():
+        if pid != os.getpid() and (run_id := process_env(pid, RUN_ID_ENV)) in run_ids:
+            out.setdefault(run_id, []).append(pid)
+    return out
 
 
 def end_processes(pids: list[int], grace_s: float) -> list[int]:
     """SIGTERM ``pids``, wait up to ``grace_s`` real seconds, SIGKILL what is left, wait up to 5 s; the pids still
     alive after that (none, normally). Zombies count as ended."""
-    import psutil
 
     left = list(pids)
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -182,10 +186,20 @@ def end_processes(pids: list[int], grace_s: float) -> list[int]:
         deadline = time.monotonic() + wait_s
         while left and time.monotonic() < deadline:
             time.sleep(0.05)
-            left = [p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+            left = [p for p in left if _alive(p)]
         if not left:
             break
     return left
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, or one that exits while asked, counts as ended)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def end_escaped_holders(port: int, run_id: str | None, grace_s: float = 5.0) -> str | None:
@@ -266,16 +280,16 @@ def leftover_members(record: GroupRecord) -> list[int]:
 def reap_leftovers(directory: str | Path, current_run_id: str | None = None, grace_s: float = 5.0) -> list[str]:
     """End what is left of the process groups earlier runs recorded in ``directory``; one line per group that had
     processes left (what was ended). Only processes matching :func:`leftover_members`, or carrying the record's run
-    id and started after its group (:func:`marked_processes`: children that left the group), get a signal (SIGTERM,
+    id and started after its group (:func:`_marked_by_run`: children that left the group), get a signal (SIGTERM,
     then SIGKILL after ``grace_s`` real seconds); records of ``current_run_id`` are left alone. Records are
     removed."""
     registry = ProcessRegistry(directory)
     notes = []
-    for record in registry.records():
-        if record.run_id == current_run_id:
-            continue
+    records = [r for r in registry.records() if r.run_id != current_run_id]
+    marked = _marked_by_run({r.run_id for r in records}) if records else {}
+    for record in records:
         # the group's members, and the run's processes that left the group (they still carry its marker)
-        found = sorted({*leftover_members(record), *(p for p in marked_processes(record.run_id)
+        found = sorted({*leftover_members(record), *(p for p in marked.get(record.run_id, [])
                                                      if (process_start_ticks(p) or -1) >= record.start_ticks)})
         pids = end_processes(found, grace_s) if found else []
         if found:

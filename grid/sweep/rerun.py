@@ -74,10 +74,10 @@ def selected(spec: RunSpec, recorded: Iterable[Mapping[str, Any]]) -> dict[str, 
             why = f"rerun.status={status}" if status in r.status else "retry_failed=true"
         elif cls and cls in r.error_class:
             why = f"rerun.error_class={cls}"
-        elif any(fnmatch.fnmatchcase(label, pattern) for pattern in r.label):
-            why = "rerun.label=" + next(p for p in r.label if fnmatch.fnmatchcase(label, p))
-        elif any(h.startswith(prefix) for prefix in r.config_hash):
-            why = "rerun.config_hash=" + next(p for p in r.config_hash if h.startswith(p))
+        elif (pattern := next((p for p in r.label if fnmatch.fnmatchcase(label, p)), None)) is not None:
+            why = f"rerun.label={pattern}"
+        elif (prefix := next((p for p in r.config_hash if h.startswith(p)), None)) is not None:
+            why = f"rerun.config_hash={prefix}"
         elif not spec.probe.enabled and status == "invalid" and row.get("probe_status") == "failed":
             why = "the probe that marked it invalid is now off (probe.enabled=false)"
         elif row.get("host_noise"):
