@@ -21,16 +21,13 @@ from typing import Any
 
 import yaml
 
+from grid.releases import flags
+
 PROMPTS_PATH = Path(__file__).with_name("prompts.yaml")
 
 #: Settings that change what the server computes (not only how fast): a different value may change the answers.
-#: Source: SGLang server arguments (docs/sources.md): KV cache dtype, weight quantization, speculative decoding,
-#: attention kernels (DSA/NSA prefill and decode backends, --attention-backend) and the MoE runner.
-NUMERIC_SETTINGS = frozenset({
-    "kv_cache_dtype", "quantization", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-    "speculative_num_draft_tokens", "dsa_prefill_backend", "dsa_decode_backend", "attention_backend",
-    "prefill_attention_backend", "decode_attention_backend", "moe_runner_backend",
-})
+#: Declared once, on each setting's entry (grid/releases/flags.py ``Setting.numeric``).
+NUMERIC_SETTINGS = flags.NUMERIC_SETTINGS
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,29 @@ CUDA = (Hardware(vendor="nvidia"),)
 
 
 @dataclass(frozen=True)
+class TwinFailure:
+    """How the twin shows a kernel requirement's failure when a configuration breaking it is launched anyway (on the
+    twin, with ``grid.search`` told to launch it, or a changed hardware file): the failure-table row
+    (grid/twin/failures.py) is built from this and its rule, so the pre-launch refusal and the twin's crash cannot
+    disagree. ``id``: the row's name (known causes in the report); ``effect``: a failure-table effect; ``phase``: the
+    startup phase it strikes in (``PerfModel.startup_phases_s``), ``phase_fraction`` of the way in; ``log_line``: the
+    line SGLang's log ends with (default: ``exception: <the rule's message>``); ``description``: what happens and the
+    fix."""
+
+    id: str
+    description: str
+    effect: str = "startup_crash"
+    phase: str = "cuda_graph_capture"
+    phase_fraction: float = 0.1
+    exception: str = "RuntimeError"
+    log_line: str | None = None
+    exit_code: int = 1
+
+    def line(self, message: str) -> str:
+        return self.log_line if self.log_line is not None else f"{self.exception}: {message}"
+
+
+@dataclass(frozen=True)
 class Rule:
     """One launch-time refusal of SGLang: releases ``since`` .. ``until`` (inclusive; None = still), the hardware it
     applies on (any of ``hardware``), SGLang's own message (``{}`` filled from ``when``'s tuple), and ``when``:
@@ -89,7 +112,8 @@ class Rule:
     hardware: tuple[Hardware, ...] = ANY_HARDWARE
     #: ``"launch"``: SGLang's own argument checks refuse it (the twin enforces it at launch too); ``"requirement"``:
     #: a kernel's hardware requirement SGLang does not check at argument time; the server would die later (import,
-    #: first forward). grid refuses both before launch; ``where`` then names the failure-table row and its source.
+    #: first forward). grid refuses both before launch; ``where`` then gives the public source and ``twin_failure``
+    #: how the twin shows the failure.
     #: ``"start"``: SGLang starts and dies before it is ready with ``message`` (read off the running server); grid
     #: does not refuse it but knows it fails (grid/search/knowledge.py: launched last, as a known failure).
     #: ``"twin"``: what the twin cannot represent (only the twin refuses it).
@@ -97,6 +121,8 @@ class Rule:
     #: ``when`` takes the hardware too: ``when(settings, model, hardware)`` (the twin's cross-node rule reads the
     #: hardware file's nodes and network).
     with_hardware: bool = False
+    #: For a ``requirement``: how the server dies when launched anyway (the twin's failure-table row).
+    twin_failure: TwinFailure | None = None
 
     def releases(self, version: Version) -> bool:
         return parse_version(self.since) <= version[:3] and (self.until is None
@@ -209,6 +235,23 @@ def _backends(s: dict[str, Any]) -> set:
 
 def _uses(kernel: str) -> Callable[[dict[str, Any], Any], tuple | None]:
     return lambda s, m: () if kernel in _backends(s) else None
+
+
+def _is_mla(model: Any) -> bool:
+    """SGLang's ``use_mla_backend``: the model keeps a latent (MLA) KV cache (DeepSeek V2/V3, GLM-5; its DSA models
+    are MLA)."""
+    return getattr(model, "attention", None) == "mla" or _is_dsa(model)
+
+
+def _fa3_unsupported(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | None:
+    """fa3 selected where SGLang's fa3 backend refuses the device: SM80-89 serves it to non-MLA models only, SM90 to
+    every model, anything else to none (the rule's hardware ranges leave SM90 out)."""
+    if "fa3" not in _backends(s):
+        return None
+    sm = getattr(hardware, "sm_version", None)
+    if sm is not None and 80 <= sm <= 89 and not _is_mla(model):
+        return None
+    return ()
 
 
 def _trtllm_dsa(s: dict[str, Any], model: Any) -> tuple | None:
@@ -404,15 +447,25 @@ RULES: list[Rule] = [
     # message is the error the server ends with, the source the failure-table row (grid/twin/failures.py) and its
     # public reference (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes).
     Rule("fa3_needs_sm90", "0.5.9", None,
-         "FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA)", _uses("fa3"),
-         "failure table dsa_fa3_sm120: FlashAttention-3 is Hopper-only (Dao-AILab/flash-attention README, "
-         "'FlashAttention-3 ... requirements: H100 / H800 GPU'); sgl-project/sglang#26087 backend list",
-         hardware=(Hardware("amd"), Hardware("nvidia", sm_max=89), Hardware("nvidia", sm_min=91)), stage="requirement"),
+         "FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`.",
+         _fa3_unsupported,
+         "SGLang's fa3 backend asserts SM80-89 without MLA, or SM90 (create_flashattention_v3_backend, "
+         "srt/layers/attention/attention_registry.py, 0.5.9-0.5.23; docs/sources.md#hardware-spec-sheets)",
+         hardware=(Hardware("amd"), Hardware("nvidia", sm_max=89), Hardware("nvidia", sm_min=91)),
+         stage="requirement", with_hardware=True,
+         twin_failure=TwinFailure(
+             "dsa_fa3_sm120", "fa3 runs on SM90 (and SM80-89 for models without MLA); elsewhere (SM120, SM100, any "
+             "MLA/DSA model below SM90) SGLang's fa3 backend asserts when it is created, at the first forward "
+             "(graph capture or warm-up).", exception="AssertionError")),
     Rule("aiter_needs_rocm", "0.5.9", None,
          "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'", _uses("aiter"),
-         "failure table dsa_aiter_cuda: aiter is ROCm's kernel library (ROCm/aiter); "
+         "aiter is ROCm's kernel library (ROCm/aiter); "
          "docs/sources.md#sglang-log-formats-readiness-phases-failure-modes",
-         hardware=CUDA, stage="requirement"),
+         hardware=CUDA, stage="requirement",
+         twin_failure=TwinFailure(
+             "dsa_aiter_cuda", "aiter is AMD ROCm only; on an NVIDIA GPU the backend import fails during model "
+             "init.", phase="load_weights", phase_fraction=0.0,
+             log_line="ModuleNotFoundError: No module named 'aiter'")),
     # -- the host CPU as the device (--device cpu), read off the released server on a CPU-only host (SGLang 0.5.9 and
     # 0.5.23; docs/sources.md#cpu-host). The first is grid's own refusal (SGLang starts, then takes the host's
     # memory); the others are SGLang's errors at start (stage "start": launched last, as a known failure).
@@ -479,8 +532,16 @@ RULES: list[Rule] = [
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
          "SM100/103/107 only)", _trtllm_dsa,
-         "failure table dsa_trtllm_unsupported_arch_sm120: sgl-project/sglang#37105, #40558, flashinfer#5445",
-         hardware=(Hardware("nvidia", sm_min=120),), stage="requirement"),
+         "sgl-project/sglang#37105, #40558, flashinfer#5445 "
+         "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes); the seed session ran trtllm "
+         "coherently before 0.5.12",
+         hardware=(Hardware("nvidia", sm_min=120),), stage="requirement",
+         twin_failure=TwinFailure(
+             "dsa_trtllm_unsupported_arch_sm120", "From 0.5.12 the trtllm DSA backend goes through FlashInfer's "
+             "TRT-LLM-gen FMHA runner, which allows only SM100/103/107; on SM120 it crashes at the first forward. "
+             "(The seed's 0.5.9-era nightly ran trtllm coherently.)",
+             log_line="tvm.error.InternalError: Error in function 'TllmGenFmhaRunner' at "
+                      "/workspace/flashinfer/csrc/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture")),
 ]
 
 
@@ -566,5 +627,6 @@ def refuse(engine: Any, trial: Any) -> str | None:
         return reasons[0]
     for rule in RULES:  # a kernel's hardware requirement: say which hardware and where the fact comes from
         if rule.stage == "requirement" and _is_message(reasons[0], rule.message):
-            return f"{device_name(hardware)} cannot run this configuration: {reasons[0]} (source: {rule.where})"
+            row = f"failure table {rule.twin_failure.id}: " if rule.twin_failure is not None else ""
+            return f"{device_name(hardware)} cannot run this configuration: {reasons[0]} (source: {row}{rule.where})"
     return f"SGLang {version} would refuse this configuration: {reasons[0]}"

@@ -3,9 +3,11 @@
 A sweep names settings (``dsa_decode_backend``, ``cuda_graph``, ``mem_fraction_static`` ...); this module is the one
 place that knows which flag spells each setting in a given SGLang release. Which flags a release has, and which values
 each accepts, is not written here: it is read from the catalog extracted from that release's wheel
-(grid/releases/catalog, ``python -m grid.releases.catalog.generate``). What stays hand-written is the small table
-:data:`SETTINGS`: for each setting, the flags that have spelled it over the releases, newest spelling first
-(``--dsa-decode-backend`` / ``--nsa-decode-backend``). A setting renders as the first of its flags the release
+(grid/releases/catalog, ``python -m grid.releases.catalog.generate``). What stays hand-written is the table
+:data:`SETTINGS`, one entry per option: the flags that have spelled it over the releases, newest spelling first
+(``--dsa-decode-backend`` / ``--nsa-decode-backend``), whether the twin reads it and whether it changes the
+numerics. The twin's reading of a command line (grid/twin/cli.py), its list of modelled options and the accuracy
+guard's :data:`NUMERIC_SETTINGS` are derived from the entries (docs/architecture.md "How to add"). A setting renders as the first of its flags the release
 declares without deprecation, else the first it declares at all; a release that declares none of them gets the newest
 spelling, which :func:`unknown_flags` then reports.
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, Literal
 
 from grid.releases import catalog
 from grid.versions import release_tuple
@@ -78,12 +81,50 @@ def _dp_attention(value: Any, ver: Version) -> list[str]:
     return []
 
 
+#: The release from which ``--dp-size N --enable-dp-attention`` is rewritten to ``--attn-dp-size N`` with dp_size 1
+#: (SGLang 0.5.22 server_args.py; the catalog: ``--attn-dp-size`` is declared from 0.5.22).
+ATTN_DP_SINCE: Version = (0, 5, 22)
+
+
+def _read_cuda_graph(args: Any, ver: Version) -> bool:
+    """Decode CUDA graphs are on unless a flag turned them off (``--disable-cuda-graph``, 0.5.14+'s
+    ``--cuda-graph-backend-decode disabled`` or ``--disable-decode-cuda-graph``)."""
+    return not (getattr(args, "disable_cuda_graph", False) or getattr(args, "disable_decode_cuda_graph", False)
+                or getattr(args, "cuda_graph_backend_decode", None) == "disabled")
+
+
+def _read_dp_attention(args: Any, ver: Version) -> bool:
+    """Attention DP is on: ``enable_dp_attention`` (SGLang turns it off at dp_size 1), or an ``attn_dp_size`` > 1
+    (0.5.22+)."""
+    return bool(getattr(args, "enable_dp_attention", False)) or (getattr(args, "attn_dp_size", 1) or 1) > 1
+
+
+def _read_dp_size(args: Any, ver: Version) -> int:
+    """The data-parallel size grid's ``dp_size`` means: with attention DP on, 0.5.22+ keeps it in ``attn_dp_size``
+    (and sets ``dp_size`` to 1)."""
+    if _read_dp_attention(args, ver) and ver[:3] >= ATTN_DP_SINCE:
+        return args.attn_dp_size
+    return args.dp_size
+
+
+#: Where the twin reads a setting (``Setting.twin``): ``"performance"``, the field of the same name of
+#: grid/twin/perf.py ``ServingConfig`` (the performance model); ``"server"``, the twin's HTTP server, logs or launch
+#: checks (``enable_metrics``, ``reasoning_parser``, ``quantization`` ...); None: accepted, no effect in the twin.
+TwinUse = Literal["performance", "server"]
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One server setting: its Python type, the flags that spelled it (newest first), and its bounds.
+    """One SGLang server option as grid knows it: the one entry from which the flags, the validation, the twin's
+    reading of a parsed command line and the accuracy guard are derived (docs/architecture.md "How to add").
 
-    ``switch``: a boolean rendered as the bare flag when true. ``render``: a special renderer (``cuda_graph``,
-    ``enable_dp_attention``). The allowed values come from the catalog: the choices of the flag ``version`` uses.
+    ``name``: grid's name (``server.<name>`` in a sweep). ``type``, ``minimum``, ``maximum``: what a value may be.
+    ``flags``: the flags that spelled it over the releases, newest first; its dests per release (:attr:`dests`) and
+    its allowed values come from the catalog. ``switch``: a boolean rendered as the bare flag when true. ``render`` /
+    ``read``: a special renderer to argv and its inverse over a parsed command line (``cuda_graph``,
+    ``enable_dp_attention``, ``dp_size``); otherwise the value is the parsed field :attr:`parsed_name`. ``twin``: where the
+    twin reads it (:data:`TwinUse`; None: accepted, no effect in the twin). ``numeric``: a different value may change
+    the answers, not only the speed (the accuracy guard, grid/accuracy).
     """
 
     name: str
@@ -94,9 +135,43 @@ class Setting:
     render: Callable[[Any, Version], list[str]] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    twin: TwinUse | None = None
+    numeric: bool = False
+    read: Callable[[Any, Version], Any] | None = None
 
     def flag(self, version: Version) -> str:
         return pick_flag(self.flags, version)
+
+    @functools.cached_property
+    def dests(self) -> tuple[str, ...]:
+        """The argparse dests this setting's flags had over the catalogued releases, newest release first
+        (``tp_size``, ``tensor_parallel_size`` for ``tp_size``: 0.5.9-0.5.13 called it the latter)."""
+        out: list[str] = []
+        for rel in sorted(catalog.releases(), key=parse_version, reverse=True):
+            options = catalog.release(parse_version(rel)).by_flag
+            for flag in self.flags:
+                if flag in options and options[flag].dest not in out:
+                    out.append(options[flag].dest)
+        return tuple(out)
+
+    @property
+    def renamed(self) -> bool:
+        """The releases spelled this one option with different dests (``tensor_parallel_size`` -> ``tp_size``).
+        A specially rendered setting's flags are different options (``cuda_graph``), not renames."""
+        return self.render is None and len(self.dests) > 1
+
+    @property
+    def parsed_name(self) -> str:
+        """The field of a parsed command line that holds this setting: grid's name for a renamed one (the twin's CLI
+        fills that name in from whichever dest the release has), else its one dest."""
+        return self.name if self.renamed or not self.dests else self.dests[0]
+
+    def value_in(self, args: Any, version: Version) -> Any:
+        """This setting's value in a parsed (and resolved) command line ``args``: an object with SGLang's
+        ServerArgs fields, the renamed ones under :attr:`parsed_name`."""
+        if self.read is not None:
+            return self.read(args, version)
+        return getattr(args, self.parsed_name, None)
 
     def option(self, version: Version) -> catalog.Option | None:
         """The catalog option this setting sets in ``version`` (None: the release has no such flag)."""
@@ -122,68 +197,94 @@ def _s(name: str, type_: type, flags: str | tuple[str, ...], help: str, **kw: An
                    switch=type_ is bool and "render" not in kw, **kw)
 
 
+_PERF: dict[str, Any] = {"twin": "performance"}
+_SERVER: dict[str, Any] = {"twin": "server"}
+
+
 #: Settings by meaning -> the flags that spelled them over the releases, newest first (hand-written: the one thing
 #: the wheels cannot say). Renames: --nsa-* -> --dsa-* in 0.5.13, --cuda-graph-max-bs -> --cuda-graph-max-bs-decode
 #: in 0.5.14 (both visible in the catalog as deprecated aliases, then gone from 0.5.20).
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
-        _s("tp_size", int, "--tp-size", "tensor parallel size", minimum=1),
-        _s("dp_size", int, "--dp-size", "data parallel size", minimum=1),
-        _s("ep_size", int, "--ep-size", "expert parallel size", minimum=1),
+        _s("tp_size", int, "--tp-size", "tensor parallel size", minimum=1, **_PERF),
+        _s("dp_size", int, "--dp-size", "data parallel size", minimum=1, read=_read_dp_size, **_PERF),
+        _s("ep_size", int, "--ep-size", "expert parallel size", minimum=1, **_PERF),
         _s("enable_dp_attention", bool, "--enable-dp-attention", "attention data parallelism over dp_size groups",
-           render=_dp_attention),
+           render=_dp_attention, read=_read_dp_attention, **_PERF),
         _s("mem_fraction_static", float, "--mem-fraction-static", "fraction of GPU memory for weights + KV cache",
-           minimum=0.05, maximum=0.99),
-        _s("max_running_requests", int, "--max-running-requests", "cap on running requests", minimum=1),
-        _s("max_total_tokens", int, "--max-total-tokens", "KV pool size override", minimum=1),
-        _s("chunked_prefill_size", int, "--chunked-prefill-size", "prefill chunk tokens (-1 = off)", minimum=-1),
-        _s("max_prefill_tokens", int, "--max-prefill-tokens", "tokens per prefill batch", minimum=1),
-        _s("context_length", int, "--context-length", "maximum context length", minimum=1),
-        _s("page_size", int, "--page-size", "KV cache page size in tokens", minimum=1),
-        _s("schedule_policy", str, "--schedule-policy", "request queue order"),
+           minimum=0.05, maximum=0.99, **_PERF),
+        _s("max_running_requests", int, "--max-running-requests", "cap on running requests", minimum=1, **_PERF),
+        _s("max_total_tokens", int, "--max-total-tokens", "KV pool size override", minimum=1, **_PERF),
+        _s("chunked_prefill_size", int, "--chunked-prefill-size", "prefill chunk tokens (-1 = off)", minimum=-1,
+           **_PERF),
+        _s("max_prefill_tokens", int, "--max-prefill-tokens", "tokens per prefill batch", minimum=1, **_PERF),
+        _s("context_length", int, "--context-length", "maximum context length", minimum=1, **_PERF),
+        _s("page_size", int, "--page-size", "KV cache page size in tokens", minimum=1, **_PERF),
+        _s("schedule_policy", str, "--schedule-policy", "request queue order", **_PERF),
         _s("enable_priority_scheduling", bool, "--enable-priority-scheduling",
-           "schedule by request priority (needs schedule_policy fcfs or lof)"),
+           "schedule by request priority (needs schedule_policy fcfs or lof)", **_SERVER),
         _s("schedule_conservativeness", float, "--schedule-conservativeness", "admission conservativeness",
-           minimum=0.0),
+           minimum=0.0, **_PERF),
         _s("cuda_graph", bool, ("--cuda-graph-backend-decode", "--disable-cuda-graph"),
-           "capture CUDA graphs for decode", render=_cuda_graph),
+           "capture CUDA graphs for decode", render=_cuda_graph, read=_read_cuda_graph, **_PERF),
         _s("cuda_graph_max_bs", int, ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"),
-           "largest decode batch captured in a CUDA graph", minimum=1),
-        _s("torch_compile", bool, "--enable-torch-compile", "torch.compile the model"),
-        _s("torch_compile_max_bs", int, "--torch-compile-max-bs", "largest compiled batch", minimum=1),
-        _s("two_batch_overlap", bool, "--enable-two-batch-overlap", "two micro-batch overlap"),
+           "largest decode batch captured in a CUDA graph", minimum=1, **_PERF),
+        _s("torch_compile", bool, "--enable-torch-compile", "torch.compile the model", **_PERF),
+        _s("torch_compile_max_bs", int, "--torch-compile-max-bs", "largest compiled batch", minimum=1, **_PERF),
+        _s("two_batch_overlap", bool, "--enable-two-batch-overlap", "two micro-batch overlap", **_PERF),
         _s("single_batch_overlap", bool, "--enable-single-batch-overlap", "single-batch overlap"),
-        _s("quantization", str, "--quantization", "weight quantization method (None: from the checkpoint)"),
-        _s("moe_runner_backend", str, "--moe-runner-backend", "MoE kernel backend"),
-        _s("moe_a2a_backend", str, "--moe-a2a-backend", "MoE all-to-all backend"),
-        _s("attention_backend", str, "--attention-backend", "attention kernels"),
+        _s("quantization", str, "--quantization", "weight quantization method (None: from the checkpoint)",
+           numeric=True, **_SERVER),
+        _s("moe_runner_backend", str, "--moe-runner-backend", "MoE kernel backend", numeric=True, **_PERF),
+        _s("moe_a2a_backend", str, "--moe-a2a-backend", "MoE all-to-all backend", **_PERF),
+        _s("attention_backend", str, "--attention-backend", "attention kernels", numeric=True, **_PERF),
+        _s("prefill_attention_backend", str, "--prefill-attention-backend",
+           "attention kernels for prefill (overrides attention_backend there)", numeric=True),
+        _s("decode_attention_backend", str, "--decode-attention-backend",
+           "attention kernels for decode (overrides attention_backend there)", numeric=True),
         _s("dsa_prefill_backend", str, ("--dsa-prefill-backend", "--nsa-prefill-backend"),
-           "sparse-attention (NSA/DSA) prefill backend"),
+           "sparse-attention (NSA/DSA) prefill backend", numeric=True, **_PERF),
         _s("dsa_decode_backend", str, ("--dsa-decode-backend", "--nsa-decode-backend"),
-           "sparse-attention (NSA/DSA) decode backend"),
-        _s("kv_cache_dtype", str, "--kv-cache-dtype", "KV cache storage dtype"),
-        _s("deepep_mode", str, "--deepep-mode", "DeepEP dispatch mode"),
-        _s("disable_radix_cache", bool, "--disable-radix-cache", "turn off prefix caching"),
-        _s("enable_metrics", bool, "--enable-metrics", "serve Prometheus /metrics"),
-        _s("reasoning_parser", str, "--reasoning-parser", "split reasoning from content"),
+           "sparse-attention (NSA/DSA) decode backend", numeric=True, **_PERF),
+        _s("kv_cache_dtype", str, "--kv-cache-dtype", "KV cache storage dtype", numeric=True, **_PERF),
+        _s("deepep_mode", str, "--deepep-mode", "DeepEP dispatch mode", **_SERVER),
+        _s("disable_radix_cache", bool, "--disable-radix-cache", "turn off prefix caching", **_PERF),
+        _s("enable_metrics", bool, "--enable-metrics", "serve Prometheus /metrics", **_SERVER),
+        _s("reasoning_parser", str, "--reasoning-parser", "split reasoning from content", **_SERVER),
         _s("trust_remote_code", bool, "--trust-remote-code", "allow custom model code"),
-        _s("stream_interval", int, "--stream-interval", "decode steps per streamed chunk", minimum=1),
-        _s("decode_log_interval", int, "--decode-log-interval", "decode steps per log line", minimum=1),
-        _s("random_seed", int, "--random-seed", "sampling seed"),
+        _s("stream_interval", int, "--stream-interval", "decode steps per streamed chunk", minimum=1, **_PERF),
+        _s("decode_log_interval", int, "--decode-log-interval", "decode steps per log line", minimum=1, **_PERF),
+        _s("random_seed", int, "--random-seed", "sampling seed", **_SERVER),
         # pipeline parallelism and speculative decoding (the twin models them: grid/twin/pipeline.py, speculative.py)
-        _s("pp_size", int, "--pp-size", "pipeline parallel size (stages of consecutive layers)", minimum=1),
+        _s("pp_size", int, "--pp-size", "pipeline parallel size (stages of consecutive layers)", minimum=1, **_PERF),
         _s("disable_overlap_schedule", bool, "--disable-overlap-schedule",
-           "turn off the overlap scheduler (required with pp_size > 1)"),
-        _s("speculative_algorithm", str, "--speculative-algorithm", "speculative decoding: EAGLE, EAGLE3, NEXTN, ..."),
-        _s("speculative_num_steps", int, "--speculative-num-steps", "draft steps per verify", minimum=1),
-        _s("speculative_eagle_topk", int, "--speculative-eagle-topk", "draft branching per step", minimum=1),
+           "turn off the overlap scheduler (required with pp_size > 1)", **_SERVER),
+        _s("speculative_algorithm", str, "--speculative-algorithm", "speculative decoding: EAGLE, EAGLE3, NEXTN, ...",
+           numeric=True, **_PERF),
+        _s("speculative_num_steps", int, "--speculative-num-steps", "draft steps per verify", minimum=1,
+           numeric=True, **_PERF),
+        _s("speculative_eagle_topk", int, "--speculative-eagle-topk", "draft branching per step", minimum=1,
+           numeric=True, **_PERF),
         _s("speculative_num_draft_tokens", int, "--speculative-num-draft-tokens", "tokens verified per iteration",
-           minimum=1),
-        _s("disaggregation_mode", str, "--disaggregation-mode", "prefill/decode disaggregation role (null = off)"),
-        _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1),
+           minimum=1, numeric=True, **_PERF),
+        _s("disaggregation_mode", str, "--disaggregation-mode", "prefill/decode disaggregation role (null = off)",
+           **_SERVER),
+        _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1, **_PERF),
     ]
 }
+
+
+#: Settings that change what the server computes, not only how fast (``Setting.numeric``): KV cache dtype, weight
+#: quantization, attention / sparse-attention / MoE kernels, speculative decoding (SGLang server arguments,
+#: docs/sources.md#sglang-server-arguments-and-defaults). The accuracy guard (grid/accuracy) reads it.
+NUMERIC_SETTINGS: frozenset[str] = frozenset(s.name for s in SETTINGS.values() if s.numeric)
+
+
+def settings_from_args(args: Any, version: Version) -> dict[str, Any]:
+    """Every setting's value in a parsed, resolved command line (grid's names -> values; :meth:`Setting.value_in`).
+    The twin's launch checks and performance model read the command line through this one reading."""
+    return {name: s.value_in(args, version) for name, s in SETTINGS.items()}
 
 
 #: Settings whose release default is not their option's ``default``: ``cuda_graph`` is on unless a flag disables it

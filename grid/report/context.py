@@ -15,6 +15,7 @@ from grid.engines.base import engine_class
 from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
 from grid.report.select import OBJECTIVES, TIE_PERCENT, Verdict, fmt_delta, slo_text
+from grid.server.statuses import FAILURE_CLASSES
 
 ENGINE_WORDS = {
     "sim": "the embedded SGLang twin (modelled performance; no GPU ran)",
@@ -258,13 +259,11 @@ def base_warnings(spec: RunSpec, best_settings: Mapping[str, Any] | None = None,
     return out
 
 
-#: Which known failure effects (grid/twin/failures.py) can produce which recorded trial error class.
+#: Which known failure effects (grid/twin/failures.py) can produce which recorded trial error class: declared on each
+#: class (grid/server/statuses.py ``FailureClass.known_effects``).
 EFFECT_CLASSES: dict[str, set[str]] = {
-    "nan_output": {"garbage_output", "nan_output", "empty_output"},
-    "startup_crash": {"startup_exit", "startup_kv_pool"},
-    "startup_oom": {"startup_oom", "startup_exit"},
-    "startup_hang": {"startup_timeout", "server_hang"},
-    "runtime_crash": {"server_crash"},
+    effect: {c.name for c in FAILURE_CLASSES if effect in c.known_effects}
+    for effect in sorted({e for c in FAILURE_CLASSES for e in c.known_effects})
 }
 
 

@@ -8,7 +8,7 @@ the table, so that a type checker reads them; they sit in grid.server, below gri
 modules may use them (the package layers in pyproject.toml).
 
 Adding a failure class: one :class:`FailureClass` entry (and its name in ``TrialErrorClass``, which a test checks);
-``python -m grid.storage.vocabulary`` then rewrites docs/schema.md.
+``python -m grid.docs`` then rewrites docs/schema.md.
 """
 
 from __future__ import annotations
@@ -71,13 +71,16 @@ class FailureClass:
     text docs/schema.md shows after the status), and every wording of it in a server's log (``wordings``; empty for a
     class decided otherwise). :data:`TRIAL_CLASSES`, the vocabulary table (grid/storage/vocabulary.py), the log
     classifiers (:func:`log_class`; grid/server/logparse.py ``RUNTIME_ERRORS``, grid/server/process.py, the probe's
-    NaN check) and the twin's fault lines derive from it."""
+    NaN check), the twin's fault lines and the report's known causes derive from it."""
 
     name: TrialErrorClass
     status: TrialStatus
     phase: Phase
     meaning: str
     wordings: tuple[Wording, ...] = ()
+    #: The effects of known failures (grid/twin/failures.py ``FAILURE_TABLE``: ``startup_crash``, ``nan_output``
+    #: ...) a configuration recorded with this class may show: the report names such a failure as its known cause.
+    known_effects: tuple[str, ...] = ()
 
     def pattern(self) -> re.Pattern[str] | None:
         """One expression matching any of the class's wordings (None for a class without wordings)."""
@@ -102,7 +105,8 @@ _TORCH_OOM = Wording(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory",
 FAILURE_CLASSES: tuple[FailureClass, ...] = (
     FailureClass("refused", "invalid", "before_launch", "the installed SGLang would refuse this configuration (flag, "
                  "choice or combination); nothing launched"),
-    FailureClass("startup_exit", "failed", "startup", "the server exited before it was ready"),
+    FailureClass("startup_exit", "failed", "startup", "the server exited before it was ready",
+                 known_effects=("startup_crash", "startup_oom")),
     FailureClass("startup_oom", "failed", "startup", "the server exited before ready with a CUDA out of memory in "
                  "its log: what was allocated at start (weights, KV pool, CUDA graphs) did not fit; lower "
                  "mem_fraction_static or cuda_graph_max_bs, or use more GPUs",
@@ -110,7 +114,8 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                   Wording(r"out of memory|OutOfMemoryError", "RuntimeError: CUDA error: out of memory",
                           "the CUDA runtime's cudaErrorMemoryAllocation text, as torch raises it"),
                   Wording(r"Capture cuda graph failed", "Exception: Capture cuda graph failed: CUDA out of memory.",
-                          "SGLang cuda_graph_runner.py CUDA_GRAPH_CAPTURE_FAILED_MSG (0.5.9); sgl-project/sglang#4489"))),
+                          "SGLang cuda_graph_runner.py CUDA_GRAPH_CAPTURE_FAILED_MSG (0.5.9); sgl-project/sglang#4489")),
+                 known_effects=("startup_oom",)),
     FailureClass("startup_kv_pool", "failed", "startup", "the server exited before ready because no KV cache fits: "
                  "after the weights (and CUDA graphs) the memory fraction left nothing for the pool; raise "
                  "mem_fraction_static (vLLM: gpu_memory_utilization), or use more GPUs or a smaller model. The other "
@@ -125,23 +130,30 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                           "ValueError: No available memory for the cache blocks. Try increasing "
                           "`gpu_memory_utilization` when initializing the engine.",
                           "vLLM vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory; vllm-project/vllm#27508",
-                          ignore_case=False))),
-    FailureClass("startup_timeout", "failed", "startup", "not ready within `engine.startup_timeout_s`"),
+                          ignore_case=False)),
+                 known_effects=("startup_crash",)),
+    FailureClass("startup_timeout", "failed", "startup", "not ready within `engine.startup_timeout_s`",
+                 known_effects=("startup_hang",)),
     FailureClass("probe_error", "failed", "probe", "the correctness probe's requests failed"),
     FailureClass("garbage_output", "invalid", "probe", "the probe's answers are garbage (one token repeated, not "
-                 "text, none correct)"),
-    FailureClass("empty_output", "invalid", "probe", "a probe answer was empty"),
+                 "text, none correct)",
+                 known_effects=("nan_output",)),
+    FailureClass("empty_output", "invalid", "probe", "a probe answer was empty",
+                 known_effects=("nan_output",)),
     FailureClass("nan_output", "invalid", "probe", "the server logged NaN in the logits (at the probe or during load)",
                  (Wording(r"NaN in the logits", "Detected errors during sampling! NaN in the logits.",
                           "SGLang's sampler with --enable-nan-detection (srt/layers/sampler.py)"),
                   Wording(r"probability tensor contains either `?inf`?, `?nan`?",
                           "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
-                          "torch.multinomial's check of its input"))),
+                          "torch.multinomial's check of its input")),
+                 known_effects=("nan_output",)),
     FailureClass("server_crash", "failed", "load", "the server process exited during a load point (exit code in the "
-                 "message)"),
+                 "message)",
+                 known_effects=("runtime_crash",)),
     FailureClass("server_hang", "failed", "load", "the process lives but produced no token, neither for the load "
                  "point's requests nor for a short check request sent after it (or for the probe); the message names "
-                 "the timeout that fired"),
+                 "the timeout that fired",
+                 known_effects=("startup_hang",)),
     FailureClass("server_broken", "failed", "load", "the process lives but requests of a load point failed fast "
                  "(reset, HTTP 5xx or 429, an error in the stream) and so did the check request after it"),
     FailureClass("runtime_oom", "failed", "load", "the server broke under load (exit, hang or failed check) and its "

@@ -19,7 +19,7 @@ from grid.plan import TrialPlan
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
     """Every note that applies to ``plans`` (the sweep's configurations) planned for SGLang ``version``."""
     notes = [catalog_note(version), external_note(spec, plans), thin_level_note(plans),
-             inert_settings_note(spec, plans), unmodelled_note(spec, plans, version),
+             inert_settings_note(spec, plans), unmodelled_note(spec, plans),
              modelled_ttft_note(spec, plans, version)]
     return [n for n in notes if n]
 
@@ -59,25 +59,17 @@ def external_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
             "load settings instead, or launch the servers with engine=sglang")
 
 
-def unmodelled_note(spec: RunSpec, plans: list[TrialPlan], version: str) -> str | None:
+def unmodelled_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
     """A note when a sweep on the twin (engine=sim) varies a setting whose SGLang option the twin accepts but does
-    not model (grid/twin/cli.py ``MODELLED``): those configurations measure the same modelled server."""
+    not model (the setting's entry says so: grid/releases/flags.py ``Setting.twin`` is None): those configurations
+    measure the same modelled server."""
     if not engine_class(spec.engine.kind).twin:
         return None
-    from grid.releases.flags import SETTINGS, parse_version
-    from grid.twin.cli import effect
+    from grid.releases.flags import SETTINGS
 
-    try:
-        ver = parse_version(version)
-    except ValueError:
-        return None
     varied = sorted({k for p in plans for k in p.settings if k in SETTINGS
                      and len({repr(q.settings.get(k)) for q in plans}) > 1})
-    inert = []
-    for name in varied:
-        opt = SETTINGS[name].option(ver)
-        if opt is not None and effect(opt.dest) != "modelled":
-            inert.append(name)
+    inert = [name for name in varied if SETTINGS[name].twin is None]
     if not inert:
         return None
     return (f"the twin accepts {', '.join(inert)} but does not model {'it' if len(inert) == 1 else 'them'} "

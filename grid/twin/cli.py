@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from grid.releases import catalog
+from grid.releases.flags import SETTINGS, settings_from_args
 from grid.versions import release_tuple
 
 DEFAULT_VERSION = "0.5.9"
@@ -46,19 +47,25 @@ def _v(text: str) -> Version:
 
 V513, V514, V516, V520, V522, V523 = _v("0.5.13"), _v("0.5.14"), _v("0.5.16"), _v("0.5.20"), _v("0.5.22"), _v("0.5.23")
 
-#: The twin's name for a setting -> the dests SGLang releases used for it (first present wins), and the value when the
-#: release has none of them. The renames are visible in the catalog: ``tensor_parallel_size`` (0.5.9-0.5.13),
-#: ``nsa_*_backend`` (0.5.9-0.5.12), ``cuda_graph_max_bs_decode`` / ``cuda_graph_bs_decode`` (0.5.14+),
-#: ``incremental_streaming_output`` (0.5.10+, ``stream_output`` until 0.5.19).
+def _renamed_settings() -> dict[str, tuple[tuple[str, ...], Any]]:
+    """grid's settings whose dest changed over the releases (grid/releases/flags.py ``Setting.dests``, read from the
+    catalog) -> (their dests, newest first; the newest release's default)."""
+    newest = catalog.release(parse_version(catalog.newest())).by_flag
+    out: dict[str, tuple[tuple[str, ...], Any]] = {}
+    for s in SETTINGS.values():
+        if s.renamed:
+            opt = newest.get(s.flag(parse_version(catalog.newest())))
+            out[s.parsed_name] = (s.dests, None if opt is None else opt.default)
+    return out
+
+
+#: The twin's name for a field -> the dests SGLang releases used for it (first present wins), and the value when the
+#: release has none of them. grid's renamed settings come from their one entry (``_renamed_settings``); the rows
+#: written here are the fields grid does not sweep that the twin reads: ``cuda_graph_bs_decode`` (0.5.14+),
+#: ``incremental_streaming_output`` (0.5.10+, ``stream_output`` until 0.5.19), and fields some releases lack.
 CANONICAL: dict[str, tuple[tuple[str, ...], Any]] = {
-    "tp_size": (("tp_size", "tensor_parallel_size"), 1),
-    "dp_size": (("dp_size", "data_parallel_size"), 1),
-    "ep_size": (("ep_size", "expert_parallel_size"), 1),
-    "pp_size": (("pp_size", "pipeline_parallel_size"), 1),
+    **_renamed_settings(),
     "attn_dp_size": (("attn_dp_size",), 1),
-    "dsa_prefill_backend": (("dsa_prefill_backend", "nsa_prefill_backend"), None),
-    "dsa_decode_backend": (("dsa_decode_backend", "nsa_decode_backend"), None),
-    "cuda_graph_max_bs": (("cuda_graph_max_bs", "cuda_graph_max_bs_decode"), None),
     "cuda_graph_bs": (("cuda_graph_bs", "cuda_graph_bs_decode"), None),
     "cuda_graph_backend_decode": (("cuda_graph_backend_decode",), "full"),
     "disable_decode_cuda_graph": (("disable_decode_cuda_graph",), False),
@@ -72,18 +79,19 @@ CANONICAL: dict[str, tuple[tuple[str, ...], Any]] = {
     "deepep_mode": (("deepep_mode",), "auto"),
 }
 
-#: The catalog dests the twin's performance model, scheduler, API or logs read (canonical names and their per-release
-#: dests). Every other option is accepted and has no effect in the twin.
-MODELLED: frozenset[str] = frozenset({
+#: Options grid does not sweep that the twin's server, API or logs read (its address, model names, logging, parsers,
+#: the checks on options SGLang enforces at launch).
+READ_BY_THE_TWIN: frozenset[str] = frozenset({
     "model_path", "tokenizer_path", "served_model_name", "host", "port", "api_key", "skip_server_warmup",
-    "log_level", "enable_metrics", "decode_log_interval", "enable_cache_report", "reasoning_parser",
-    "tool_call_parser", "random_seed", "context_length", "quantization", "kv_cache_dtype", "mem_fraction_static",
-    "max_running_requests", "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
-    "enable_priority_scheduling", "schedule_conservativeness", "page_size", "stream_interval",
-    "enable_torch_compile", "torch_compile_max_bs", "enable_two_batch_overlap", "moe_runner_backend",
-    "moe_a2a_backend", "attention_backend", "disable_radix_cache", "speculative_algorithm", "enable_mixed_chunk",
-    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "disable_overlap_schedule", "nnodes", "load_format",
+    "log_level", "enable_cache_report", "tool_call_parser", "enable_mixed_chunk", "load_format",
+})
+
+#: The catalog dests the twin's performance model, scheduler, API or logs read: every dest of a setting whose entry
+#: says the twin reads it (grid/releases/flags.py ``Setting.twin``), the fields above and :data:`CANONICAL`'s. Every
+#: other option is accepted and has no effect in the twin.
+MODELLED: frozenset[str] = frozenset({
+    *READ_BY_THE_TWIN,
+    *(d for s in SETTINGS.values() if s.twin is not None for d in s.dests),
     *(d for dests, _ in CANONICAL.values() for d in dests),
 })
 
@@ -327,7 +335,7 @@ def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
 
 
 def _dp_attention_on(args: argparse.Namespace) -> bool:
-    return bool(args.enable_dp_attention) or getattr(args, "attn_dp_size", 1) > 1
+    return bool(SETTINGS["enable_dp_attention"].value_in(args, parse_version(args._version)))
 
 
 _CHECKS: list[Callable[[argparse.Namespace, Version, Any], None]] = []
@@ -339,20 +347,9 @@ def _check(fn: Callable[[argparse.Namespace, Version, Any], None]) -> Callable:
 
 
 def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
-    """The parsed arguments as grid's settings (grid/releases/flags.py names), for the shared launch rules."""
-    dp_attn = _dp_attention_on(args)
-    return {
-        "two_batch_overlap": args.enable_two_batch_overlap, "moe_a2a_backend": args.moe_a2a_backend,
-        "enable_dp_attention": dp_attn,
-        "dp_size": (args.attn_dp_size if ver >= V522 else args.dp_size) if dp_attn else args.dp_size,
-        "tp_size": args.tp_size, "ep_size": args.ep_size,
-        "enable_priority_scheduling": args.enable_priority_scheduling, "schedule_policy": args.schedule_policy,
-        "chunked_prefill_size": args.chunked_prefill_size, "page_size": args.page_size,
-        "quantization": args.quantization, "moe_runner_backend": args.moe_runner_backend,
-        "kv_cache_dtype": args.kv_cache_dtype, "dsa_prefill_backend": args.dsa_prefill_backend,
-        "dsa_decode_backend": args.dsa_decode_backend,
-        "nnodes": args.nnodes, "disaggregation_mode": getattr(args, "disaggregation_mode", None),
-    }
+    """The parsed arguments as grid's settings (grid/releases/flags.py ``settings_from_args``: each setting's one
+    entry says where it lives on the command line), for the shared launch rules."""
+    return settings_from_args(args, ver)
 
 
 @_check
@@ -393,10 +390,8 @@ def _served_name(args, ver, model):
 
 @_check
 def _pp(args, ver, model):
+    # pp_size > 1 without --disable-overlap-schedule: the shared rule pp_needs_no_overlap (grid/releases/checks.py)
     if args.pp_size > 1:
-        if not args.disable_overlap_schedule:
-            raise ValueError("Pipeline parallelism is not compatible with overlap schedule, "
-                             "please add --disable-overlap-schedule.")
         if args.speculative_algorithm is not None:
             raise ValueError("Pipeline parallelism is not compatible with speculative decoding.")
         if args.enable_mixed_chunk:
@@ -416,8 +411,7 @@ def check_server_args(args: argparse.Namespace, model: Any = None, hardware: Any
 
 
 def cuda_graph_enabled(args: argparse.Namespace) -> bool:
-    return not (args.disable_cuda_graph or args.disable_decode_cuda_graph
-                or args.cuda_graph_backend_decode == "disabled")
+    return bool(SETTINGS["cuda_graph"].value_in(args, parse_version(args._version)))
 
 
 #: The acceptance length of speculative decoding (tokens per verify iteration) is not a server flag but a property of
@@ -439,31 +433,14 @@ def accept_length_from(env: Mapping[str, str]) -> float | None:
 
 
 def to_serving_config(args: argparse.Namespace, accept_length: float | None = None):
-    """The :class:`grid.twin.perf.ServingConfig` for resolved ``args``; ``accept_length``: speculative decoding's
-    tokens per verify iteration (:func:`accept_length_from`)."""
+    """The :class:`grid.twin.perf.ServingConfig` for resolved ``args``: every setting whose entry says the
+    performance model reads it (grid/releases/flags.py ``Setting.twin == "performance"``, the field of the same
+    name), plus piecewise CUDA graphs, the release and ``accept_length``: speculative decoding's tokens per verify
+    iteration (:func:`accept_length_from`)."""
     from grid.twin.perf import ServingConfig
 
     ver = parse_version(args._version)
-    dp_attn = _dp_attention_on(args)
-    dp = (args.attn_dp_size if dp_attn else args.dp_size) if ver >= V522 else args.dp_size
-    chunk = args.chunked_prefill_size
-    return ServingConfig(
-        tp_size=args.tp_size, dp_size=dp, ep_size=args.ep_size,
-        mem_fraction_static=args.mem_fraction_static, max_running_requests=args.max_running_requests,
-        max_total_tokens=args.max_total_tokens, chunked_prefill_size=chunk, max_prefill_tokens=args.max_prefill_tokens,
-        schedule_policy=args.schedule_policy, schedule_conservativeness=args.schedule_conservativeness,
-        cuda_graph=cuda_graph_enabled(args), piecewise_cuda_graph=bool(args.enable_piecewise_cuda_graph),
-        cuda_graph_max_bs=args.cuda_graph_max_bs, torch_compile=args.enable_torch_compile,
-        torch_compile_max_bs=args.torch_compile_max_bs, two_batch_overlap=args.enable_two_batch_overlap,
-        enable_dp_attention=dp_attn, moe_runner_backend=args.moe_runner_backend,
-        moe_a2a_backend=args.moe_a2a_backend, attention_backend=args.attention_backend,
-        dsa_prefill_backend=args.dsa_prefill_backend, dsa_decode_backend=args.dsa_decode_backend,
-        kv_cache_dtype=args.kv_cache_dtype, disable_radix_cache=args.disable_radix_cache,
-        context_length=args.context_length, stream_interval=args.stream_interval,
-        decode_log_interval=args.decode_log_interval, page_size=args.page_size, version=args._version,
-        pp_size=args.pp_size, nnodes=args.nnodes, speculative_algorithm=getattr(args, "speculative_algorithm", None),
-        speculative_num_steps=getattr(args, "speculative_num_steps", None),
-        speculative_eagle_topk=getattr(args, "speculative_eagle_topk", None),
-        speculative_num_draft_tokens=getattr(args, "speculative_num_draft_tokens", None),
-        speculative_accept_length=accept_length,
-    )
+    values = settings_from_args(args, ver)
+    modelled = {name: values[name] for name, s in SETTINGS.items() if s.twin == "performance"}
+    return ServingConfig(**modelled, piecewise_cuda_graph=bool(args.enable_piecewise_cuda_graph),
+                         version=args._version, speculative_accept_length=accept_length)

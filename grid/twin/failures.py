@@ -103,7 +103,8 @@ _CAPTURE_HINT = (
 
 _NAN_LINE = "Detected errors during sampling! NaN in the logits."
 
-FAILURE_TABLE: tuple[_Row, ...] = (
+#: The failures only the twin's model can foresee (memory, NaN, hangs, one release's crash), written here.
+_WRITTEN_HERE: tuple[_Row, ...] = (
     _Row(
         id="weights_oom",
         effect="startup_oom",
@@ -148,33 +149,6 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         and bool(c.dsa_backends() & {"flashmla_kv", "flashmla_sparse", "flashmla_auto"}),
     ),
     _Row(
-        id="dsa_fa3_sm120",
-        effect="startup_crash",
-        phase="cuda_graph_capture",
-        exit_code=1,
-        log_lines=(
-            "RuntimeError: FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA); "
-            "this device is sm_{sm}.",
-        ),
-        description="fa3 needs Hopper's WGMMA/TMA; SM120 has none, so the fa3 DSA/attention backend dies at the "
-        "first forward (graph capture or warm-up).",
-        source="docs/sources.md#hardware-spec-sheets (FlashAttention-3/4 do not run on SM120); "
-        "sgl-project/sglang#26087 backend list",
-        when=_requirement("fa3_needs_sm90"),
-    ),
-    _Row(
-        id="dsa_aiter_cuda",
-        effect="startup_crash",
-        phase="load_weights",
-        exit_code=1,
-        log_lines=("ModuleNotFoundError: No module named 'aiter'",),
-        description="aiter is AMD ROCm only; on an NVIDIA GPU the backend import fails during model init.",
-        source="aiter in the DSA backend list, ROCm-only kernels "
-               "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)",
-        when=_requirement("aiter_needs_rocm"),
-        phase_fraction=0.0,
-    ),
-    _Row(
         id="dsa_fp8_kv_garbled_sm120",
         effect="nan_output",
         phase="decode",
@@ -191,22 +165,6 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         and not (c.dsa_backends() & {"flashmla_kv", "flashmla_sparse", "flashmla_auto"})
         and c.dsa_backends() != {"trtllm"}
         and not ("tilelang" in c.dsa_backends() and (0, 5, 20) <= c.v),
-    ),
-    _Row(
-        id="dsa_trtllm_unsupported_arch_sm120",
-        effect="startup_crash",
-        phase="cuda_graph_capture",
-        exit_code=1,
-        log_lines=(
-            "tvm.error.InternalError: Error in function 'TllmGenFmhaRunner' at "
-            "/workspace/flashinfer/csrc/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture",
-        ),
-        description="From 0.5.12 the trtllm DSA backend goes through FlashInfer's TRT-LLM-gen FMHA runner, which "
-        "allows only SM100/103/107; on SM120 it crashes at the first forward. (The seed's 0.5.9-era nightly ran "
-        "trtllm coherently.)",
-        source="sgl-project/sglang#37105, #40558, flashinfer#5445 "
-               "(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes); the seed session for <0.5.12",
-        when=_requirement("trtllm_dsa_needs_sm100"),
     ),
     _Row(
         id="dsa_deep_gemm_unsupported_arch_sm120",
@@ -254,6 +212,27 @@ FAILURE_TABLE: tuple[_Row, ...] = (
         phase_fraction=0.8,
     ),
 )
+
+
+def _requirement_rows() -> tuple[_Row, ...]:
+    """The rows of the kernel requirements (grid/releases/checks.py ``RULES`` with a ``twin_failure``): declared once
+    there, with the release range, hardware, message and source; the row fires where the rule refuses."""
+    from grid.releases.checks import RULES
+
+    rows: dict[str, _Row] = {}
+    for rule in RULES:
+        tf = rule.twin_failure
+        if tf is None or tf.id in rows:
+            continue
+        rows[tf.id] = _Row(id=tf.id, effect=tf.effect, phase=tf.phase, exit_code=tf.exit_code,
+                           log_lines=(tf.line(rule.message).replace("{", "{{").replace("}", "}}"),),
+                           description=tf.description, source=rule.where, when=_requirement(rule.name),
+                           phase_fraction=tf.phase_fraction)
+    return tuple(rows.values())
+
+
+#: Every row: the kernel requirements' rows built from their rules, then the failures written here.
+FAILURE_TABLE: tuple[_Row, ...] = _requirement_rows() + _WRITTEN_HERE
 
 
 def _phase_start(phases: dict[str, float], phase: str, fraction: float) -> float:

@@ -210,11 +210,11 @@ def test_sweep_varying_an_unmodelled_option_on_the_twin_is_noted():
 
     plans = [SimpleNamespace(settings={"single_batch_overlap": v, "mem_fraction_static": 0.8}) for v in (True, False)]
     sim = SimpleNamespace(engine=SimpleNamespace(kind="sim"))
-    note = unmodelled_note(sim, plans, "0.5.23")
+    note = unmodelled_note(sim, plans)
     assert note and "single_batch_overlap" in note and "no effect in the twin" in note
-    assert unmodelled_note(SimpleNamespace(engine=SimpleNamespace(kind="sglang")), plans, "0.5.23") is None
+    assert unmodelled_note(SimpleNamespace(engine=SimpleNamespace(kind="sglang")), plans) is None
     modelled = [SimpleNamespace(settings={"mem_fraction_static": v}) for v in (0.8, 0.9)]
-    assert unmodelled_note(sim, modelled, "0.5.23") is None
+    assert unmodelled_note(sim, modelled) is None
 
 
 @pytest.mark.parametrize("release", catalog.releases())

@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,16 +34,26 @@ class HW:
 def test_kernel_requirements_refuse_by_hardware():
     fa3 = {"dsa_prefill_backend": "fa3", "dsa_decode_backend": "trtllm"}
     assert check_config(fa3, "0.5.9", None, HW(90)) == []
-    assert check_config(fa3, "0.5.9", None, HW(120)) == [
-        "FlashAttention-3 (fa3) requires compute capability 9.0 (Hopper wgmma/TMA)"]
-    assert check_config({"attention_backend": "fa3"}, "0.5.9", None, HW(80))
+    fa3_message = "FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`."
+    assert check_config(fa3, "0.5.9", None, HW(120)) == [fa3_message]
+    # SGLang's fa3 backend serves SM80-89 for models without MLA (create_flashattention_v3_backend's assert): an
+    # A100 runs a dense model's fa3, not an MLA model's (grid used to refuse both)
+    mla = SimpleNamespace(attention="mla", dsa=None, quantization=None)
+    dense = SimpleNamespace(attention="mha", dsa=None, quantization=None)
+    for release in ("0.5.9", "0.5.23"):
+        assert check_config({"attention_backend": "fa3"}, release, dense, HW(80)) == []
+        assert check_config({"attention_backend": "fa3"}, release, dense, HW(89)) == []
+        assert check_config({"attention_backend": "fa3"}, release, mla, HW(80)) == [fa3_message]
+        assert check_config({"attention_backend": "fa3"}, release, mla, HW(90)) == []
+        assert check_config({"attention_backend": "fa3"}, release, dense, HW(100)) == [fa3_message]
+        assert check_config({"attention_backend": "fa3"}, release, dense, HW(75)) == [fa3_message]
     aiter = {"dsa_decode_backend": "aiter"}
     assert check_config(aiter, "0.5.9", None, HW(942, vendor="amd")) == []
     assert check_config(aiter, "0.5.9", None, HW(90)) == [
         "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'"]
     every = [r for r in RULES if r.stage == "requirement" and r.hardware != CPU]
     assert {r.name for r in every} == {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
-    assert all("failure table" in r.where for r in every)  # each names its row and public source
+    assert all(r.twin_failure is not None and r.where for r in every)  # each has its twin row and public source
     # a CPU host's requirement is the host's memory, measured on the released server (docs/sources.md#cpu-host)
     host = [r for r in RULES if r.stage == "requirement" and r.hardware == CPU]
     assert [r.name for r in host] == ["cpu_kv_pool_host_memory"] and "docs/sources.md#cpu-host" in host[0].where
@@ -55,7 +66,8 @@ def test_nsa_backends_known_before_launch(nsa):
     assert (len(plans), len(refused), len(failing)) == (49, 24, 21)
     assert all({"fa3", "aiter"} & set(p.settings.values()) for p in refused)
     reason = sp.known[refused[0].config_hash].refused
-    assert reason.startswith("rtx_pro_6000_x8_vm (SM120) cannot run this configuration: FlashAttention-3")
+    assert reason.startswith("rtx_pro_6000_x8_vm (SM120) cannot run this configuration: FlashAttention v3 Backend "
+                             "requires SM>=80 and SM<=90")
     assert "source: failure table dsa_fa3_sm120" in reason
     assert {r for p in failing for r, _, _ in sp.known[p.config_hash].failures} == {"dsa_flashmla_nan_sm120"}
     runnable = sorted(p.label for p in plans if p not in refused and p not in failing)

@@ -159,84 +159,11 @@ def test_describe_schema_lists_every_column():
     assert "| `ttft_p99_ms` | double | ms |" in md
 
 
-SCHEMA_DOC_HEADER = """# Parquet schema
-
-grid writes two Parquet tables per run, `requests` (one row per request) and `load_points` (one row per
-configuration x load point), plus `server_log`. Every column carries `unit` and `description` metadata in the Arrow
-schema; this page is generated from it (`grid.storage.schema.describe_schema()`). Regenerate it after changing the
-schema with:
-
-```bash
-python -c "from tests.storage.test_schema import write_schema_doc; write_schema_doc()"
-```
-
-`tests/storage/test_schema.py::test_schema_doc_is_current` fails while this page is stale. An empty unit means the
-column has none (identifiers, labels, text, JSON).
-
-Read a table with `grid.read_results(run_dir, "load_points")` (a pandas DataFrame) or
-`grid.storage.parquet.read_table` (an Arrow table): files written by different grid versions carry different columns,
-and these readers unify the schemas of every file (`pa.unify_schemas` over a `pyarrow.dataset`), so a column missing
-from some files is null in their rows instead of being dropped for all (what `pd.read_parquet` on the folder does when
-the first file lacks it). DuckDB: `read_parquet('.../*.parquet', union_by_name=true)`.
-
-Request outcomes worth knowing: a stream counts as complete when it ends after an event with a `finish_reason` even
-without `data: [DONE]` (`done_marker` says which); `truncated_stream` is a stream with neither. `decode_error` is data
-that is not UTF-8 (e.g. a multi-byte character cut off at the end of the stream), `parse_error` valid UTF-8 that is
-not the expected JSON. With `load.max_concurrency`, an open-loop request that is due while that many are in flight
-waits on the client for a slot: `slot_wait_ms`; its latencies count from the actual send, and `client_queue_ms`
-(scheduled to actual send) includes the wait.
-
-The report adds `parquet/rejudged/rejudged.parquet` (table `rejudged` below): the SLO-dependent values it judged
-every load point by, for the objective it ranked with. `load_points` keeps the values of the SLOs each point was
-measured under (a resumed or re-reported run may use other SLOs); join the two on `config_hash` + `point_index` to
-see the numbers the report shows. Every report rewrites it.
-
-The timeline of a sweep (report.html) comes from `launch_unix_ns` / `ready_unix_ns` (a configuration's launch,
-readiness wait and correctness probe) and `started_unix_ns` / `finished_unix_ns` (each load point). Repeated load
-points, if a run holds any (the same `config_hash`, `point_kind` and `point_value` more than once), are what
-`python -m grid.compare` measures the spread from.
-
-The measured window of a load point (`window_kind`): closed loops measured in steady state (`steady_state`, the
-default `load.closed_loop_start=staggered`) run a warm-up wave whose output lengths spread the streams' phases over one
-request time, the measured requests, then tail requests
-that keep every stream busy until the last measured request ends; the window is the first measured send to that end,
-and throughputs count tokens by the arrival time of their event inside it, from every request of the point (AIPerf's
-`--steady-state`: "only tokens emitted during the measurement window are counted",
-https://github.com/nvda-ci/aiperf/blob/main/docs/tutorials/steady-state.md; GuideLLM's `output_tokens_per_second`
-over each request's token timings between warm-up and cool-down, https://github.com/vllm-project/guidellm
-`src/guidellm/benchmark/schemas/metrics.py`). `all_requests` (closed loops started together, open loops, traces) counts
-the measured requests whole from the first send to the last end, as SGLang's bench_serving does
-(python/sglang/benchmark/serving.py `calculate_metrics`). `warmup_requests_run` and `tail_requests_run` say what ran
-around the window; per-request latencies always come from the measured requests (the `requests` table).
-
-"""
-
-
-def _schema_doc_path():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[2] / "docs" / "schema.md"
-
-
-def schema_doc() -> str:
-    """docs/schema.md: the Arrow schemas, summary.json and the status table (grid.storage.schema.describe_schema),
-    then the objectives (grid.report.select) and the pre-run cost estimate (grid.search.plan), which live above
-    grid.storage."""
-    from grid.report.select import describe_objectives
-    from grid.search.plan import describe_cost
-
-    return SCHEMA_DOC_HEADER + describe_schema() + "\n" + describe_objectives() + "\n" + describe_cost()
-
-
-def write_schema_doc() -> None:
-    """Regenerate docs/schema.md from the Arrow schemas."""
-    _schema_doc_path().write_text(schema_doc())
-
-
 def test_schema_doc_is_current():
-    path = _schema_doc_path()
-    assert path.exists(), "docs/schema.md is missing: run write_schema_doc()"
-    assert path.read_text() == schema_doc(), "docs/schema.md is stale: python -m tests.storage.test_schema rewrites it"
+    from grid.docs import SCHEMA_DOC, schema_doc
+
+    assert SCHEMA_DOC.exists(), "docs/schema.md is missing: python -m grid.docs writes it"
+    assert SCHEMA_DOC.read_text() == schema_doc(), "docs/schema.md is stale: python -m grid.docs rewrites it"
 
 
 def test_read_table_reads_only_the_columns_asked_for(tmp_path):
@@ -254,7 +181,3 @@ def test_read_table_reads_only_the_columns_asked_for(tmp_path):
                              {"config_hash": "b", "status": "failed", "ttft_ms": 12.5}]
     with pytest.raises(KeyError):
         read_table(tmp_path, "requests", ["no_such_column"])
-
-
-if __name__ == "__main__":  # python -m tests.storage.test_schema: rewrite docs/schema.md (docs/architecture.md)
-    write_schema_doc()

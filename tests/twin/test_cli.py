@@ -169,8 +169,10 @@ def test_other_checks():
     checked(["--kv-cache-dtype", "fp8_e5m2"], "0.5.9")  # not a DSA model
     with pytest.raises(ValueError, match="tilelang DSA prefill/decode kernels"):
         checked(["--dsa-prefill-backend", "tilelang", "--kv-cache-dtype", "fp8_e4m3"], "0.5.20", DSA_MODEL)
-    with pytest.raises(ValueError, match="--disable-overlap-schedule"):
+    # the shared rule pp_needs_no_overlap: an assert in SGLang (check_server_args; 0.5.23 check_pipeline_parallel_compat)
+    with pytest.raises(AssertionError, match="Pipeline parallelism is not compatible with overlap schedule"):
         checked(["--pp-size", "2"], "0.5.9")
+    checked(["--pp-size", "2", "--disable-overlap-schedule"], "0.5.9")
     with pytest.raises(AssertionError, match="divisible by page_size"):
         checked(["--chunked-prefill-size", "100", "--page-size", "64"], "0.5.9")
 

@@ -26,9 +26,8 @@ from grid.twin.configured import perf_model
 from grid.twin.failures import FAILURE_TABLE, find_failures
 
 ROOT = Path(__file__).resolve().parents[2]
-#: every requirement rule and the failure-table row that shows it on the twin
-LINKED = {"fa3_needs_sm90": "dsa_fa3_sm120", "aiter_needs_rocm": "dsa_aiter_cuda",
-          "trtllm_dsa_needs_sm100": "dsa_trtllm_unsupported_arch_sm120"}
+#: every requirement rule and the failure-table row that shows it on the twin (declared on the rule)
+LINKED = {r.name: r.twin_failure.id for r in RULES if r.twin_failure is not None}
 
 
 def _hardware() -> list[HardwareSpec]:
@@ -56,8 +55,30 @@ RELEASES = [".".join(map(str, parse_version(r))) for r in catalog.releases()]
 
 
 def test_every_requirement_rule_has_its_row():
+    assert set(LINKED) == {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
     assert {r.name for r in RULES if r.stage == "requirement" and r.hardware[0].vendor != "cpu"} == set(LINKED)
-    assert set(LINKED.values()) <= {row.id for row in FAILURE_TABLE}
+    rows = {row.id: row for row in FAILURE_TABLE}
+    for rule in RULES:
+        if rule.twin_failure is not None:  # the row is the rule's: its source, and SGLang's words in its log line
+            row = rows[rule.twin_failure.id]
+            assert row.source == rule.where
+            assert rule.twin_failure.line(rule.message) == row.log_lines[0]
+
+
+def test_fa3_follows_sglangs_check_on_every_gpu():
+    """SGLang's fa3 backend serves SM90, and SM80-89 for models without MLA (create_flashattention_v3_backend):
+    an A100 with a dense model runs fa3 in the pre-launch check and on the twin; GLM-5 (MLA) on an A100 does not."""
+    a100 = next(hw for hw in _hardware() if hw.name == "a100_x2")
+    for release in ("0.5.9", "0.5.23"):
+        for model_name, refused in (("llama3_1_8b", False), ("glm5_nvfp4", True)):
+            model = MODELS[model_name]
+            settings = {"attention_backend": "fa3", "tp_size": 2}
+            reasons = check_config(settings, parse_version(release), model, a100)
+            assert bool(reasons) is refused, (release, model_name, reasons)
+            perf = perf_model(model, a100, to_argv(settings, parse_version(release)), release)
+            if perf is not None:
+                rows = {f.id for f in find_failures(model, a100, perf.cfg, perf)}
+                assert ("dsa_fa3_sm120" in rows) is refused, (release, model_name, rows)
 
 
 def test_no_row_restates_a_launch_refusal():

@@ -23,6 +23,12 @@ def test_every_row_cites_a_source():
     for r in FAILURE_TABLE:
         assert r.source and r.description
         assert r.effect in {"startup_crash", "startup_oom", "startup_hang", "nan_output", "runtime_crash"}
+    # and each effect is declared on the failure classes it can be recorded as (grid/server/statuses.py), so the
+    # report can name the row as a known cause
+    from grid.report.context import EFFECT_CLASSES
+
+    assert {r.effect for r in FAILURE_TABLE} <= set(EFFECT_CLASSES)
+    assert EFFECT_CLASSES["startup_crash"] == {"startup_exit", "startup_kv_pool"}
 
 
 def test_seed_working_config_has_no_failure():
