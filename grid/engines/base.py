@@ -98,11 +98,50 @@ class Engine(ABC):
         """Write whatever the launches need into the run directory (default: nothing)."""
 
     def refuse(self, trial: TrialPlan) -> str | None:
-        """Why this configuration cannot work on this engine version, known before launching it (None: try it).
+        """Why this configuration cannot work here, known before launching it (None: try it): what the engine's
+        release would refuse (:meth:`release_refusal`), else a workload longer than the context the server will
+        serve (:meth:`context_refusal`). A refused configuration is recorded ``invalid`` with the reason and no
+        launch is spent on it."""
+        return self.release_refusal(trial) or self.context_refusal(trial)
 
-        A refused configuration is recorded ``invalid`` with the reason and no launch is spent on it.
-        """
+    def release_refusal(self, trial: TrialPlan) -> str | None:
+        """Why the engine's release would refuse this configuration (default: nothing known)."""
         return None
+
+    def context_limit(self, trial: TrialPlan) -> tuple[int, str] | None:
+        """The context length (tokens) the server will serve ``trial`` with, and where the number comes from: for a
+        launched server, ``server.context_length`` when the configuration sets it, else the model's
+        (``model.context_length``, its ``max_position_embeddings``). None: not known."""
+        n = trial.settings.get("context_length")
+        if n:
+            return int(n), f"server.context_length ({int(n)})"
+        m = self.spec.model.context_length
+        return m, f"the model's context length ({m} tokens, model.context_length of {self.spec.model.name})"
+
+    def context_refusal(self, trial: TrialPlan) -> str | None:
+        """Why every request of ``trial``'s workload would be refused for its length: the longest request
+        (grid.loadgen.dataset ``longest_request``: input plus requested output) above :meth:`context_limit`, as
+        SGLang (tokenizer_manager: input + max_new_tokens > context length) and vLLM refuse it with HTTP 400. The
+        message names the load keys and the limit. None: it fits, or a length is not known before the run."""
+        from grid.loadgen.dataset import DatasetError, longest_request
+
+        load = trial.load
+        try:
+            longest = longest_request(load.dataset, load.input_len, load.output_len, load.dataset_path)
+        except DatasetError:
+            return None  # an unreadable trace is reported by the dataset check, before this
+        limit = self.context_limit(trial)
+        if longest is None or limit is None or longest[0] <= limit[0]:
+            return None
+        return (f"the workload does not fit the context: {longest[1]} = {longest[0]} tokens per request, above "
+                f"{limit[1]}; the server would refuse every request (HTTP 400) before any token. Lower "
+                f"load.input_len or load.output_len{self.context_hint(trial)}")
+
+    def context_hint(self, trial: TrialPlan) -> str:
+        """What else the user can change when the workload does not fit (a launched server: its context length)."""
+        if trial.settings.get("context_length"):
+            return f", or raise server.context_length (the model serves {self.spec.model.context_length} tokens)"
+        return ""
 
     @abstractmethod
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:

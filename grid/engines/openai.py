@@ -62,6 +62,18 @@ class OpenAIEngine(Engine):
             return self.spec.model.name
         return ids[0]
 
+    def context_limit(self, trial: TrialPlan) -> tuple[int, str] | None:
+        """The served model's ``max_model_len`` as ``/v1/models`` reports it (vLLM, SGLang and the twin do); None
+        when the server does not say."""
+        served = self.served_model()
+        n = next((m.max_model_len for m in self.facts.models if m.id == served and m.max_model_len), None)
+        if n is None:
+            return None
+        return n, f"the {n}-token context the server at {self._url()} serves {served!r} with (/v1/models max_model_len)"
+
+    def context_hint(self, trial: TrialPlan) -> str:
+        return ", or restart the server with a longer context (vLLM --max-model-len, SGLang --context-length)"
+
     def tokenizer_source(self, load) -> str | None:
         """``load.tokenizer``, else the served model's ``root`` as /v1/models reports it (None when it does not)."""
         if load.tokenizer:

@@ -22,7 +22,7 @@ _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 @register
 class SGLangEngine(Engine):
     kind = "sglang"
-    refuse = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
+    release_refusal = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
 
     @classmethod
     def check_spec(cls, spec: RunSpec) -> None:

@@ -22,7 +22,7 @@ from grid.releases.flags import parse_version, to_argv
 class SimEngine(Engine):
     kind = "sim"
     twin = True
-    refuse = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
+    release_refusal = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
 
     @classmethod
     def check_spec(cls, spec: RunSpec) -> None:

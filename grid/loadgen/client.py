@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from grid.loadgen.records import Prompt, RequestRecord
+from grid.loadgen.records import Prompt, RequestRecord, exceeds_context
 
 _json_decode = json.JSONDecoder().decode
 
@@ -543,7 +543,7 @@ class StreamParser:
         elif self._parse_error is not None:
             rec.fail("parse_error", self._parse_error)
         elif self._server_error is not None:
-            rec.fail("server_error", self._server_error)
+            rec.fail("context_exceeded" if exceeds_context(self._server_error) else "server_error", self._server_error)
         elif rec.stream and not rec.done_marker and rec.finish_reason is None:
             # a clean end after an event with a finish_reason is complete without [DONE] (several OpenAI-compatible
             # servers omit it; SGLang's bench_serving and vLLM's benchmark client count such requests): only a

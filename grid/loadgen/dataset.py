@@ -381,6 +381,10 @@ class DatasetKind:
     check: Callable[[str], object] | None = None
     arrivals: bool = False  # the dataset carries arrival times (trace load points replay them)
     description: str = ""
+    #: ``(input_len, output_len, path) -> (tokens, what)``: the most tokens one request asks for (input plus
+    #: requested output) and the keys it comes from, known before any request; None where the data decide it
+    #: (ShareGPT's lengths are estimates).
+    longest: Callable[[int, int, str | None], tuple[int, str] | None] | None = None
 
 
 DATASETS: dict[str, DatasetKind] = {}
@@ -417,20 +421,45 @@ def _build_random(a: DatasetArgs) -> Dataset:
                                   as_text=a.as_text))
 
 
+def _longest_random(input_len: int, output_len: int, path: str | None) -> tuple[int, str]:
+    return input_len + output_len, f"load.input_len ({input_len}) + load.output_len ({output_len})"
+
+
+def _longest_trace(input_len: int, output_len: int, path: str | None) -> tuple[int, str] | None:
+    reqs = trace_requests(path) if path else ()
+    if not reqs:
+        return None
+    r = max(reqs, key=lambda q: q.input_len + q.output_len)
+    return (r.input_len + r.output_len,
+            f"the longest request of load.dataset_path ({r.input_len} input + {r.output_len} output tokens)")
+
+
 register_dataset(DatasetKind(
     "random", _build_random,
     description="random token ids of load.input_len/output_len and load.range_ratio, or random text where the API "
-                "or the server needs text (chat; an external server whose tokenizer grid cannot load)"))
+                "or the server needs text (chat; an external server whose tokenizer grid cannot load)",
+    longest=_longest_random))
 register_dataset(DatasetKind(
     "random_ids", _build_random,
-    description="random token ids only (exact input lengths; cannot serve engine.api=chat)"))
+    description="random token ids only (exact input lengths; cannot serve engine.api=chat)", longest=_longest_random))
 register_dataset(DatasetKind(
     "sharegpt", _build_sharegpt, needs_path=True, check=_check_sharegpt,
     description="a local ShareGPT-format JSON file (text prompts; output lengths from the replies)"))
 register_dataset(DatasetKind(
     "trace", _build_trace, needs_path=True, check=trace_requests, arrivals=True,
     description="a local JSONL arrival trace (timestamp ms, input_length, output_length): trace load points replay "
-                "its arrivals"))
+                "its arrivals", longest=_longest_trace))
+
+
+def longest_request(dataset: str, input_len: int, output_len: int, path: str | None = None
+                    ) -> tuple[int, str] | None:
+    """The most tokens one request of the workload asks for (input plus requested output) and the keys that set it,
+    as ``(tokens, "load.input_len (256) + load.output_len (64)")``; None for a dataset whose lengths only its data
+    decide, or an unknown kind. Raises ``DatasetError`` for a trace file that cannot be read."""
+    kind = DATASETS.get(dataset)
+    if kind is None or kind.longest is None:
+        return None
+    return kind.longest(input_len, output_len, path)
 
 
 def get_dataset(name: str) -> DatasetKind:

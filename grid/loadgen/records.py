@@ -12,6 +12,7 @@ Status vocabulary: ``status`` is ``ok`` or ``failed``; a failed record carries `
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 #: Error classes a failed request can carry (``RequestRecord.error_class``).
@@ -23,10 +24,47 @@ ERROR_CLASSES: tuple[str, ...] = (
     "parse_error",  # a data line (or the non-streamed body) was not valid JSON of the expected shape
     "decode_error",  # a data line (or the body) was not UTF-8, e.g. a multi-byte character cut off at the end
     "server_error",  # the server reported an error inside the stream, or finished with reason "abort"
+    "context_exceeded",  # the server refused it: input + max tokens exceed its context length (CONTEXT_EXCEEDED)
     "truncated_stream",  # the stream ended with neither a finish_reason nor the [DONE] marker
     "empty_output",  # the response carried no generated token
     "client_error",  # an unexpected exception in the client (a bug in grid; message has the details)
 )
+
+#: How servers refuse a request whose input plus requested output exceeds the context length they serve, as
+#: (pattern, example, source). Such a request fails ``context_exceeded`` (HTTP 400, or an error inside a 200
+#: stream): the workload does not fit the server, whatever its configuration does.
+CONTEXT_EXCEEDED: tuple[tuple[str, str, str], ...] = (
+    (r"is longer than the model's context length",
+     "The input (6009 tokens) is longer than the model's context length (4096 tokens).",
+     "SGLang srt/managers/tokenizer_manager.py _validate_one_request (0.5.9-0.5.23)"),
+    (r"Requested token count exceeds the model's maximum context length",
+     "Requested token count exceeds the model's maximum context length of 300 tokens. You requested a total of 320 "
+     "tokens: 256 tokens from the input messages and 64 tokens for the completion.",
+     "SGLang srt/managers/tokenizer_manager.py _validate_one_request (0.5.9-0.5.23)"),
+    (r"maximum context length is \d+ tokens",
+     "This model's maximum context length is 300 tokens. However, you requested 320 tokens (256 in the messages, 64 "
+     "in the completion). Please reduce the length of the messages or completion.",
+     "vLLM vllm/entrypoints/openai/serving_engine.py _validate_input; the OpenAI API's own wording"),
+    (r"longer than the maximum model length",
+     "The decoder prompt (length 6009) is longer than the maximum model length of 4096. Make sure that "
+     "`max_model_len` is no smaller than the number of text tokens.",
+     "vLLM V1 vllm/v1/engine/processor.py _validate_model_input"),
+    (r"exceed_context_size_error|exceeds the available context size",
+     '{"error":{"code":400,"message":"request (6009 tokens) exceeds the available context size (4096 tokens), try '
+     'increasing it","type":"exceed_context_size_error","n_prompt_tokens":6009,"n_ctx":4096}}',
+     "llama.cpp tools/server (ERROR_TYPE_EXCEED_CONTEXT_SIZE)"),
+    (r"context_length_exceeded",
+     '{"error":{"code":"context_length_exceeded","message":"This model\'s maximum context length is 8192 tokens"}}',
+     "the OpenAI API's error code for a request over the context window"),
+)
+_CONTEXT_EXCEEDED_RE = re.compile("|".join(f"(?:{p})" for p, _, _ in CONTEXT_EXCEEDED))
+
+
+def exceeds_context(text: str) -> bool:
+    """Whether a server's error text (an HTTP error body, or an error inside a stream) says the request does not fit
+    its context length (:data:`CONTEXT_EXCEEDED`)."""
+    return _CONTEXT_EXCEEDED_RE.search(text) is not None
+
 
 #: The error message of a steady point's tail request that the runner cancelled when the measured requests had
 #: ended (``grid.loadgen.runner``): not a failure; its tokens that arrived inside the window count.

@@ -65,7 +65,7 @@ from grid.loadgen.arrivals import offsets_to_ns, send_offsets
 from grid.loadgen.client import Endpoint, StreamParser, dumps_body, get_endpoint
 from grid.loadgen.http import Exchange, Pool
 from grid.loadgen.looplag import LoopLag
-from grid.loadgen.records import TAIL_CANCELLED, Prompt, RequestRecord
+from grid.loadgen.records import TAIL_CANCELLED, Prompt, RequestRecord, exceeds_context
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class _Session:
             if rec.stream:
                 rec.raw_reads.clear()
             rec.end_perf_ns = clock()
-            rec.fail("http_error", f"HTTP {ex.status}: {text[:500]}")
+            rec.fail("context_exceeded" if exceeds_context(text) else "http_error", f"HTTP {ex.status}: {text[:500]}")
             return
         if not rec.stream:
             last = ex.payload[-1][0] if ex.payload else ex.head_ts

@@ -612,9 +612,10 @@ def twin_hardware_refusal(hardware: Any) -> str | None:
 
 
 def refuse(engine: Any, trial: Any) -> str | None:
-    """``Engine.refuse`` for engines that launch SGLang (or its twin): the first reason, prefixed with the version.
+    """``Engine.release_refusal`` for engines that launch SGLang (or its twin): the first reason, prefixed with the
+    version.
 
-    Engines assign it as a method (``refuse = checks.refuse``).
+    Engines assign it as a method (``release_refusal = checks.refuse``).
     """
     version = engine.version()
     spec = engine.spec

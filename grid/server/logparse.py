@@ -122,6 +122,28 @@ _POLL_LINE = re.compile(r'^(?:\[[^\]]*\]\s*)?INFO:\s+\S+ - "GET (?:' + "|".join(
                         + r')(?:\?\S*)? HTTP/[0-9.]+" \d{3}')
 
 
+#: Where a start that failed on a taken port names the port: uvicorn's bind error (SGLang's HTTP server) and
+#: torch.distributed's rendezvous store (SGLang's internal NCCL / distributed-init port, which SGLang derives from
+#: its HTTP port), as (pattern with the port as group 1, what that port is). Sources: uvicorn's bind error
+#: (sgl-project/sglang#9799); torch/csrc/distributed/c10d/socket.cpp "The server socket has failed to listen on any
+#: local network address. port: N, useIpv6: 0, code: -98, name: EADDRINUSE".
+_PORT_NAMED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"bind on address \('[^']*', (\d+)\)"), "the HTTP port"),
+    (re.compile(r"DistNetworkError.*?\bport: (\d+)\b.*?EADDRINUSE"), "torch.distributed's port"),
+)
+
+
+def taken_port(log_text: str | None) -> tuple[int, str] | None:
+    """The port a start that failed with ``port_in_use`` says was taken, and what it is (``"the HTTP port"``,
+    ``"torch.distributed's port"``), from the log's last such line; None when the log names none. Pure."""
+    found: tuple[int, int, str] | None = None
+    for pattern, what in _PORT_NAMED:
+        for m in pattern.finditer(log_text or ""):
+            if found is None or m.start() > found[0]:
+                found = (m.start(), int(m.group(1)), what)
+    return None if found is None else (found[1], found[2])
+
+
 def strip_poll_lines(text: str) -> str:
     """``text`` without the uvicorn access-log lines of GET requests to :data:`POLL_PATHS` (grid's own polls). Pure."""
     return "".join(line for line in text.splitlines(keepends=True) if not _POLL_LINE.match(line))

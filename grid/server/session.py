@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grid.server.handle import LaunchRequest, LaunchResult
-from grid.server.logparse import error_headline, strip_poll_lines
+from grid.server.logparse import error_headline, strip_poll_lines, taken_port
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
@@ -114,7 +114,7 @@ class ServerSession:
                 self.stop()
                 if err.error_class == "port_in_use" and attempt < PORT_RETRIES:
                     new_port = free_port(self.host)
-                    notes.append(f"port_in_use: {port} taken at launch; retried on {new_port}")
+                    notes.append(port_note(port, new_port, err.log_tail or server.log_tail()))
                     argv = _with_port(argv, port, new_port)
                     port = new_port
                     continue
@@ -247,6 +247,17 @@ class ServerSession:
                     self.dirty += f" ({server.escaped})"
         self.label = "idle"
         return self.dirty
+
+
+def port_note(port: int, new_port: int, log_tail: str | None) -> str:
+    """The retry note of a start that found a port taken: the port the server's log names (grid's HTTP port, or an
+    internal one such as torch.distributed's, which SGLang derives from the HTTP port), and the HTTP port tried
+    next. Pure."""
+    named = taken_port(log_tail)
+    if named is None or named[0] == port:
+        return f"port_in_use: {port} taken at launch; retried on {new_port}"
+    return (f"port_in_use: {named[1]} {named[0]} taken at launch (the log names it; the HTTP port was {port}); "
+            f"retried with the HTTP port {new_port}")
 
 
 def _with_port(argv: list[str], old: int, new: int) -> list[str]:

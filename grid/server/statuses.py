@@ -19,13 +19,13 @@ from typing import Literal
 
 RequestStatus = Literal["ok", "failed"]
 RequestErrorClass = Literal["http_error", "conn_error", "read_timeout", "stall_timeout", "parse_error", "server_error",
-                            "decode_error", "truncated_stream", "empty_output", "client_error"]
+                            "context_exceeded", "decode_error", "truncated_stream", "empty_output", "client_error"]
 PointStatus = Literal["ok", "partial", "failed", "not_run"]
 TrialStatus = Literal["ok", "failed", "invalid", "skipped"]
 TrialErrorClass = Literal["refused", "startup_exit", "startup_oom", "startup_kv_pool", "startup_timeout", "probe_error",
                           "garbage_output", "empty_output", "nan_output", "server_crash", "server_hang",
                           "server_broken", "runtime_oom", "nccl_error", "cuda_error", "all_points_failed",
-                          "external_unreachable", "env_dirty", "port_in_use", "actor_lost", "node_lost"]
+                          "context_exceeded", "external_unreachable", "env_dirty", "port_in_use", "actor_lost", "node_lost"]
 #: ``probe_status``: the correctness probe passed, failed, or was not sent (``probe.enabled=false``).
 ProbeStatus = Literal["passed", "failed", "skipped"]
 
@@ -183,6 +183,12 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                           "encountered' under load)", ignore_case=False),)),
     FailureClass("all_points_failed", "failed", "load", "every load point failed on a server that still answered "
                  "(else the point's request class, e.g. stall_timeout when the timeout is shorter than the TTFT)"),
+    FailureClass("context_exceeded", "invalid", "load", "every load point failed because the server refused its "
+                 "requests as longer than the context length it serves (input plus requested output; the request "
+                 "class context_exceeded, with each server's words in grid/loadgen/records.py CONTEXT_EXCEEDED): "
+                 "the workload does not fit, so the configuration was not measured; lower load.input_len or "
+                 "load.output_len, or serve a longer context (server.context_length). grid refuses such a workload "
+                 "before launch where it knows the limit (refused)"),
     FailureClass("external_unreachable", "failed", "startup", "an external server (engine=openai) did not answer "
                  "its readiness paths within `engine.startup_timeout_s`"),
     FailureClass("env_dirty", "skipped", "before_launch", "the node was not clean (a process of the last server "

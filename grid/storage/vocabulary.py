@@ -36,6 +36,10 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     ("requests.error_class", "parse_error", "an event (or the body) was not valid JSON of the expected shape"),
     ("requests.error_class", "server_error", "the server reported an error inside the stream, or finished with "
                                              "reason abort"),
+    ("requests.error_class", "context_exceeded", "the server refused the request as longer than its context length "
+                                                 "(input plus requested output), in an HTTP error or inside the "
+                                                 "stream, in any of the wordings of grid/loadgen/records.py "
+                                                 "`CONTEXT_EXCEEDED`: the workload's fault, not the server's"),
     ("requests.error_class", "decode_error", "the body was not valid UTF-8 (e.g. a multi-byte character cut off at "
                                              "the end of the stream)"),
     ("requests.error_class", "truncated_stream", "the stream ended with neither a `finish_reason` nor the [DONE] "

@@ -9,6 +9,7 @@ pre-run and in-run wording agree."""
 from __future__ import annotations
 
 import math
+import re
 
 from grid.config.schema import RunSpec
 from grid.engines.base import engine_class
@@ -174,6 +175,11 @@ def timeout_run_note(level: str, fired: str | None, check_ttft_ms: float | None,
 
 
 # -- what is known before launch (grid/search/knowledge.py) ----------------------------------------------------------
+#: The head of a release's refusal (grid/releases/checks.py ``refuse``), left out of the grouped note, which names
+#: the reason once for many configurations.
+_REFUSAL_HEAD = re.compile(r"^(?:SGLang \S+ would refuse|\S+ \((?:SM\d+|CPU)\) cannot run) this configuration: ")
+
+
 def known_notes(plans: list[TrialPlan], known: dict) -> list[str]:
     """One note per failure-table row that applies to some configurations: ``known to fail here (<source>)`` with
     their labels, and one for the configurations refused before launch (``known``: config_hash -> Known)."""
@@ -184,7 +190,7 @@ def known_notes(plans: list[TrialPlan], known: dict) -> list[str]:
         if k is None:
             continue
         if k.refused:
-            refused.setdefault(k.refused.split(": ", 1)[-1], []).append(plan.label)
+            refused.setdefault(_REFUSAL_HEAD.sub("", k.refused), []).append(plan.label)
         elif k.known_to_fail:
             groups.setdefault(k.failures[0], []).append(plan.label)
     notes = []

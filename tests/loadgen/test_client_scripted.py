@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from grid.loadgen.records import TAIL_CANCELLED, Prompt
+from grid.loadgen.records import CONTEXT_EXCEEDED, TAIL_CANCELLED, Prompt
 from grid.loadgen.runner import LoadPoint, Target, run_load_point
 from grid.metrics.loadpoint import summarize
 from grid.metrics.request import request_metrics
@@ -570,9 +570,34 @@ def test_no_text_a_server_sends_keeps_a_trial_from_being_recorded(tmp_path):
     b'try increasing it"}}\n\n',
 ])
 def test_a_200_stream_whose_body_is_an_error_fails_with_the_servers_words(wire):
-    # issue 22 item 1: a proxy that had sent 200 OK / text/event-stream forwards the backend's JSON error as the body
+    # a proxy that had sent 200 OK / text/event-stream forwards the backend's JSON error as the body: the request
+    # fails with the server's own words, and the class names its cause (the context), not a broken stream or server
     res, _ = run(lambda i, b: Reply([(0.0, b""), (0.01, wire)]), api="completions")
     (rec,) = res.records
-    assert (rec.status, rec.error_class) == ("failed", "server_error")
+    assert (rec.status, rec.error_class) == ("failed", "context_exceeded")
     assert rec.error_message == ("request (6009 tokens) exceeds the available context size (4096 tokens), try "
                                  "increasing it")
+
+
+def test_an_error_body_about_anything_else_stays_a_server_error():
+    wire = b'{"error":{"code":500,"message":"CUDA error: an illegal memory access was encountered"}}\n'
+    res, _ = run(lambda i, b: Reply([(0.0, b""), (0.01, wire)]), api="completions")
+    (rec,) = res.records
+    assert (rec.error_class, rec.error_message) == ("server_error",
+                                                    "CUDA error: an illegal memory access was encountered")
+
+
+@pytest.mark.parametrize("body", [example for _, example, _ in CONTEXT_EXCEEDED])
+def test_every_servers_context_refusal_is_a_context_exceeded_request(body):
+    """HTTP 400 with each server's words (grid/loadgen/records.py CONTEXT_EXCEEDED): the workload's fault."""
+    res, _ = run(lambda i, b: Reply(status=400, body=body.encode()), api="completions")
+    (rec,) = res.records
+    assert (rec.status, rec.http_status, rec.error_class) == ("failed", 400, "context_exceeded")
+    assert body[:100] in rec.error_message
+
+
+def test_another_400_stays_an_http_error():
+    res, _ = run(lambda i, b: Reply(status=400, body=b'{"error":{"message":"temperature must be >= 0"}}'),
+                 api="completions")
+    (rec,) = res.records
+    assert (rec.http_status, rec.error_class) == (400, "http_error")

@@ -50,3 +50,21 @@ def test_error_headline_is_the_last_error_line_without_prefix():
     assert error_headline("[t] server_args=ServerArgs(error=1)") == ""
     assert error_headline(None) == "" and error_headline("") == ""
     assert len(error_headline("RuntimeError: " + "x" * 500)) == 160
+
+
+def test_the_port_a_failed_start_names():
+    from grid.server.logparse import taken_port
+    from grid.server.session import port_note
+
+    dist = ("[2026-03-01 10:00:02] torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            "local network address. port: 18103, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in "
+            "use")
+    http = "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use"
+    assert taken_port(dist) == (18103, "torch.distributed's port")
+    assert taken_port(http) == (30000, "the HTTP port")
+    assert taken_port(http + "\n" + dist) == (18103, "torch.distributed's port")  # the last one the log names
+    assert taken_port("RuntimeError: something else") is None and taken_port(None) is None
+    assert port_note(30000, 30001, http) == "port_in_use: 30000 taken at launch; retried on 30001"
+    assert port_note(30000, 30001, None) == "port_in_use: 30000 taken at launch; retried on 30001"
+    assert port_note(39157, 40001, dist) == ("port_in_use: torch.distributed's port 18103 taken at launch (the log "
+                                             "names it; the HTTP port was 39157); retried with the HTTP port 40001")

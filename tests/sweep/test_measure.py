@@ -76,16 +76,35 @@ def test_failed_start_records_not_run_points(tmp_path):
     assert t.num_rows == 2
 
 
-def test_every_point_failing_fails_the_trial_with_the_requests_error(tmp_path):
-    # prompts longer than Llama 3.1's 131072-token context: the server answers HTTP 400 to every request
+def test_a_workload_longer_than_the_context_is_refused_before_launch(tmp_path):
+    # prompts longer than Llama 3.1's 131072-token context: SGLang (and the twin) would answer HTTP 400 to every
+    # request, so nothing is launched; the reason names the load keys and the model's limit
     spec = spec_for(tmp_path, "load.input_len=140000", "load.concurrency=[1]", "load.min_prompts=2",
                     "load.warmup_requests=0")
     plan, rows, reported = run_one(spec)
-    assert [r["status"] for r in rows] == ["failed"] and rows[0]["error_class"] == "http_error"
-    assert rows[0]["trial_status"] == "failed" and rows[0]["trial_error_class"] == "http_error"
+    assert {(r["trial_status"], r["trial_error_class"]) for r in rows} == {("invalid", "refused")}
     msg = rows[0]["trial_error_message"]
-    assert msg.startswith("every load point failed; point 0: 2 of 2 requests failed, first http_error: HTTP 400")
-    assert "context length" in msg
+    assert "load.input_len (140000) + load.output_len (16) = 140016 tokens" in msg
+    assert "the model's context length (131072 tokens" in msg
+
+
+def test_every_point_failing_fails_the_trial_with_the_requests_error(tmp_path):
+    # ShareGPT prompts (lengths known only from the data) longer than Llama 3.1's 131072-token context: the twin
+    # answers HTTP 400 with SGLang's words to every request. The trial takes the requests' class, context_exceeded: a
+    # workload failure (invalid), not a broken server, and no check request blames the server
+    import json
+
+    data = tmp_path / "long.json"
+    data.write_text(json.dumps([{"conversations": [{"from": "human", "value": "word " * 140000},
+                                                   {"from": "gpt", "value": "ok then"}]}]))
+    spec = spec_for(tmp_path, "load.dataset=sharegpt", f"load.dataset_path={data}", "load.concurrency=[1]",
+                    "load.min_prompts=2", "load.warmup_requests=0", "engine.api=completions")
+    plan, rows, reported = run_one(spec)
+    assert [r["status"] for r in rows] == ["failed"] and rows[0]["error_class"] == "context_exceeded"
+    assert rows[0]["trial_status"] == "invalid" and rows[0]["trial_error_class"] == "context_exceeded"
+    msg = rows[0]["trial_error_message"]
+    assert msg.startswith("every load point failed; point 0: 2 of 2 requests failed, first context_exceeded: HTTP 400")
+    assert "is longer than the model's context length (131072 tokens)" in msg
 
 
 def test_repeats_measure_every_level_again_with_its_own_repeat_index(tmp_path):

@@ -55,7 +55,7 @@ RELEASES = [".".join(map(str, parse_version(r))) for r in catalog.releases()]
 
 
 def test_every_requirement_rule_has_its_row():
-    assert set(LINKED) == {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
+    assert set(LINKED) >= {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
     assert {r.name for r in RULES if r.stage == "requirement" and r.hardware[0].vendor != "cpu"} == set(LINKED)
     rows = {row.id: row for row in FAILURE_TABLE}
     for rule in RULES:

@@ -215,6 +215,36 @@ def test_leftover_listener_on_port_uses_free_port(tmp_path, trial):
     assert_no_leftovers(session)
 
 
+def test_an_internal_port_taken_at_start_is_named_in_the_retry_note(tmp_path):
+    """torch.distributed's port (SGLang's internal rendezvous) taken at start: the twin prints torch's
+    DistNetworkError and exits; the launch is retried on other HTTP ports (SGLang derives its internal ports from
+    it), never charged (skipped / port_in_use), and each note names the port the log names, not grid's HTTP port."""
+    from grid.engines.base import get_engine
+    from grid.server.handle import LaunchRequest
+    from grid.server.session import PORT_RETRIES, ServerSession
+    from grid.sweep.space import expand
+
+    line = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+            "port: 18103, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use")
+    spec = make_spec(tmp_path, "load.concurrency=[1]",
+                     faults=[{"kind": "startup_crash", "at_s": 5, "exit_code": 1, "log_lines": [line]}])
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    session = ServerSession(clean_wait_s=5)
+    lp = engine.launch_plan(expand(spec)[0], 0)
+    port = lp.port
+    result = session.launch(LaunchRequest(argv=lp.argv, env=lp.env, port=port, log_path=f"{tmp_path}/s.log",
+                                          time_scale=50, startup_time_scale=20, startup_timeout_s=600,
+                                          api="generate", model="m", api_key=None))
+    session.stop(3)
+    assert (result.status, result.error_class) == ("skipped", "port_in_use")
+    assert len(result.infra_retries) == PORT_RETRIES
+    first = result.infra_retries[0]
+    assert first.startswith(f"port_in_use: torch.distributed's port 18103 taken at launch (the log names it; the HTTP "
+                            f"port was {port}); retried with the HTTP port "), first
+    assert all("18103" in note for note in result.infra_retries)
+
+
 def test_port_taken_between_check_and_launch_is_retried(tmp_path):
     from grid.engines.base import get_engine
     from grid.server.handle import LaunchRequest
