@@ -158,7 +158,7 @@ def write_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, 
     hashes = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
     modelled = {}
     for p in plans:
-        if p.config_hash in hashes and not engine_class(spec.engine.kind).external:
+        if p.config_hash in hashes and engine_class(spec.engine.kind).forecastable():
             f = forecast(spec, p, spec.version)
             modelled[p.config_hash] = f.startup_s if f else 0.0
     refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})

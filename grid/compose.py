@@ -25,7 +25,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grid.config.schema import ConfigError, RunSpec, check_dataset_api, check_settings, check_writable, parse_run_spec
-from grid.engines.base import engine_class
+from grid.engines.base import EngineUnavailable, engine_class
 from grid.report.select import OBJECTIVES
 from grid.search import SEARCHES
 
@@ -77,9 +77,13 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
         raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
     if spec.search.kind == "optuna" and importlib.util.find_spec("optuna") is None:
         raise ConfigError("search.kind=optuna needs Optuna: pip install -e '.[optuna]' (or choose search=twin_guided)")
-    check_settings(spec)
+    try:
+        engine = engine_class(spec.engine.kind)
+    except EngineUnavailable as err:  # an unknown kind: the registered ones are the allowed values
+        raise ConfigError(str(err)) from None
+    check_settings(spec, engine.dialect.check_setting)
     check_dataset_api(spec)
-    engine_class(spec.engine.kind).check_spec(spec)
+    engine.check_spec(spec)
     check_writable(spec.run_dir)
     return spec
 

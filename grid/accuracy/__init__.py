@@ -10,9 +10,7 @@ difference (grid/report/select.py: a configuration whose accuracy is below the b
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,19 +74,11 @@ def computes_differently(settings: Mapping[str, Any], base: Mapping[str, Any]) -
     return sorted(k for k in NUMERIC_SETTINGS if settings.get(k) != base.get(k) and k in settings)
 
 
-def ask(base_url: str, items: Sequence[Item], api_key: str | None = None, timeout_s: float = 120.0,
-        max_new_tokens: int = 16) -> list[str]:
-    """Send every prompt greedily to SGLang's ``/generate`` and return the replies, in order. Raises ``OSError`` on
-    an HTTP failure."""
-    from grid.server.net import urlopen
+def ask(base_url: str, items: Sequence[Item], api: str = "generate", model: str = "default",
+        api_key: str | None = None, timeout_s: float = 120.0, max_new_tokens: int = 16) -> list[str]:
+    """Send every prompt greedily through the run's ``api`` (``generate``, ``completions`` or ``chat``: the same
+    requests as the correctness probe, grid.server.probe ``ask_greedy``) and return the replies, in order. Raises
+    ``OSError`` on an HTTP failure."""
+    from grid.server.probe import ask_greedy
 
-    out = []
-    for item in items:
-        body = {"text": item.prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
-        req = urllib.request.Request(f"{base_url}/generate", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        if api_key:
-            req.add_header("Authorization", f"Bearer {api_key}")
-        with urlopen(req, timeout=timeout_s) as resp:
-            out.append(str(json.loads(resp.read()).get("text", "")))
-    return out
+    return ask_greedy(base_url, api, model, [i.prompt for i in items], api_key, timeout_s, max_new_tokens)

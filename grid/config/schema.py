@@ -14,7 +14,7 @@ import difflib
 import os
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
@@ -31,10 +31,48 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EngineSpec(_Spec):
-    """Which server to launch. ``sim`` is the embedded SGLang twin; ``sglang`` the real server on GPU nodes."""
+#: Paths users paste after a server's address: the OpenAI SDK's base URL (``/v1``) and the endpoints themselves. The
+#: address grid keeps is the server's root; grid adds the endpoint of ``engine.api`` itself.
+_API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/generate", "/health_generate", "/health",
+              "/v1")
 
-    kind: Literal["sim", "sglang", "openai"] = "sim"
+
+def server_address(text: str) -> str:
+    """``engine.base_url`` as users type it, read as the server's root ``http(s)://HOST[:PORT][/PREFIX]``:
+    ``localhost:8000`` gains ``http://``; a trailing ``/``, the OpenAI SDK's ``/v1`` and an endpoint path
+    (``/v1/chat/completions``, ``/generate``, ...) are dropped; a gateway's other path prefix is kept. Raises
+    ``ValueError`` naming the key for another scheme, no host, a query or a fragment. Pure."""
+    from urllib.parse import urlsplit
+
+    raw = text.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    url = urlsplit(raw)
+    if url.scheme not in ("http", "https"):
+        raise ValueError(f"engine.base_url={text!r}: the scheme must be http or https (http://HOST:PORT)")
+    if not url.hostname:
+        raise ValueError(f"engine.base_url={text!r}: no host; expected http://HOST:PORT")
+    if url.query or url.fragment:
+        raise ValueError(f"engine.base_url={text!r}: a server address has no query or fragment; expected "
+                         "http://HOST:PORT")
+    try:
+        _ = url.port  # urlsplit checks the port only when asked
+    except ValueError:
+        raise ValueError(f"engine.base_url={text!r}: the port is not a number; expected http://HOST:PORT") from None
+    path = url.path.rstrip("/")
+    for suffix in _API_PATHS:
+        if path.endswith(suffix):
+            path = path[: -len(suffix)].rstrip("/")
+            break
+    return f"{url.scheme}://{url.netloc}{path}"
+
+
+class EngineSpec(_Spec):
+    """Which server to launch. ``sim`` is the embedded SGLang twin; ``sglang`` the real server on GPU nodes;
+    ``openai`` a server already running. ``kind`` names a registered engine (grid/engines: each module registers its
+    kind); the entry point checks it against the registry and names the allowed kinds."""
+
+    kind: str = "sim"
     base_url: str | None = Field(None, description="openai only: http://HOST:PORT of a server that is already up")
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
     time_scale: float | Literal["auto"] = Field(
@@ -53,6 +91,11 @@ class EngineSpec(_Spec):
     startup_timeout_s: float = Field(1200.0, gt=0, description="modelled seconds from launch to ready")
     stop_grace_s: float = Field(15.0, gt=0, description="SIGTERM to SIGKILL, real seconds")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        return None if v is None else server_address(v)
 
     @field_validator("time_scale")
     @classmethod
@@ -358,29 +401,30 @@ def parse_run_spec(cfg: dict[str, Any]) -> RunSpec:
         raise ConfigError(_format_validation(err)) from None
 
 
-def check_settings(spec: RunSpec) -> None:
+def check_settings(spec: RunSpec, check: Callable[[str, Any, Any], Any] = check_setting) -> None:
     """Check every server setting of the run (``server``, ``sweep.base``, ``sweep.grid``, ``sweep.configs``) and
-    every sweep load override against ``spec.version`` (grid.releases.flags ``check_setting``). Raises
-    ``ConfigError`` naming the key and the allowed values."""
+    every sweep load override against ``spec.version`` with ``check`` (the engine's dialect,
+    grid/releases/dialect.py; SGLang's ``grid.releases.flags.check_setting`` by default). Raises ``ConfigError``
+    naming the key and the allowed values."""
     version = parse_version(spec.version)
     try:
         for key, value in spec.server.items():
-            check_setting(key, value, version)
+            check(key, value, version)
         if spec.sweep is not None:
             if spec.sweep.load:
                 _load_override(spec.load, spec.sweep.load, "sweep.load")
             for key, value in spec.sweep.base.items():
-                check_setting(key, value, version)
+                check(key, value, version)
             for key, values in spec.sweep.grid.items():
                 for value in values:
-                    check_setting(key, value, version)
+                    check(key, value, version)
             for override in spec.sweep.configs:
                 for key, value in override.items():
                     if key == "load":
                         _load_override(spec.load, value)
                     elif key != "label":
-                        check_setting(key, value, version)
-    except SettingError as err:
+                        check(key, value, version)
+    except (SettingError, ValueError) as err:
         raise ConfigError(str(err)) from None
 
 

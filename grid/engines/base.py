@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from grid.config.schema import RunSpec
 from grid.plan import TrialPlan
+from grid.releases.dialect import SGLANG, Dialect
 from grid.server.handle import ServerHandle
 
 
@@ -75,6 +76,16 @@ class Engine(ABC):
     external: ClassVar[bool] = False
     #: the server is the embedded twin: its performance is modelled (pre-run TTFT notes, unmodelled settings)
     twin: ClassVar[bool] = False
+    #: the server family's dialect (grid/releases/dialect.py): how settings are checked and rendered, the readiness
+    #: path, whether grid's SGLang knowledge (the twin's forecasts, failure table) describes it. Every engine here
+    #: speaks SGLang's (engine=openai's settings only label its trials, in SGLang's names).
+    dialect: ClassVar[Dialect] = SGLANG
+
+    @classmethod
+    def forecastable(cls) -> bool:
+        """Whether grid's knowledge describes the servers of this engine before they run: the twin's forecasts
+        and failure table for its dialect (``dialect.twin_knows``), on a server grid launches (not ``external``)."""
+        return cls.dialect.twin_knows and not cls.external
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -202,13 +213,23 @@ def register(cls: type[Engine]) -> type[Engine]:
     return cls
 
 
+def _import_engines() -> None:
+    """Import every module of grid/engines once: each registers its engine kind (a new engine is a new module)."""
+    import importlib
+    import pkgutil
+
+    import grid.engines
+
+    for info in pkgutil.iter_modules(grid.engines.__path__):
+        if info.name != "base":
+            importlib.import_module(f"grid.engines.{info.name}")
+
+
 def engine_class(kind: str) -> type[Engine]:
     """The registered engine of ``kind`` (what shared code asks about an engine instead of branching on its name).
     Raises ``EngineUnavailable`` naming the allowed kinds."""
-    import grid.engines.openai  # noqa: F401  (registers)
-    import grid.engines.sglang  # noqa: F401  (registers)
-    import grid.engines.sim  # noqa: F401  (registers)
-
+    if kind not in ENGINES:
+        _import_engines()
     try:
         return ENGINES[kind]
     except KeyError:

@@ -14,7 +14,7 @@ from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
 from grid.releases.devices import launch_args, launch_env
-from grid.releases.flags import parse_version, to_argv
+from grid.releases.flags import parse_version
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 
@@ -96,7 +96,7 @@ class SGLangEngine(Engine):
         model, version = self.spec.model, parse_version(self.version())
         vendor = self.spec.hardware.vendor
         argv = [self.spec.engine.python, "-m", "sglang.launch_server", "--model-path", str(model.path)]
-        argv += to_argv(trial.settings, version) + launch_args(vendor) + self.common_args(port)
+        argv += self.dialect.render(trial.settings, version) + launch_args(vendor) + self.common_args(port)
         device_env = launch_env(vendor)
         return LaunchPlan(argv, {**device_env, **self.spec.engine.env}, self.spec.engine.host, port, 1.0, 1.0,
                           command_env=device_env)

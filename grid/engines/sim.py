@@ -15,7 +15,7 @@ from grid.engines.base import Engine, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
 from grid.releases.checks import twin_hardware_refusal
-from grid.releases.flags import parse_version, to_argv
+from grid.releases.flags import parse_version
 
 
 @register
@@ -49,7 +49,7 @@ class SimEngine(Engine):
 
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         version = self.version()
-        flags = to_argv(trial.settings, parse_version(version))
+        flags = self.dialect.render(trial.settings, parse_version(version))
         argv = [sys.executable, "-m", "grid.twin", "--model-path", str(self.model_dir())]
         argv += flags + self.common_args(port)
         scale = self.time_scale(flags, trial)

@@ -123,6 +123,9 @@ class Rule:
     with_hardware: bool = False
     #: For a ``requirement``: how the server dies when launched anyway (the twin's failure-table row).
     twin_failure: TwinFailure | None = None
+    #: The settings (grid's names, grid/releases/flags.py) ``when`` reads; :func:`rules_reading` answers the other
+    #: way round, and tests/releases/test_checks.py checks the declaration against what ``when`` reads.
+    reads: tuple[str, ...] = ()
 
     def releases(self, version: Version) -> bool:
         return parse_version(self.since) <= version[:3] and (self.until is None
@@ -361,88 +364,113 @@ _NSA = "_handle_model_specific_adjustments / _set_default_nsa_kv_cache_dtype"
 #: and SM >= 89.
 RULES: list[Rule] = [
     Rule("tbo_needs_a2a", "0.5.9", "0.5.14", "When enabling two batch overlap, moe_a2a_backend cannot be 'none'.",
-         _tbo_a2a_none, "check_server_args"),
+         _tbo_a2a_none, "check_server_args",
+         reads=("two_batch_overlap", "moe_a2a_backend")),
     Rule("tbo_needs_dp_attention", "0.5.15", "0.5.21",
          "When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), --enable-dp-attention "
-         "is required (DeepSeek-V4 non-EP DP TBO path).", _tbo_no_dp, "_check_two_batch_overlap"),
+         "is required (DeepSeek-V4 non-EP DP TBO path).", _tbo_no_dp, "_check_two_batch_overlap",
+         reads=("two_batch_overlap", "moe_a2a_backend", "enable_dp_attention", "dp_size")),
     Rule("tbo_needs_attn_dp", "0.5.22", None,
          "When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), attention DP "
-         "(--attn-dp-size) is required (DeepSeek-V4 non-EP DP TBO path).", _tbo_no_dp, "check_two_batch_overlap"),
+         "(--attn-dp-size) is required (DeepSeek-V4 non-EP DP TBO path).", _tbo_no_dp, "check_two_batch_overlap",
+         reads=("two_batch_overlap", "moe_a2a_backend", "enable_dp_attention", "dp_size")),
     Rule("tbo_deepep_v2", "0.5.19", None,
          "DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet. Disable --enable-two-batch-overlap and "
          "--enable-single-batch-overlap when using --moe-a2a-backend deepep_v2.", _tbo_with("deepep_v2"),
-         "handle_a2a_moe"),
+         "handle_a2a_moe",
+         reads=("two_batch_overlap", "moe_a2a_backend")),
     Rule("tbo_megamoe", "0.5.21", None,
          "--moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; disable "
-         "--enable-two-batch-overlap and --enable-single-batch-overlap.", _tbo_with("megamoe"), "a2a checks"),
+         "--enable-two-batch-overlap and --enable-single-batch-overlap.", _tbo_with("megamoe"), "a2a checks",
+         reads=("two_batch_overlap", "moe_a2a_backend")),
     Rule("megamoe_hardware", "0.5.21", None,
          "--moe-a2a-backend megamoe needs a CUDA SM90 GPU (block-FP8 experts) or an SM100-class GPU (MXFP4 / NVFP4 "
          "experts); it runs DeepGEMM kernels over CUDA symmetric memory. On ROCm, set "
          "SGLANG_AMD_USE_FLYDSL_MEGA_MOE=1 to select aiter MegaMoEv2 instead.", _megamoe, "check_mega_moe_compat",
          hardware=(Hardware("amd"), Hardware("nvidia", sm_max=89), Hardware("nvidia", 91, 99),
-                   Hardware("nvidia", sm_min=110))),
+                   Hardware("nvidia", sm_min=110)),
+         reads=("moe_a2a_backend",)),
     Rule("priority_policy", "0.5.9", None,
          "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. '{}' is not supported.", _priority,
-         "check_server_args"),
+         "check_server_args",
+         reads=("enable_priority_scheduling", "schedule_policy")),
     Rule("dp_divides_tp", "0.5.9", "0.5.21", "tp_size must be divisible by dp_size * attn_cp_size", _dp_divides,
-         "_handle_data_parallelism"),
+         "_handle_data_parallelism",
+         reads=("enable_dp_attention", "dp_size", "tp_size")),
     Rule("chunk_page", "0.5.9", None, "chunked_prefill_size must be divisible by page_size", _chunk_page,
-         "check_server_args"),
+         "check_server_args",
+         reads=("chunked_prefill_size", "page_size")),
     Rule("fi_cutlass_quant", "0.5.9", "0.5.9",
          "Invalid quantization '{}'. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', 'modelopt_fp8', or "
-         "bfloat16 (None).", _runner_quant("flashinfer_cutlass", _FI_CUTLASS_Q), "_handle_moe_kernel_config"),
+         "bfloat16 (None).", _runner_quant("flashinfer_cutlass", _FI_CUTLASS_Q), "_handle_moe_kernel_config",
+         reads=("moe_runner_backend", "quantization")),
     Rule("fi_cutlass_quant", "0.5.10", None,
          "Invalid quantization '{}'. FlashInfer Cutlass MOE supports only: 'modelopt_fp4', 'modelopt_fp8', "
          "'modelopt_mixed', or bfloat16 (None).",
-         _runner_quant("flashinfer_cutlass", _FI_CUTLASS_Q + ("modelopt_mixed",)), "_handle_moe_kernel_config"),
+         _runner_quant("flashinfer_cutlass", _FI_CUTLASS_Q + ("modelopt_mixed",)), "_handle_moe_kernel_config",
+         reads=("moe_runner_backend", "quantization")),
     Rule("fi_trtllm_quant", "0.5.9", "0.5.9",
          "Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', 'modelopt_fp8', "
          "'compressed-tensors', or bfloat16 (None).", _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q),
-         "_handle_moe_kernel_config"),
+         "_handle_moe_kernel_config",
+         reads=("moe_runner_backend", "quantization")),
     Rule("fi_trtllm_quant", "0.5.10", "0.5.13",
          "Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'fp8', 'modelopt_fp8', "
          "'modelopt_mixed', 'compressed-tensors', or bfloat16 (None).",
-         _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q + ("modelopt_mixed",)), "_handle_moe_kernel_config"),
+         _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q + ("modelopt_mixed",)), "_handle_moe_kernel_config",
+         reads=("moe_runner_backend", "quantization")),
     Rule("fi_trtllm_quant", "0.5.14", None,
          "Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: 'modelopt_fp4', 'nvfp4_online', 'fp8', "
          "'modelopt_fp8', 'modelopt_mixed', 'compressed-tensors', or bfloat16 (None).",
          _runner_quant("flashinfer_trtllm", _FI_TRTLLM_Q + ("modelopt_mixed", "nvfp4_online")),
-         "_handle_moe_kernel_config"),
+         "_handle_moe_kernel_config",
+         reads=("moe_runner_backend", "quantization")),
     Rule("cutlass_fp8_ep", "0.5.9", None, "FP8/MXFP8 Cutlass MoE is only supported with ep_size == 1", _cutlass_ep,
-         "_handle_moe_kernel_config"),
+         "_handle_moe_kernel_config",
+         reads=("moe_runner_backend", "quantization", "ep_size", "tp_size", "moe_a2a_backend")),
     Rule("fi_a2a_runner", "0.5.9", "0.5.12",
          "Flashinfer MoE A2A is only supported with flashinfer_cutlass moe runner backend",
-         _fi_a2a_runner(("flashinfer_cutlass",)), "_handle_a2a_moe"),
+         _fi_a2a_runner(("flashinfer_cutlass",)), "_handle_a2a_moe",
+         reads=("moe_a2a_backend", "moe_runner_backend")),
     Rule("fi_a2a_runner", "0.5.13", "0.5.14",
          "Flashinfer MoE A2A is only supported with flashinfer_cutlass or flashinfer_cutedsl moe runner backend",
-         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl")), "_handle_a2a_moe"),
+         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl")), "_handle_a2a_moe",
+         reads=("moe_a2a_backend", "moe_runner_backend")),
     Rule("fi_a2a_runner", "0.5.15", "0.5.18",
          "Flashinfer MoE A2A is only supported with flashinfer_cutlass, flashinfer_cutedsl or "
          "flashinfer_trtllm_routed moe runner backend",
-         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm_routed")), "_handle_a2a_moe"),
+         _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm_routed")), "_handle_a2a_moe",
+         reads=("moe_a2a_backend", "moe_runner_backend")),
     Rule("fi_a2a_runner", "0.5.19", None,
          "FlashInfer MoE A2A is supported with flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, "
          "flashinfer_trtllm_routed, or deep_gemm.",
          _fi_a2a_runner(("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm", "flashinfer_trtllm_routed",
-                         "deep_gemm")), "_handle_a2a_moe"),
+                         "deep_gemm")), "_handle_a2a_moe",
+         reads=("moe_a2a_backend", "moe_runner_backend")),
     Rule("mori_dispatch_tokens", "0.5.9", "0.5.14",
          "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
-         "chunked_prefill_size", _mori, "_handle_a2a_moe"),
+         "chunked_prefill_size", _mori, "_handle_a2a_moe",
+         reads=("moe_a2a_backend", "chunked_prefill_size")),
     Rule("mori_dispatch_tokens", "0.5.15", None,
          "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank MoRI dispatch tokens "
-         "(chunked_prefill_size by default)", _mori, "_handle_a2a_moe"),
+         "(chunked_prefill_size by default)", _mori, "_handle_a2a_moe",
+         reads=("moe_a2a_backend", "chunked_prefill_size")),
     Rule("dsa_kv_dtype", "0.5.9", None, "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype",
-         _dsa_kv, _NSA),
+         _dsa_kv, _NSA,
+         reads=("kv_cache_dtype",)),
     Rule("tilelang_fp8_cuda", "0.5.17", "0.5.21",
          "The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on ROCm/HIP; on CUDA they "
          "require a bfloat16 KV cache. Use --kv-cache-dtype bfloat16 with the tilelang backend, or keep "
          "--kv-cache-dtype fp8_e4m3 and pick an fp8-capable DSA backend (flashmla_kv on Hopper, trtllm on "
-         "Blackwell).", _tilelang_fp8, "_check_tilelang_dsa_fp8_kv", hardware=CUDA),
+         "Blackwell).", _tilelang_fp8, "_check_tilelang_dsa_fp8_kv", hardware=CUDA,
+         reads=("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend")),
     Rule("tilelang_fp8_both", "0.5.22", None,
          "CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and scaled FP8 KV layouts cannot be "
-         "mixed.", _tilelang_fp8_mixed, "_check_dsa_backend_constraints", hardware=CUDA),
+         "mixed.", _tilelang_fp8_mixed, "_check_dsa_backend_constraints", hardware=CUDA,
+         reads=("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend")),
     Rule("tilelang_fp8_sm89", "0.5.22", None, "CUDA TileLang FP8 KV requires SM89 or newer.", _tilelang_fp8,
-         "_check_dsa_backend_constraints", hardware=(Hardware("nvidia", sm_max=88),)),
+         "_check_dsa_backend_constraints", hardware=(Hardware("nvidia", sm_max=88),),
+         reads=("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend")),
     # -- kernel hardware requirements (stage "requirement"): SGLang accepts the flags and the server dies later; the
     # message is the error the server ends with, the source the failure-table row (grid/twin/failures.py) and its
     # public reference (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes).
@@ -456,7 +484,8 @@ RULES: list[Rule] = [
          twin_failure=TwinFailure(
              "dsa_fa3_sm120", "fa3 runs on SM90 (and SM80-89 for models without MLA); elsewhere (SM120, SM100, any "
              "MLA/DSA model below SM90) SGLang's fa3 backend asserts when it is created, at the first forward "
-             "(graph capture or warm-up).", exception="AssertionError")),
+             "(graph capture or warm-up).", exception="AssertionError"),
+         reads=("attention_backend", "dsa_prefill_backend", "dsa_decode_backend")),
     Rule("aiter_needs_rocm", "0.5.9", None,
          "aiter kernels are AMD ROCm only: ModuleNotFoundError: No module named 'aiter'", _uses("aiter"),
          "aiter is ROCm's kernel library (ROCm/aiter); "
@@ -465,7 +494,8 @@ RULES: list[Rule] = [
          twin_failure=TwinFailure(
              "dsa_aiter_cuda", "aiter is AMD ROCm only; on an NVIDIA GPU the backend import fails during model "
              "init.", phase="load_weights", phase_fraction=0.0,
-             log_line="ModuleNotFoundError: No module named 'aiter'")),
+             log_line="ModuleNotFoundError: No module named 'aiter'"),
+         reads=("attention_backend", "dsa_prefill_backend", "dsa_decode_backend")),
     # -- the host CPU as the device (--device cpu), read off the released server on a CPU-only host (SGLang 0.5.9 and
     # 0.5.23; docs/sources.md#cpu-host). The first is grid's own refusal (SGLang starts, then takes the host's
     # memory); the others are SGLang's errors at start (stage "start": launched last, as a known failure).
@@ -473,19 +503,22 @@ RULES: list[Rule] = [
          "on a CPU host SGLang sizes the KV pool as --mem-fraction-static x host memory ({} x {} GB), which leaves "
          "the host too little: set server.max_total_tokens (e.g. 65536) to size the pool in tokens",
          _cpu_pool_unbounded, "measured: SGLang 0.5.23 --device cpu without --max-total-tokens on a 24 GB host "
-         "(docs/sources.md#cpu-host)", hardware=CPU, stage="requirement", with_hardware=True),
+         "(docs/sources.md#cpu-host)", hardware=CPU, stage="requirement", with_hardware=True,
+         reads=("max_total_tokens", "mem_fraction_static")),
     # fa3 on a CPU: create_flashattention_v3_backend (srt/layers/attention/attention_registry.py) asks torch.cuda for
     # the compute capability until 0.5.10, which raises without a GPU; from 0.5.11 it asks SGLang's own
     # get_device_capability() and asserts on the answer (read in every wheel 0.5.9-0.5.23; measured on 0.5.9, 0.5.23).
     Rule("cpu_fa3", "0.5.9", "0.5.10", "RuntimeError: No CUDA GPUs are available", _uses("fa3"),
          "SGLang srt/layers/attention/attention_registry.py create_flashattention_v3_backend calls "
          "torch.cuda.get_device_capability(); measured at start on a CPU host, SGLang 0.5.9 "
-         "(docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+         "(docs/sources.md#cpu-host)", hardware=CPU, stage="start",
+         reads=("attention_backend", "dsa_prefill_backend", "dsa_decode_backend")),
     Rule("cpu_fa3", "0.5.11", None,
          "FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`.",
          _uses("fa3"), "SGLang srt/layers/attention/attention_registry.py create_flashattention_v3_backend (an "
          "assert on the device's compute capability, which a CPU does not have); measured at start on a CPU host, "
-         "SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+         "SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
+         reads=("attention_backend", "dsa_prefill_backend", "dsa_decode_backend")),
     # torch.compile on a CPU: SGLang's CPU graph runner (srt/model_executor/cpu_graph_runner.py) asks the attention
     # backend for a method only the intel_amx backend has; a CPU without AMX runs torch_native. 0.5.9 asks for
     # get_graph_seq_len_fill_value, 0.5.10+ for init_cpu_graph_state (read in the wheels; measured on 0.5.9, 0.5.23).
@@ -493,42 +526,50 @@ RULES: list[Rule] = [
          "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'get_graph_seq_len_fill_value'",
          lambda s, m: () if s.get("torch_compile") else None,
          "SGLang srt/model_executor/cpu_graph_runner.py (torch_native attention without AMX); measured at start on "
-         "a CPU host, SGLang 0.5.9 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+         "a CPU host, SGLang 0.5.9 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
+         reads=("torch_compile",)),
     Rule("cpu_torch_compile", "0.5.10", None,
          "AttributeError: 'TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state'",
          lambda s, m: () if s.get("torch_compile") else None,
          "SGLang srt/model_executor/cpu_graph_runner.py (torch_native attention without AMX); measured at start on "
-         "a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start"),
+         "a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
+         reads=("torch_compile",)),
     # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
     # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
     Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",
          lambda s, m: () if int(s.get("pp_size") or 1) > 1 and not s.get("disable_overlap_schedule") else None,
-         "check_server_args / check_pipeline_parallel_compat"),
+         "check_server_args / check_pipeline_parallel_compat",
+         reads=("pp_size", "disable_overlap_schedule")),
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,
          "the twin cannot model --nnodes {} here: {} (tensor parallelism across nodes is modelled over InfiniBand, "
          "calibrated on tenstorrent/tt-inference-server#356; searches: " + TWIN_SEARCHES + ")",
-         _cross_node, TWIN_SEARCHES, stage="twin", with_hardware=True),
+         _cross_node, TWIN_SEARCHES, stage="twin", with_hardware=True,
+         reads=("nnodes", "tp_size", "pp_size", "dp_size", "moe_a2a_backend")),
     Rule("twin_pd_disaggregation", "0.5.9", None,
          "the twin cannot model --disaggregation-mode {} (prefill/decode disaggregation: KV transfer between "
          "servers and the router are not modelled, and the published 1P1D runs found (sglang PR #4880 on A10, "
          "#24488 on H200) use hardware or models the twin has no description of); searches: " + TWIN_SEARCHES,
-         _pd, TWIN_SEARCHES, stage="twin"),
+         _pd, TWIN_SEARCHES, stage="twin",
+         reads=("disaggregation_mode",)),
     Rule("twin_sliding_window", "0.5.9", None,
          "the twin cannot model {} without its window (sliding-window attention with sinks: set sliding_window and "
          "sliding_window_layers in the model description, as conf/model/gpt_oss_20b.yaml does, or KV capacity and "
          "attention cost would be wrong); searches: " + TWIN_SEARCHES,
-         _arch_without_window, TWIN_SEARCHES, stage="twin"),
+         _arch_without_window, TWIN_SEARCHES, stage="twin",
+         reads=()),
     Rule("twin_hybrid_linear_attention", "0.5.9", None,
          "the twin cannot model {} without its linear-attention layers (hybrid linear attention: Gated DeltaNet layers "
          "keep a fixed-size state instead of a KV cache; set linear_attention_layers and linear_state_bytes in the "
          "model description, as conf/model/qwen3_next_80b_a3b.yaml does); searches: " + TWIN_SEARCHES,
-         _arch_without_linear_layers, TWIN_SEARCHES, stage="twin"),
+         _arch_without_linear_layers, TWIN_SEARCHES, stage="twin",
+         reads=()),
     Rule("twin_cpu_host", "0.5.9", None,
          "the twin cannot model serving on a CPU host ({}): its performance model is of GPUs (tensor cores, HBM, "
          "NCCL); run real SGLang there with engine=sglang", lambda s, m, h: (getattr(h, "name", "cpu"),),
-         "docs/sources.md#cpu-host", hardware=CPU, stage="twin", with_hardware=True),
+         "docs/sources.md#cpu-host", hardware=CPU, stage="twin", with_hardware=True,
+         reads=()),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,
          "TllmGenFmhaRunner: Unsupported architecture (the trtllm DSA backend runs FlashInfer's TRT-LLM-gen FMHA, "
          "SM100/103/107 only)", _trtllm_dsa,
@@ -541,8 +582,15 @@ RULES: list[Rule] = [
              "TRT-LLM-gen FMHA runner, which allows only SM100/103/107; on SM120 it crashes at the first forward. "
              "(The seed's 0.5.9-era nightly ran trtllm coherently.)",
              log_line="tvm.error.InternalError: Error in function 'TllmGenFmhaRunner' at "
-                      "/workspace/flashinfer/csrc/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture")),
+                      "/workspace/flashinfer/csrc/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture"),
+         reads=("dsa_prefill_backend", "dsa_decode_backend")),
 ]
+
+
+def rules_reading(setting: str) -> list[str]:
+    """The names of the rules (:data:`RULES`) that read ``setting``, in their order, once each: what a change to how
+    a setting is spelled or valued can touch."""
+    return list(dict.fromkeys(r.name for r in RULES if setting in r.reads))
 
 
 def check_config(settings: dict[str, Any], version: str | Version, model: Any = None,

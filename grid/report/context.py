@@ -147,13 +147,14 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     """The ``python -m sglang.launch_server ...`` line of ``verdict``'s configuration for the SGLang release it was
     measured for (its ``engine_version``), rendered by grid's sglang engine: no twin-only flag, no ``--port``
     (SGLang's default applies). ``--model-path`` is ``model.path``, else a placeholder naming the model. None for
-    engine=openai (grid did not launch that server)."""
+    engine=openai (grid did not launch that server) and for an engine of another dialect."""
     from grid.engines.sglang import SGLangEngine
     from grid.report.render import deploy_command
     from grid.plan import TrialPlan
 
-    if engine_class(spec.engine.kind).external or not verdict.rows:
-        return None
+    cls = engine_class(spec.engine.kind)
+    if cls.external or cls.dialect.name != "sglang" or not verdict.rows:
+        return None  # another family's launched server: its own engine's command is the one recorded
     version = verdict.rows[0].get("engine_version") or spec.version
     model = spec.model.model_copy(update={"path": spec.model.path or f"/path/to/{spec.model.name}"})
     engine_spec = spec.engine.model_copy(update={"kind": "sglang", "version": version, "python": "python",

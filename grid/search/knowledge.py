@@ -8,8 +8,9 @@ or known to fail here (a row of the twin's failure table applies), and the launc
   (the table may be out of date), but last, and a search whose budget runs out skips it;
   ``search.try_known_failures=true`` runs such configurations first instead.
 
-Only engines that launch SGLang (``sim``: the twin, ``sglang``) are judged against the table; an external server
-(``openai``) is what it is.
+Only engines that launch servers of a dialect the twin knows (``Engine.forecastable``: ``sim``, the twin, and
+``sglang``) are judged against the table; an external server (``openai``) is what it is, and another family's
+launched server has its own dialect (grid/releases/dialect.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, s
     """The known failures (id, effect, source) of ``plan`` on ``spec``'s model and hardware: the launch rules of
     stage ``start`` (grid/releases/checks.py: SGLang starts and dies before it is ready), then the failure-table rows
     (grid/twin/failures.py) where the twin models the hardware."""
-    if engine_class(spec.engine.kind).external:  # the failure table describes servers grid launches
+    if not engine_class(spec.engine.kind).forecastable():  # the failure table: SGLang's servers grid launches
         return ()
     from grid.releases.checks import start_failures
     from grid.twin.failures import find_failures

@@ -62,7 +62,7 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
     from grid.report.select import OBJECTIVES
 
     known = assess(spec, engine, plans, version)
-    forecasts = {p.config_hash: (None if known[p.config_hash].refused or engine_class(spec.engine.kind).external
+    forecasts = {p.config_hash: (None if known[p.config_hash].refused or not engine_class(spec.engine.kind).forecastable()
                                  else forecast(spec, p, version)) for p in plans}
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
@@ -184,9 +184,9 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
-    if spec.hardware.is_cpu and not engine_class(spec.engine.kind).external:
+    if spec.hardware.is_cpu and engine_class(spec.engine.kind).forecastable():
         lines.append(f"No cost estimate on {spec.hardware.name}: the twin does not model serving on a CPU host")
-    elif not engine_class(spec.engine.kind).external:
+    elif engine_class(spec.engine.kind).forecastable():
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"

@@ -47,7 +47,8 @@ class LaunchRequest:
     twin runs faster) and ``startup_time_scale`` until ready (None: ``time_scale``); ``startup_timeout_s``: modelled
     seconds to wait for readiness; ``api``: the endpoint the probe uses (``generate``, ``completions``, ``chat``);
     ``model``: the name requests carry; ``api_key``: sent as a bearer token and redacted from every log tail;
-    ``label``: the configuration's label (what the Ray dashboard shows); ``probe_enabled``: False skips the probe.
+    ``label``: the configuration's label (what the Ray dashboard shows); ``probe_enabled``: False skips the probe;
+    ``ready_path``: the GET path that answers 200 once the server serves (the engine's dialect says which).
     """
 
     argv: list[str]
@@ -62,6 +63,7 @@ class LaunchRequest:
     label: str = ""
     startup_time_scale: float | None = None
     probe_enabled: bool = True
+    ready_path: str = "/health_generate"
 
 
 @dataclass

@@ -9,6 +9,8 @@ The check functions are pure; ``run_probe`` does the HTTP calls (blocking; it ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import json
 import re
 import urllib.error
@@ -134,8 +136,16 @@ def _post(url: str, body: dict, api_key: str | None, timeout_s: float) -> dict:
 def run_probe(base_url: str, api: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
               max_tokens: int = 16) -> list[str]:
     """Send every probe greedily (temperature 0) and return the generated texts. Raises ``OSError`` on failure."""
+    return ask_greedy(base_url, api, model, [prompt for prompt, _ in PROBES], api_key, timeout_s, max_tokens)
+
+
+def ask_greedy(base_url: str, api: str, model: str, prompts: Sequence[str], api_key: str | None = None,
+               timeout_s: float = 120.0, max_tokens: int = 16) -> list[str]:
+    """Send each of ``prompts`` greedily (temperature 0) through ``api`` (``generate``: SGLang's native
+    ``/generate``; ``completions``; ``chat``, thinking off and a larger budget so a reasoning model can finish) and
+    return the generated texts, in order. Raises ``OSError`` on an HTTP failure."""
     answers = []
-    for prompt, _ in PROBES:
+    for prompt in prompts:
         if api == "generate":
             out = _post(f"{base_url}/generate", {"text": prompt, "sampling_params": {
                 "temperature": 0, "max_new_tokens": max_tokens}}, api_key, timeout_s)

@@ -107,7 +107,7 @@ class ServerSession:
             base_url = f"http://{server.host}:{port}"
             try:
                 server.start()
-                ready = server.wait_ready(request.startup_timeout_s)
+                ready = server.wait_ready(request.startup_timeout_s, path=request.ready_path)
                 break
             except StartupError as err:
                 code = server.exit_code()

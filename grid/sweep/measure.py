@@ -74,16 +74,17 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
     highest ``load.request_rate``, else 1 req/s). Early stopping (``search.early_stop``) gets the twin's per-level
     forecasts and ``best``, the best score recorded in the run directory (``"read"``: read it there; None: none).
     The twin-bound rule applies to higher-is-better objectives the twin forecasts per level (output tok/s, goodput)
-    and never to an external engine (there is no hardware to model)."""
+    and never to an engine the twin does not describe (``Engine.forecastable``: an external server, another server
+    family)."""
     from grid.report.select import OBJECTIVES
     from grid.search.predict import Forecast, capacity_bracket, forecast, level_forecasts
 
     load = plan.load
     obj = OBJECTIVES[spec.objective.kind]
     s = spec.search
-    external = getattr(engine, "external", False)
+    unmodelled = not engine.forecastable()
     if spec.objective.kind == "max_capacity":
-        f: Forecast | None = None if external else forecast(spec, plan, engine.version())
+        f: Forecast | None = None if unmodelled else forecast(spec, plan, engine.version())
         c = f.value if f is not None else None
         if c is None:
             lo = hi = max(load.request_rate, default=1.0)
@@ -98,8 +99,8 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
         return Levels([], capacity=Capacity(lo, hi, spec.objective.capacity_rel_tol,
                                             spec.objective.capacity_max_probes, probe))
     points = load_points(plan)
-    bounded = s.early_stop and not external and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
-    forecasts = level_forecasts(spec, plan, engine.version()) if s.early_stop and not external else {}
+    bounded = s.early_stop and not unmodelled and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
+    forecasts = level_forecasts(spec, plan, engine.version()) if s.early_stop and not unmodelled else {}
     known: float | None = None  # the best to beat (the twin-bound rule only)
     if not bounded:  # the durations still say what a skipped point saves
         forecasts = {k: LevelForecast(None, f.duration_s) for k, f in forecasts.items()}
@@ -144,16 +145,16 @@ def accuracy_role(spec: RunSpec, plan: TrialPlan) -> str | None:
     return f"differs: {', '.join(differs)}" if differs else "baseline"
 
 
-def run_accuracy(spec: RunSpec, plan: TrialPlan, base_url: str, trial_id: str, time_scale: float
+def run_accuracy(spec: RunSpec, plan: TrialPlan, target: Target, trial_id: str
                  ) -> tuple[float | None, list[dict[str, Any]]]:
-    """Send grid's accuracy prompts greedily; (exact-match share, rows of the ``accuracy`` table). An HTTP failure
-    gives (None, []) and a warning: the load points will judge the server."""
+    """Send grid's accuracy prompts greedily through the run's API (``target.api``); (exact-match share, rows of the
+    ``accuracy`` table). An HTTP failure gives (None, []) and a warning: the load points will judge the server."""
     from grid.accuracy import ask, matches, prompts
 
     items = prompts()
     try:
-        replies = ask(base_url, items, spec.engine.api_key, timeout_s=max(10.0, 600 / time_scale),
-                      max_new_tokens=spec.accuracy.max_new_tokens)
+        replies = ask(target.base_url, items, target.api, target.model, target.api_key,
+                      timeout_s=max(10.0, 600 / target.time_scale), max_new_tokens=spec.accuracy.max_new_tokens)
     except OSError as err:
         log.warning("%s: accuracy prompts failed: %s", plan.label, err)
         return None, []
@@ -387,7 +388,8 @@ def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerH
         argv=launch.argv, env=launch.env, port=port, log_path=f"{spec.run_dir}/logs/{plan.config_hash}.log",
         time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
         startup_timeout_s=spec.engine.startup_timeout_s, api=spec.engine.api, model=engine.served_model(),
-        api_key=spec.engine.api_key, label=plan.label, probe_enabled=spec.probe.enabled))
+        api_key=spec.engine.api_key, label=plan.label, probe_enabled=spec.probe.enabled,
+        ready_path=engine.dialect.ready_path))
     ready_ns = time.time_ns()
     if result.port and result.port != port:  # retried on another port: record the command that ran
         launch = engine.launch_plan(plan, result.port)
@@ -506,9 +508,8 @@ def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] |
     point_errors: list[str] = []  # per failed load point: how many requests failed, and the first error
     tables: dict[str, list[dict[str, Any]]] = {"requests": []}
     role = accuracy_role(spec, plan) if trial.up else None
-    if role is not None and spec.engine.api in ("generate",):
-        share, tables["accuracy"] = run_accuracy(spec, plan, trial.target.base_url, trial.trial_id,
-                                                 trial.target.time_scale)
+    if role is not None:
+        share, tables["accuracy"] = run_accuracy(spec, plan, trial.target, trial.trial_id)
         base.update(accuracy_exact_match=share, accuracy_role=role if share is not None else None)
     form = trial.engine.prompt_form(load) if trial.up else None
     samplers = [] if not trial.up else make_samplers(SamplerContext(

@@ -177,7 +177,7 @@ def test_command_line_load_wins_over_the_sweeps_load(tmp_path):
 
 
 def test_readme_examples_without_a_sweep_plan_a_working_launch(tmp_path):
-    # README "Examples": the base settings (conf/config.yaml) are known to give NaN on the default GLM-5 / SM120
+    # README "Examples": the base settings (conf/engine/sim.yaml) are known to give NaN on the default GLM-5 / SM120
     # pair; the examples without a sweep prepend $W, the setting +sweep=nsa_backends found working
     readme = (ROOT / "README.md").read_text().splitlines()
     w = shlex.split(next(line for line in readme if line.startswith("W='")).removeprefix("W="))[0].split()

@@ -171,3 +171,33 @@ def test_each_shipped_sweep_loads_what_it_varies(tmp_path):
     graphs = expand(spec_for(["+sweep=cuda_graph"], tmp_path))
     caps = [p.settings.get("cuda_graph_max_bs") for p in graphs if p.settings.get("cuda_graph_max_bs")]
     assert max(graphs[0].load.concurrency) > max(caps) and min(graphs[0].load.concurrency) < min(caps)
+
+
+@pytest.mark.parametrize("typed,kept", [
+    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ("localhost:8000", "http://localhost:8000"),
+    ("  http://gpu-node:30000/ ", "http://gpu-node:30000"),
+    ("http://gpu-node:8000/v1", "http://gpu-node:8000"),              # the OpenAI SDK's base_url
+    ("http://gpu-node:8000/v1/", "http://gpu-node:8000"),
+    ("https://gw.example.com/v1/chat/completions", "https://gw.example.com"),
+    ("http://127.0.0.1:30000/generate", "http://127.0.0.1:30000"),
+    ("http://gw.example.com/sglang/v1", "http://gw.example.com/sglang"),  # a gateway's prefix stays
+    ("[::1]:8000", "http://[::1]:8000"),
+])
+def test_a_server_address_as_users_type_it(typed, kept, tmp_path):
+    from grid.config.schema import server_address
+
+    assert server_address(typed) == kept
+    spec = spec_for(["engine=openai", f"engine.base_url='{typed}'"], tmp_path)
+    assert spec.engine.base_url == kept
+
+
+@pytest.mark.parametrize("typed,why", [
+    ("ftp://host:21", "the scheme must be http or https"),
+    ("http://:8000", "no host"),
+    ("http://host:8000/v1?x=1", "no query or fragment"),
+    ("http://host:80a", "the port is not a number"),
+])
+def test_a_server_address_that_cannot_be_one_names_the_key(typed, why, tmp_path):
+    with pytest.raises(ConfigError, match=rf"engine.base_url=.*{why}"):
+        spec_for(["engine=openai", f"engine.base_url='{typed}'"], tmp_path)

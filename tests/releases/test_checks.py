@@ -104,3 +104,76 @@ def test_sim_engine_refuses_before_launch(tmp_path):
     assert {r["trial_status"] for r in rows} == {"invalid"} and rows[0]["trial_error_class"] == "refused"
     assert "moe_a2a_backend cannot be 'none'" in rows[0]["trial_error_message"]
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
+
+
+class _Recording(dict):
+    """Settings that remember which keys a rule looked at."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.seen: set[str] = set()
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.seen.add(key)
+        return super().__contains__(key)
+
+
+def _corpus() -> list[dict]:
+    """Settings that walk every rule's branches: each setting alone at a value that is not its default, then the
+    combinations the rules are about (two-batch overlap with a2a backends and attention DP, MoE runners with
+    quantizations, sparse-attention backends with KV dtypes, pipeline and cross-node sizes)."""
+    import itertools
+
+    out: list[dict] = [{}]
+    for a2a, dp_attn, tbo in itertools.product(("none", "deepep", "deepep_v2", "megamoe", "flashinfer", "mori"),
+                                               (False, True), (False, True)):
+        out.append({"moe_a2a_backend": a2a, "enable_dp_attention": dp_attn, "dp_size": 2, "tp_size": 8,
+                    "two_batch_overlap": tbo, "chunked_prefill_size": 8192, "page_size": 64, "ep_size": 2})
+    for runner, quant in itertools.product(("auto", "cutlass", "flashinfer_cutlass", "flashinfer_trtllm"),
+                                           (None, "fp8", "modelopt_fp4", "awq")):
+        out.append({"moe_runner_backend": runner, "quantization": quant, "ep_size": 2, "tp_size": 2,
+                    "moe_a2a_backend": "flashinfer"})
+    for b, kv in itertools.product(("tilelang", "fa3", "aiter", "trtllm", "flashmla_kv"), ("fp8_e4m3", "fp8_e5m2",
+                                                                                           "bfloat16")):
+        out.append({"dsa_prefill_backend": b, "dsa_decode_backend": "tilelang", "kv_cache_dtype": kv,
+                    "attention_backend": b})
+    out += [{"enable_priority_scheduling": True, "schedule_policy": "lpm"},
+            {"pp_size": 2, "disable_overlap_schedule": False}, {"torch_compile": True},
+            {"nnodes": 2, "tp_size": 16, "pp_size": 1, "dp_size": 1, "moe_a2a_backend": "none"},
+            {"disaggregation_mode": "prefill"}, {"max_total_tokens": None, "mem_fraction_static": 0.5}]
+    return out
+
+
+def test_every_rule_declares_the_settings_it_reads():
+    """Rule.reads (what rules_reading answers from) covers every key the rule's function reads, over settings that
+    walk its branches on every model kind and hardware kind the rules tell apart."""
+    from types import SimpleNamespace
+
+    from grid.releases.checks import RULES, rules_reading
+    from grid.releases.flags import SETTINGS
+
+    models = [None, SimpleNamespace(dsa=object(), quantization="modelopt_fp4", attention="mla", architecture="X"),
+              SimpleNamespace(dsa=None, quantization=None, attention="mha", architecture="GptOssForCausalLM",
+                              sliding_window=0, linear_attention_layers=0)]
+    hardware = [None, SimpleNamespace(vendor="nvidia", sm_version=120, name="h", nodes=2, gpu_count=8,
+                                      internode_link="infiniband", memory_gb=24),
+                SimpleNamespace(vendor="cpu", sm_version=None, name="c", nodes=1, gpu_count=0, memory_gb=24)]
+    for rule in RULES:
+        assert set(rule.reads) <= set(SETTINGS), (rule.name, set(rule.reads) - set(SETTINGS))
+        for settings in _corpus():
+            for model in models:
+                for hw in hardware:
+                    s = _Recording(settings)
+                    (rule.when(s, model, hw) if rule.with_hardware else rule.when(s, model))
+                    assert s.seen <= set(rule.reads), (rule.name, sorted(s.seen - set(rule.reads)))
+    assert rules_reading("two_batch_overlap") == ["tbo_needs_a2a", "tbo_needs_dp_attention", "tbo_needs_attn_dp",
+                                                  "tbo_deepep_v2", "tbo_megamoe"]
+    assert "fa3_needs_sm90" in rules_reading("attention_backend")

@@ -81,6 +81,11 @@ def _set(data: dict, path: tuple, value: Any) -> dict:
 
 def _variants(model_cls: type[BaseModel] | None, path: tuple, value: Any) -> list[Any]:
     choices = _literal_choices(model_cls, path[-1]) if model_cls is not None and len(path) == 1 else ()
+    if model_cls is EngineSpec and path == ("kind",):  # a registered engine kind (grid/engines), not a Literal
+        from grid.engines.base import ENGINES, engine_class
+
+        engine_class(value)
+        choices = tuple(sorted(ENGINES))
     if isinstance(value, list):
         return [[*value, *(value[-1:] or [1.0])], value[:-1]] if value else [[1.0], [1]]
     if isinstance(value, dict):  # an empty mapping (engine.env): add an entry

@@ -1,7 +1,7 @@
 """grid's pre-launch rules and the twin's failure table never disagree (issue: one home for each SGLang fact).
 
-Over every catalogued release x every hardware file x every configuration of the sweeps that vary attention and
-sparse-attention backends and the KV cache dtype:
+Over every catalogued release x every hardware file x every configuration of the shipped sweeps (those that differ
+in what the rules read), plus the attention backends on a dense model:
 
 * a kernel requirement (grid/releases/checks.py ``RULES``, stage ``requirement``) refuses a configuration exactly where
   its failure-table row (grid/twin/failures.py, derived from the rule) makes the twin crash;
@@ -40,13 +40,24 @@ def _hardware() -> list[HardwareSpec]:
 
 
 def _configs() -> list[dict]:
-    """The nsa_backends sweep's 49 backend pairs with its base, plus the attention backends on a dense model's
-    defaults."""
-    sweep = yaml.safe_load((ROOT / "conf" / "sweep" / "nsa_backends.yaml").read_text())
-    base = sweep.get("base", {})
-    grid = sweep["grid"]
-    (k1, v1), (k2, v2) = list(grid.items())[:2]
-    return [{**base, k1: a, k2: b} for a in v1 for b in v2]
+    """Every configuration of every shipped sweep (conf/sweep: its base, its grid's product and its extra configs), one
+    per distinct value of what the requirement rules and the twin's backend resolution read (the attention and
+    sparse-attention backends and the KV cache dtype; joint.yaml's 640 collapse to the few that differ there)."""
+    import itertools
+
+    keys = sorted({k for r in RULES if r.name in LINKED for k in r.reads} | {"kv_cache_dtype"})
+    out: dict[tuple, dict] = {}
+    for path in sorted((ROOT / "conf" / "sweep").glob("*.yaml")):
+        sweep = yaml.safe_load(path.read_text())
+        base = sweep.get("base") or {}
+        grid = sweep.get("grid") or {}
+        configs = [{**base, **dict(zip(grid, values))} for values in itertools.product(*grid.values())] if grid \
+            else [dict(base)]
+        configs += [{**base, **{k: v for k, v in c.items() if k not in ("label", "load")}}
+                    for c in sweep.get("configs") or []]
+        for settings in configs:
+            out.setdefault(tuple(repr(settings.get(k)) for k in keys), settings)
+    return list(out.values())
 
 
 MODELS = {name: ModelSpec.model_validate(yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text()))
