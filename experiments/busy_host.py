@@ -9,10 +9,10 @@ and whether grid flagged the point as host noise (not counted); then both runs' 
     python experiments/busy_host.py [--burners N] [-- extra grid.run overrides]
     python experiments/busy_host.py -- +sweep=cuda_graph
 
-Default sweep: the main job (``+sweep=nsa_backends``, at most 6 launches: when every point of the busy run is host
-noise nothing is counted, and an uncapped search keeps launching). What to look for: every loaded value either
-agrees with the quiet one within the quiet run's spread, or its point is flagged (not counted, measured again on
-resume).
+Default sweep: the main job (``+sweep=nsa_backends``; when every point of two configurations in a row is host
+noise the search stops and says the host is too busy: grid/search/policy.py ``HOST_BUSY_STREAK``). What to look
+for: every loaded value either agrees with the quiet one within the quiet run's spread, or its point is flagged (not
+counted, measured again on resume).
 
 Measured on a 2-core machine (4 burners): quiet run 155 s, every point's ``client_lag_pct`` 0-0.17% and
 ``twin_behind_pct`` 0.06-0.43%; busy run: output tok/s 7-30% lower than quiet, and every point flagged
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from grid.report.select import HOST_NOISE_MAX_PCT  # noqa: E402
+from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT  # noqa: E402
 
 BURN = "while True: pass"
 
@@ -66,7 +66,7 @@ def best(run_dir: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--burners", type=int, default=2 * (os.cpu_count() or 1))
-    ap.add_argument("overrides", nargs="*", default=["+sweep=nsa_backends", "search.max_launches=6"])
+    ap.add_argument("overrides", nargs="*", default=["+sweep=nsa_backends"])
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="busy_host_"))
     quiet_s = run(args.overrides, tmp / "quiet")
@@ -91,6 +91,11 @@ def main() -> None:
         print(f"{key[0]:40} {key[1]:>6g} {qa.out:>11.1f} {spread:>6.1f}% {ba.out:>10.1f} {diff:>+6.1f}% "
               f"{qa.ttft:>6.0f}/{ba.ttft:<6.0f} {ba.behind or 0:>5.1f}% {ba.client or 0:>5.1f}% "
               f"{'yes' if flagged else 'no'}")
+    for name in ("quiet", "busy"):
+        lp = pd.read_parquet(tmp / name / "parquet" / "load_points")
+        launched = lp[lp.startup_s.notna()].config_hash.nunique()
+        stopped = "host is too busy" in (tmp / name / "report.md").read_text()
+        print(f"{name}: {launched} launches" + (", search stopped: the host is too busy" if stopped else ""))
     print(f"best: quiet {best(tmp / 'quiet')}, busy {best(tmp / 'busy')}  (run directories: {tmp})")
 
 

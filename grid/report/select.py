@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
+from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, host_noise, noise_text
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
 from grid.plan import level_name
 from grid.server.logparse import error_headline
@@ -51,27 +52,6 @@ OBJECTIVES: dict[str, Objective] = {}
 # (grid/metrics/confidence.py).
 TIE_PERCENT = 1.0
 
-# A load point is host noise when the load generator's own event loop (load_points.client_lag_pct, any engine) or
-# the twin (twin_behind_pct: behind its own clock) lost more than this share of the point's real time: every time
-# the client measures stretches with it. Measured on a 2-core machine: quiet up to 6.4% (the test suite's own load:
-# a client answering a storm of HTTP 429s is busy with its own work), two CPU burners per core 58-90% on the main
-# job (its throughput 7-30% low); 20% sits between (README, "The twin's clock").
-HOST_NOISE_MAX_PCT = 20.0
-
-
-def host_noise(row: Mapping[str, Any]) -> bool:
-    """Whether a measured load point is host noise (:data:`HOST_NOISE_MAX_PCT`)."""
-    return max(row.get("twin_behind_pct") or 0.0, row.get("client_lag_pct") or 0.0) > HOST_NOISE_MAX_PCT
-
-
-def noise_text(row: Mapping[str, Any]) -> str:
-    """``client 12.0% late, twin 3.1% behind`` for a load point: what lost time, in percent of its real time."""
-    parts = []
-    if row.get("client_lag_pct") is not None:
-        parts.append(f"load generator {row['client_lag_pct']:.1f}% late")
-    if row.get("twin_behind_pct") is not None:
-        parts.append(f"twin {row['twin_behind_pct']:.1f}% behind its clock")
-    return ", ".join(parts)
 
 
 def register(obj: Objective) -> Objective:

@@ -29,6 +29,19 @@ def scores(spec: RunSpec, hashes: set[str] | None = None) -> dict[str, float | N
     return {v.config_hash: v.score if v.outcome in ("best", "lost") else None for v in verdicts}
 
 
+def only_host_noise(spec: RunSpec, config_hash: str) -> bool:
+    """Whether every load point ``config_hash`` measured was host noise (grid/metrics/hostnoise.py): nothing of it
+    counts, and the search takes it as a sign the host is too busy."""
+    from grid.metrics.hostnoise import all_host_noise
+    from grid.storage.parquet import read_table
+
+    try:
+        rows = read_table(spec.run_dir, "load_points").to_pylist()
+    except (OSError, KeyError, ValueError):
+        return False
+    return all_host_noise([r for r in rows if r["config_hash"] == config_hash])
+
+
 def write_record(run_dir: str, record: dict) -> Path:
     path = Path(run_dir) / SEARCH_FILE
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,9 @@ class OptunaPolicy(Policy):
     def next(self) -> str:
         if self.running:
             return "wait"  # TPE proposes from what is measured: one at a time
+        busy = self.host_busy()
+        if busy is not None:
+            return self._skip_unmeasured(busy)
         while self.quiet < DUPLICATES_IN_A_ROW:
             trial = f"grid_{self.asked}"
             self.asked += 1
@@ -97,8 +100,8 @@ class OptunaPolicy(Policy):
         self.queue = []
         return DONE
 
-    def record(self, config_hash: str, value: float | None) -> None:
-        super().record(config_hash, value)
+    def record(self, config_hash: str, value: float | None, host_noise: bool = False) -> None:
+        super().record(config_hash, value, host_noise)
         trial = self.pending.pop(config_hash, None)
         if trial is not None:
             self._tell(trial, value)

@@ -28,10 +28,15 @@ import statistics
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT
 from grid.search import Search, register
 
 WAIT = "wait"
 DONE = "done"
+#: Configurations in a row measured only as host noise after which a search stops (Policy.host_busy). Two: one such
+#: configuration can be a burst of other work on the machine; the busy host of experiments/busy_host.py flagged every
+#: point of every configuration (5 launches in 22 min, nothing counted).
+HOST_BUSY_STREAK = 2
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class Policy:
     seed: int = 0
     tolerance: float = 0.03
     risk: float = 0.1
+    noisy: list[str] = field(default_factory=list)  # configurations whose every measured point was host noise
 
     def __post_init__(self) -> None:
         self.queue = self.order(self.candidates)
@@ -105,10 +111,25 @@ class Policy:
         self.queue = [c for c in self.queue if c.config_hash not in recorded]
         self.measured.update(recorded)
 
-    def record(self, config_hash: str, value: float | None) -> None:
-        """The measured score of a configuration (None: it failed or no point met the SLOs)."""
+    def record(self, config_hash: str, value: float | None, host_noise: bool = False) -> None:
+        """The measured score of a configuration (None: it failed or no point met the SLOs). ``host_noise``: every
+        point it measured was host noise (grid/metrics/hostnoise.py), so nothing of it counts."""
         self.running.discard(config_hash)
         self.measured[config_hash] = value
+        if host_noise:
+            self.noisy.append(config_hash)
+        elif value is not None:
+            self.noisy.clear()  # a configuration measured on a quiet enough host ends the streak
+
+    def host_busy(self) -> str | None:
+        """Why the search should stop for the host, not the configurations (:data:`HOST_BUSY_STREAK` configurations in
+        a row measured only as host noise: every further launch would cost a server and count nothing), or None."""
+        if len(self.noisy) < HOST_BUSY_STREAK:
+            return None
+        return (f"the host is too busy to measure: every load point of the last {len(self.noisy)} configurations was "
+                "host noise (the load generator or the twin lost more than "
+                f"{HOST_NOISE_MAX_PCT:g}% of each point's time); run again on a quieter machine, and the "
+                "configurations left will be measured then")
 
     def best(self) -> float | None:
         values = [v for v in self.measured.values() if v is not None]
@@ -127,6 +148,9 @@ class Policy:
         return DONE
 
     def next(self) -> str:
+        busy = self.host_busy()
+        if busy is not None and self.queue:
+            return self._skip_rest(busy)
         while self.queue:
             c = self.queue[0]
             if c.refused:
@@ -330,6 +354,9 @@ class TwinGuided(ForecastOrdered):
             return c.config_hash
         if not self.queue:
             return WAIT if self.running else DONE
+        busy = self.host_busy()
+        if busy is not None:
+            return self._skip_rest(busy)
         best = self.best()
         first = [c for c in self.queue if c.known_to_fail and self.try_known_failures]
         if first:

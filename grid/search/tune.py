@@ -1,7 +1,7 @@
 """Ray Tune's search API over a grid search policy: ``PolicySearcher`` (a ``ray.tune.search.Searcher``) suggests the
 configuration the policy picks next, waits while the policy needs a running result, ends the experiment when the
 policy is done, and feeds each finished trial's measured score back (``value_of(config_hash)``, read from the
-trial's Parquet rows)."""
+trial's Parquet rows) with whether its every point was host noise (``noisy(config_hash)``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from grid.search.policy import DONE, WAIT, Policy
 
 
 class PolicySearcher(Searcher):
-    def __init__(self, policy: Policy, value_of: Callable[[str], float | None]):
+    def __init__(self, policy: Policy, value_of: Callable[[str], float | None],
+                 noisy: Callable[[str], bool] = lambda h: False):
         super().__init__()
         self.policy = policy
         self.value_of = value_of
+        self.noisy = noisy
         self._trials: dict[str, str] = {}
 
     def suggest(self, trial_id: str):
@@ -31,7 +33,8 @@ class PolicySearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         h = self._trials.pop(trial_id, None)
         if h is not None:
-            self.policy.record(h, None if self.policy.by_hash[h].refused else self.value_of(h))
+            refused = self.policy.by_hash[h].refused
+            self.policy.record(h, None if refused else self.value_of(h), not refused and self.noisy(h))
 
     def save(self, checkpoint_path: str) -> None:
         """Tune's periodic snapshot of the searcher: what the policy measured, skipped and issued (a log only: grid

@@ -219,11 +219,11 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
      "duration (the time saved; summary.json early_stop_gpu_seconds_saved); null otherwise"),
     ("twin_behind_pct", "float64", "%", "the twin only: how far it fell behind its own clock while sending the point, "
      "in percent of the point's real time (its /server_info twin_behind_s or twin_loop_late_s before and after, the "
-     "larger); above grid.report.select.HOST_NOISE_MAX_PCT the point is host noise: not counted, and a resume "
+     "larger); above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT the point is host noise: not counted, and a resume "
      "measures it again"),
     ("client_lag_pct", "float64", "%", "how late the load generator's own event loop ran while sending the point, "
      "in percent of the point's real time (grid/loadgen/looplag.py): a starved client sends and reads late, so every "
-     "time it measures grows; above grid.report.select.HOST_NOISE_MAX_PCT the point is host noise"),
+     "time it measures grows; above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT the point is host noise"),
     ("twin_delivery_lag_ms", "float64", "ms", "the twin only: how late its deliveries of the point were on average "
      "against the schedule each request's arrival set (modelled ms: every TTFT and E2E latency measured grows by "
      "about this much; evidence, not a verdict)"),

@@ -38,8 +38,12 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
                                              "reason abort"),
     ("requests.error_class", "context_exceeded", "the server refused the request as longer than its context length "
                                                  "(input plus requested output), in an HTTP error or inside the "
-                                                 "stream, in any of the wordings of grid/loadgen/records.py "
-                                                 "`CONTEXT_EXCEEDED`: the workload's fault, not the server's"),
+                                                 "stream: the workload's fault, not the server's. Wordings "
+                                                 "(grid/loadgen/records.py `CONTEXT_EXCEEDED`): SGLang "
+                                                 "srt/managers/tokenizer_manager.py, vLLM "
+                                                 "entrypoints/openai/serving_engine.py and v1/engine/processor.py, "
+                                                 "llama.cpp's server (exceed_context_size_error), the OpenAI API "
+                                                 "(context_length_exceeded)"),
     ("requests.error_class", "decode_error", "the body was not valid UTF-8 (e.g. a multi-byte character cut off at "
                                              "the end of the stream)"),
     ("requests.error_class", "truncated_stream", "the stream ended with neither a `finish_reason` nor the [DONE] "

@@ -211,10 +211,10 @@ def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
     policy = plan.search.policy if plan.search is not None else None
     if policy is None:
         return {"param_space": {"config_hash": tune.grid_search([p.config_hash for p in plan.todo])}, "tune": {}}
-    from grid.search.measured import scores
+    from grid.search.measured import only_host_noise, scores
     from grid.search.tune import PolicySearcher
 
-    searcher = PolicySearcher(policy, lambda h: scores(spec, {h}).get(h))
+    searcher = PolicySearcher(policy, lambda h: scores(spec, {h}).get(h), lambda h: only_host_noise(spec, h))
     return {"param_space": {}, "tune": {"search_alg": searcher, "num_samples": len(plan.todo)}}
 
 

@@ -7,7 +7,7 @@ import time
 from ray import tune
 
 from grid.plan import level_name
-from grid.report.select import host_noise, noise_text
+from grid.metrics.hostnoise import host_noise, noise_text
 
 
 def _fmt(v, unit: str = "", nd: int = 1) -> str:

@@ -10,7 +10,7 @@ make it run again, each without touching the others:
 * the objective changed: a configuration with load points early stopping skipped under another objective (kind or
   SLOs: ``early_stop_objective``) runs again, since nothing says those points could not count now;
 * the host was too busy: a configuration with a load point the load generator's loop ran late on or the twin fell
-  behind its own clock on (``client_lag_pct``, ``twin_behind_pct`` above grid.report.select.HOST_NOISE_MAX_PCT)
+  behind its own clock on (``client_lag_pct``, ``twin_behind_pct`` above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT)
   runs again;
 * a ``skipped`` configuration (its machinery was lost, grid/server/infra.py) always runs again.
 
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from grid.config.schema import ConfigError, RunSpec
-from grid.report.select import host_noise, objective_key
+from grid.metrics.hostnoise import host_noise
+from grid.report.select import objective_key
 from grid.server.statuses import TRIAL_CLASSES, TrialStatus
 
 #: The load-point columns the selection reads (the first row of each configuration's file; ``early_stop_objective``

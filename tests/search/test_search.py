@@ -413,3 +413,33 @@ def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):
             assert row["duration_s"] == pytest.approx(full.duration_s, rel=1e-9)
             assert sorted(row["ttft_ms"]) == pytest.approx(sorted(1e3 * r.ttft_s for r in full.requests), rel=1e-9)
     assert len(predict._WAVES) == len(load.concurrency)  # four configurations, one simulation per load point
+
+
+@pytest.mark.parametrize("make", [
+    lambda cands: Exhaustive(cands, Budget()),
+    lambda cands: TwinRanked(cands, Budget(), twin_error=0.074, spread=0.01),
+    lambda cands: TwinGuided(cands, Budget(), twin_error=0.074, spread=0.01),
+], ids=["exhaustive", "twin_ranked", "twin_guided"])
+def test_a_search_stops_when_the_host_is_too_busy_to_measure(make):
+    """Two configurations in a row whose every point was host noise: the rest is not launched, each with the reason
+    (the busy half of experiments/busy_host.py kept launching, every point flagged, until stopped by hand)."""
+    from grid.search.policy import HOST_BUSY_STREAK
+
+    cands = [c("a", 10.0), c("b", 9.0), c("d", 8.0), c("e", 7.0), c("r", refused=True)]
+    policy = make(cands)
+    launched = []
+    while (h := policy.next()) not in (DONE, WAIT):
+        launched.append(h)
+        if not policy.by_hash[h].refused:
+            policy.record(h, None, host_noise=True)
+    assert HOST_BUSY_STREAK == 2 and [h for h in launched if h != "r"] == ["a", "b"]
+    assert set(policy.skipped) == {"d", "e"}
+    assert all(why.startswith("the host is too busy to measure: every load point of the last 2 configurations")
+               for why in policy.skipped.values())
+
+
+def test_a_quiet_configuration_ends_the_streak():
+    policy = Exhaustive([c("a", 10.0), c("b", 9.0), c("d", 8.0), c("e", 7.0)], Budget())
+    for noisy in (True, False, True):
+        policy.record(policy.next(), None if noisy else 5.0, host_noise=noisy)
+    assert policy.host_busy() is None and policy.next() == "e"

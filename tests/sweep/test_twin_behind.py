@@ -1,11 +1,12 @@
 """The twin never presents host noise as a finding (issue 26 item 1): each load point on the twin records how far the
-twin fell behind its own clock; beyond grid.report.select.HOST_NOISE_MAX_PCT the point is not counted, the report
+twin fell behind its own clock; beyond grid.metrics.hostnoise.HOST_NOISE_MAX_PCT the point is not counted, the report
 says so, and a resume measures the configuration again."""
 
 import pytest
 
 from grid.config.schema import ObjectiveSpec
-from grid.report.select import HOST_NOISE_MAX_PCT, behind_note, host_noise, rank
+from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, host_noise
+from grid.report.select import behind_note, rank
 from grid.sweep import rerun
 
 from .test_measure import run_one, spec_for
