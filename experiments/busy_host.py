@@ -16,7 +16,10 @@ counted, measured again on resume).
 
 Measured on a 2-core machine (4 burners): quiet run 155 s, every point's ``client_lag_pct`` 0-0.17% and
 ``twin_behind_pct`` 0.06-0.43%; busy run: output tok/s 7-30% lower than quiet, and every point flagged
-(``client_lag_pct`` 65-90%).
+(``client_lag_pct`` 65-90%). Again with the search's stop (2026-12-02): quiet 159 s, 4 launches; busy 601 s, 2
+launches (output tok/s 10-27% low, TTFT p50 up to 6.8 s against 0.34 s, every point flagged at 64-89%), then the
+search stopped ("the host is too busy to measure") and named no best; uncapped before the stop it launched 5 in
+22 minutes until stopped by hand.
 """
 
 from __future__ import annotations
