@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from grid.releases.dialect import SGLANG
 from grid.server.statuses import ProbeStatus, TrialErrorClass, TrialStatus
 
 
@@ -63,7 +64,7 @@ class LaunchRequest:
     label: str = ""
     startup_time_scale: float | None = None
     probe_enabled: bool = True
-    ready_path: str = "/health_generate"
+    ready_path: str = SGLANG.ready_path
 
 
 @dataclass

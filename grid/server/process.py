@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grid.releases.devices import exit_meaning
+from grid.releases.dialect import SGLANG
 from grid.server.logparse import startup_phase
 from grid.server.statuses import STARTUP_LOG_CLASSES, TrialErrorClass, log_class
 
@@ -362,7 +363,7 @@ class ManagedServer:
         """Modelled seconds since launch."""
         return (time.perf_counter_ns() - self._t0_perf_ns) / 1e9 * self.time_scale
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.05, path: str = "/health_generate") -> ReadyInfo:
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.05, path: str = SGLANG.ready_path) -> ReadyInfo:
         """Poll until ``path`` answers 200. ``timeout_s`` is modelled. Raises ``StartupError``: when the process
         exited, the first of ``STARTUP_LOG_CLASSES`` whose wordings its log shows (``startup_kv_pool``: no room for a
         KV pool, ``startup_oom``: a CUDA OOM, ``port_in_use``: it failed to bind its port; grid/server/statuses.py),

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from grid.releases import catalog
-from grid.releases.flags import SETTINGS, settings_from_args
+from grid.releases.flags import ATTN_DP_SINCE, SETTINGS, settings_from_args
 from grid.versions import release_tuple
 
 DEFAULT_VERSION = "0.5.9"
@@ -45,7 +45,7 @@ def _v(text: str) -> Version:
     return parse_version(text)
 
 
-V513, V514, V516, V520, V522, V523 = _v("0.5.13"), _v("0.5.14"), _v("0.5.16"), _v("0.5.20"), _v("0.5.22"), _v("0.5.23")
+V522, V523 = ATTN_DP_SINCE, _v("0.5.23")  # attention DP moved to --attn-dp-size; `sglang serve`, the dsa backend
 
 def _renamed_settings() -> dict[str, tuple[tuple[str, ...], Any]]:
     """grid's settings whose dest changed over the releases (grid/releases/flags.py ``Setting.dests``, read from the

@@ -36,6 +36,7 @@ import pytest
 import yaml
 
 from grid.config.specs import HardwareSpec, ModelSpec
+from grid.loadgen.records import exceeds_context
 from grid.releases.devices import launch_args, launch_env
 from grid.server.logparse import parse_batch_line
 
@@ -277,6 +278,12 @@ def observe(server: Server) -> dict:
     events = _sse(raw)
     out["chat stream"] = (status, events[-1], events[0]["object"], "delta" in events[0]["choices"][0],
                           events[-2]["usage"]["completion_tokens"])
+    # a request over the served context (2048 tokens): refused with words grid reads as context_exceeded
+    # (grid/loadgen/records.py CONTEXT_EXCEEDED), and /v1/models says the limit grid refuses such a workload by
+    over = {"model": "tiny", "prompt": "the city " * 800, "max_tokens": 1000, "temperature": 0}
+    status, raw, _ = server.status("/v1/completions", "POST", over)
+    out["over context"] = (status, exceeds_context(raw.decode("utf-8", "replace")))
+    out["v1/models max_model_len"] = models["data"][0].get("max_model_len")
     out["shapes"] = shapes(server)
     metrics = server.status("/metrics")[1].decode()
     out["metrics grid reads"] = {m for m in METRICS_GRID_READS if f"\n{m}" in "\n" + metrics
@@ -306,7 +313,8 @@ def observed(tmp_path_factory):
 COMPARED = ("phases", "GET /health", "GET /health_generate", "GET /model_info", "GET /server_info",
             "GET /get_server_info", "GET /v1/models", "GET /metrics", "GET /no_such_route", "health body",
             "model_info keys", "server_info has", "server_info version", "v1/models", "generate", "generate stream",
-            "completions", "completions stream", "chat stream", "metrics grid reads", "log kinds", "log keys")
+            "completions", "completions stream", "chat stream", "over context", "v1/models max_model_len",
+            "metrics grid reads", "log kinds", "log keys")
 
 
 @pytest.mark.parametrize("what", COMPARED)
@@ -365,3 +373,11 @@ def test_a_refused_flag_is_refused_in_the_same_words(observed, extra, words):
         assert words in log, f"{kind}: {log[-2000:]}"
         codes[kind] = server.proc.returncode
     assert codes["twin"] == codes["sglang"] or (codes["sglang"] != 0 and codes["twin"] != 0), codes
+
+
+def test_a_request_over_the_context_is_refused_in_words_grid_reads(observed):
+    """Real SGLang (tokenizer_manager) answers HTTP 400 to input + max_tokens over its 2048-token context, in words
+    grid classifies as context_exceeded, and /v1/models reports the 2048 grid refuses such a workload by."""
+    got, _, _ = observed
+    assert got["sglang"]["over context"] == (400, True)
+    assert got["sglang"]["v1/models max_model_len"] == 2048
