@@ -11,6 +11,7 @@ omegaconf or Ray, nor any grid package but grid.releases and grid.loadgen.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import typing
 from pathlib import Path
@@ -112,6 +113,27 @@ class EngineSpec(_Spec):
         return v
 
 
+#: The percentile the load defaults are sized for when no SLO names another: SLOSpec's default, and the p99 columns
+#: the report judges tails by.
+DEFAULT_TAIL_PERCENTILE = 99.0
+
+
+def requests_for_tail(percentile: float) -> int:
+    """The fewest completed requests ``n`` whose ``percentile`` (in (0, 100]) does not rest on the largest value.
+
+    grid's percentiles are ``numpy.percentile``'s linear interpolation (grid/metrics/loadpoint.py): over ``n`` sorted
+    values the p-th sits at rank ``(n - 1) * p / 100`` and is interpolated between the values at the ranks either side.
+    It leaves the maximum (rank ``n - 1``) out once that rank is at most ``n - 2``, i.e. ``(n - 1) * (100 - p) >= 100``:
+    ``n = 1 + ceil(100 / (100 - p))``: 101 for p99, 21 for p95, 11 for p90, 3 for the median. With fewer, one slow
+    request sets the tail ("p99 is about the maximum"), and an SLO at p99 (at least 99 % of requests meet it) tolerates
+    no miss at all. p100 is the maximum by definition: 1. Pure; raises ``ValueError`` outside (0, 100]."""
+    if not 0 < percentile <= 100:
+        raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+    if percentile == 100:
+        return 1
+    return 1 + math.ceil(100 / (100 - percentile) - 1e-9)  # 1e-9: 100 - 99.9 is 0.0999...94 in binary
+
+
 class LoadSpec(_Spec):
     """Load points run against every working configuration (one server launch serves them all)."""
 
@@ -122,7 +144,11 @@ class LoadSpec(_Spec):
     burstiness: float = Field(1.0, gt=0)
     num_prompts: int | None = Field(None, ge=1, description="per load point; None: prompts_per_stream x level")
     prompts_per_stream: int = Field(2, ge=1)
-    min_prompts: int = Field(8, ge=1)
+    min_prompts: int = Field(
+        default_factory=lambda: requests_for_tail(DEFAULT_TAIL_PERCENTILE), ge=1,
+        description="per load point at least this many requests; null: enough that a point's p99 is not its slowest "
+                    "request (requests_for_tail(99) = 101). Not taken from objective.slo.percentile: the load is part "
+                    "of a configuration's hash, and a run re-judged under another objective keeps its measurements")
     input_len: int = Field(256, ge=1)
     output_len: int = Field(256, ge=1)
     range_ratio: float = Field(1.0, ge=0, le=1, description="lengths uniform in [L*ratio, L]; 1.0 fixed")
@@ -146,6 +172,11 @@ class LoadSpec(_Spec):
                          "repeat_index); >= 2 measures the spread the report decides ties by")
     read_timeout_s: float = Field(600.0, gt=0, description="per request, modelled seconds")
     stall_timeout_s: float | None = Field(120.0, gt=0, description="no token for this long: request fails")
+
+    @field_validator("min_prompts", mode="before")
+    @classmethod
+    def _tail_default(cls, v: Any) -> Any:
+        return requests_for_tail(DEFAULT_TAIL_PERCENTILE) if v is None else v
 
     @field_validator("concurrency", "request_rate", "trace_speed")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grid.config.schema import LoadSpec, RunSpec
+from grid.config.schema import LoadSpec, RunSpec, requests_for_tail
 from grid.engines.base import engine_class
 from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
@@ -118,7 +118,9 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
         if load.request_rate:
             parts.append(f"open loop ({load.arrival} arrivals) at {_levels(load.request_rate)} req/s")
         requests = (f"{load.num_prompts} requests per point" if load.num_prompts else
-                    f"{load.prompts_per_stream} requests per stream per point (at least {load.min_prompts})")
+                    f"{load.prompts_per_stream} requests per stream per point (at least {load.min_prompts}"
+                    + (f", enough for p{spec.objective.slo.percentile:g} not to be the slowest request)"
+                       if load.min_prompts >= requests_for_tail(spec.objective.slo.percentile) else ")"))
         lines.append(f"Workload: random prompts, {lengths}; {' and '.join(parts) or 'no load points'}; {requests}, "
                      f"after {load.warmup_requests} warm-up request{'s' if load.warmup_requests != 1 else ''}")
         if load.concurrency:

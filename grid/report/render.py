@@ -14,6 +14,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from grid.config.schema import DEFAULT_TAIL_PERCENTILE, requests_for_tail
 from grid.plan import level_name
 from grid.report.pareto import draw_series, level_series
 from grid.report.select import Verdict
@@ -91,19 +92,21 @@ def points_table(v: Verdict, title: str) -> Table:
     return t
 
 
-TAIL_SAMPLE_MIN = 100  # below this many completed requests a p99 is within one request of the maximum
-
-
 def sample_note(rows: list[dict]) -> str | None:
-    """A caution when some load point's percentiles rest on fewer than ``TAIL_SAMPLE_MIN`` completed requests
-    (None otherwise): with n requests, p99 interpolates between the two largest values once n < 100."""
+    """A caution when some load point's tail rests on too few completed requests (None otherwise): the p99 the report
+    shows, and the SLOs' percentile (the rows' ``slo_percentile``) when higher, each need ``requests_for_tail(p)``
+    completed requests (grid.config.schema: 101 at p99) before the maximum drops out of them."""
     counts = [r["completed"] for r in rows if r.get("completed")]
-    if not counts or min(counts) >= TAIL_SAMPLE_MIN:
+    slo = [float(r["slo_percentile"]) for r in rows if r.get("slo_percentile")]
+    percentile = max([DEFAULT_TAIL_PERCENTILE, *(p for p in slo if p < 100)])
+    need = requests_for_tail(percentile)
+    if not counts or min(counts) >= need:
         return None
     span = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
-    return (f"Percentiles rest on {span} completed request{'s' if max(counts) != 1 else ''} per load point; below "
-            f"{TAIL_SAMPLE_MIN}, p99 is about the maximum. For tighter tails raise load.prompts_per_stream or "
-            "load.min_prompts.")
+    return (f"Percentiles rest on {span} completed request{'s' if max(counts) != 1 else ''} per load point; p"
+            f"{percentile:g} needs at least {need} not to be the slowest request. For tighter tails set "
+            f"load.min_prompts={need} (null gives {requests_for_tail(DEFAULT_TAIL_PERCENTILE)}, enough for "
+            f"p{DEFAULT_TAIL_PERCENTILE:g}) or raise load.prompts_per_stream.")
 
 
 def where_ran(v: Verdict) -> str:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import math
 import re
 
-from grid.config.schema import RunSpec
+from grid.config.schema import DEFAULT_TAIL_PERCENTILE, RunSpec, requests_for_tail
 from grid.engines.base import engine_class
 from grid.releases.flags import catalog_note
-from grid.plan import TrialPlan
+from grid.plan import TrialPlan, level_name
 
 
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
     """Every note that applies to ``plans`` (the sweep's configurations) planned for SGLang ``version``."""
-    notes = [catalog_note(version), external_note(spec, plans), thin_level_note(plans),
+    notes = [catalog_note(version), external_note(spec, plans), thin_level_note(plans), thin_tail_note(spec, plans),
              inert_settings_note(spec, plans), unmodelled_note(spec, plans),
              modelled_ttft_note(spec, plans, version)]
     return [n for n in notes if n]
@@ -33,6 +33,24 @@ def thin_level_note(plans: list[TrialPlan]) -> str | None:
     levels = ", ".join(f"concurrency {c} with {n} request{'s' if n != 1 else ''}" for c, n in thin)
     return (f"{levels}: fewer requests than streams, so that level is never reached (raise load.num_prompts, "
             "load.prompts_per_stream or load.min_prompts)")
+
+
+def thin_tail_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
+    """A note when a load point gets fewer requests than its tail needs: ``requests_for_tail`` of the SLOs' percentile
+    (p99 without SLOs; grid.config.schema), below which that percentile is the slowest request. None otherwise."""
+    percentile = spec.objective.slo.percentile
+    need = requests_for_tail(percentile)
+    thin = sorted({(kind, float(v), n) for p in plans
+                   for kind, values in (("concurrency", p.load.concurrency), ("rate", p.load.request_rate))
+                   for v in values if math.isfinite(v) and (n := p.load.prompts_for(v)) < need})
+    if not thin:
+        return None
+    shown = [f"{level_name({'point_kind': kind, 'point_value': v})} with {n}" for kind, v, n in thin]
+    text = ", ".join(shown[:4]) + (f" and {len(shown) - 4} more" if len(shown) > 4 else "")
+    return (f"{text} request{'s' if thin[-1][2] != 1 else ''}: fewer than the {need} that p{percentile:g} needs not "
+            "to be the slowest request, so one slow request sets those tails and the SLOs judged on them (set "
+            f"load.min_prompts={need}; null gives {requests_for_tail(DEFAULT_TAIL_PERCENTILE)}, enough for "
+            f"p{DEFAULT_TAIL_PERCENTILE:g})")
 
 
 def inert_settings_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:

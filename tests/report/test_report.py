@@ -98,17 +98,6 @@ def test_deploy_command_drops_the_trial_port():
     assert deploy_command("x 'unbalanced") == "x 'unbalanced"
 
 
-def test_sample_note_only_for_thin_tails():
-    from grid.report.render import sample_note
-
-    assert sample_note([{"completed": 8}, {"completed": 128}]) == (
-        "Percentiles rest on 8-128 completed requests per load point; below 100, p99 is about the maximum. "
-        "For tighter tails raise load.prompts_per_stream or load.min_prompts.")
-    assert sample_note([{"completed": 100}, {"completed": 500}]) is None
-    assert sample_note([{"completed": None}, {"completed": 0}]) is None
-    assert sample_note([{"completed": 96}, {"completed": 96}]).startswith("Percentiles rest on 96 completed")
-
-
 def write_skipping(run_dir, plan, ttfts_by_level, skipped_levels, judged):
     """``write_config`` plus, per level of ``skipped_levels``, a point early stopping skipped under ``judged``."""
     write_config(run_dir, plan, ttfts_by_level)

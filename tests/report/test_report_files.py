@@ -44,7 +44,7 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
         "- Hardware: h100_x1: 1 x NVIDIA H100 80GB HBM3 (sm_90, 80 GB each, nvlink)",
         "- Engine: the embedded SGLang twin (modelled performance; no GPU ran); SGLang release 0.5.9 (engine=sim)",
         "- Workload: random prompts, ISL 32 / OSL 16 tokens (fixed); closed loop at concurrency 1, 4; 2 requests per "
-        "stream per point (at least 8), after 1 warm-up request",
+        "stream per point (at least 101, enough for p99 not to be the slowest request), after 1 warm-up request",
         "- Closed-loop load: steady state (load.closed_loop_start=staggered, as AIPerf's --steady-state): warm-up, "
         "outside the window: the lone warm-up request(s), then a first wave of one request per stream, stream k of c "
         "asking for (k+1)/c of the output length, so the streams' phases spread over one loaded request time; window: "

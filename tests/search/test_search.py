@@ -95,23 +95,23 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 4 launches expected")
     # the estimate: per launch the twin's startup model (weight load, graph capture...), once, plus the modelled
-    # seconds of the concurrency levels, each with its steady-state warm-up wave (one mean request time: with one
-    # request per stream as much again as the level itself, 111.83 s), 223.66 s, measured load.repeats=3 times,
-    # times the node's 8 GPUs
+    # seconds of the concurrency levels (each at least 101 requests: load.min_prompts' default), each with its
+    # steady-state warm-up wave (one mean request time), 681.45 s, measured load.repeats=3 times, times the node's
+    # 8 GPUs
     h = expected_launches(sp)[0]
     f = sp.forecasts[h]
     plan = next(p for p in plans if p.config_hash == h)
     assert (plan.load.repeats, plan.load.concurrency) == (3, [8, 32, 64])  # conf/sweep/nsa_backends.yaml
-    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 670.98)
+    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 2044.34)
     perf = twin_model(spec, plan.settings, engine.version())
     assert f.startup_s == sum(perf.startup_phases_s().values())
     once = forecast(spec, dataclasses.replace(plan, load=plan.load.model_copy(update={"repeats": 1})),
                     engine.version())
-    assert once.startup_s == f.startup_s and round(once.load_s, 2) == 223.66 and once.value == f.value
+    assert once.startup_s == f.startup_s and round(once.load_s, 2) == 681.45 and once.value == f.value
     assert f.load_s == pytest.approx(3 * once.load_s, rel=1e-12)
-    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 28573.3
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 7.94 "
-                        "GPU-hours for the expected launches (every launchable configuration: 49.61)")
+    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 72520.8
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 20.14 "
+                        "GPU-hours for the expected launches (every launchable configuration: 125.90)")
     ex = build(spec.model_copy(update={"search": spec.search.model_copy(update={"kind": "exhaustive"})}), engine,
                plans, engine.version())
     assert len(expected_launches(ex)) == 25
@@ -141,10 +141,11 @@ def test_a_resumed_plan_counts_only_the_launches_left(tmp_path):
     lines = sp.cost_lines(spec)
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 1 launches left (3 recorded)")
-    # one launch of 892.92 modelled s x 8 GPUs = 7,143.3 GPU-s; every launchable one not recorded: 49.61 GPU-h less 3 x 7,143.3 GPU-s
-    assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 7143.3
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 1.98 "
-                        "GPU-hours for the launches left (every launchable configuration: 43.65)")
+    # one launch of 2,266.27 modelled s x 8 GPUs = 18,130.2 GPU-s; every launchable one not recorded: 125.90 GPU-h
+    # less 3 x 18,130.2 GPU-s
+    assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 18130.2
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 5.04 "
+                        "GPU-hours for the launches left (every launchable configuration: 110.80)")
     # a run directory's rows of configurations outside this sweep (an earlier grid) are not counted as recorded
     sp.resume({"0123456789ab": 1.0})
     assert sp.cost_lines(spec)[0].endswith("4 launches expected")

@@ -126,5 +126,5 @@ def test_trial_load_points_carry_the_cap_and_the_trace(tmp_path):
                     trace_speed=[1.0, 4.0], max_concurrency=2, warmup_requests=0)
     points = load_points(TrialPlan(0, {}, load, "x", "h"))
     assert [(p.kind, p.value, p.num_prompts, p.max_concurrency) for p in points] == [
-        ("concurrency", 2.0, 8, None), ("rate", 3.0, 8, 2), ("trace", 1.0, 3, 2), ("trace", 4.0, 3, 2)]
+        ("concurrency", 2.0, 101, None), ("rate", 3.0, 101, 2), ("trace", 1.0, 3, 2), ("trace", 4.0, 3, 2)]
     assert points[2].offsets_s == (0.0, 0.5, 0.9)

@@ -15,7 +15,7 @@ from grid.sweep.space import expand
 
 
 def test_twin_trial_records_metrics_telemetry_and_diagnosis(tmp_path):
-    spec = spec_for(tmp_path, "load.output_len=1024")
+    spec = spec_for(tmp_path, "load.output_len=1024", "load.min_prompts=8")  # long points for the scrapes; any count
     plan, rows, _ = run_one(spec)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     metrics = read_table(tmp_path, "server_metrics").to_pylist()
