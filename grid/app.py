@@ -70,6 +70,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.experiments import run_experiment
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
+    from grid.search.summary import cost_note
     from grid.report.select import behind_note, rank, rejudge, unmeasured_note
     from grid.storage.summary import read_record
     from grid.storage.parquet import read_table
@@ -97,8 +98,11 @@ def report(spec: RunSpec, console: Console) -> list:
                      "answers were not checked, so a configuration serving garbage is ranked as if it were correct.")
     run_dir = Path(spec.run_dir)
     headline = [n for n in (note, unmeasured_note(stored, spec.objective)) if n]
-    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes, headline), rows, console)
-    written.append(write_summary(spec, rows, verdicts, plans, searched, left_out).name)
+    summary = run_summary(spec, rows, verdicts, plans, searched, left_out)
+    cost = cost_note(summary)
+    written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes + ([cost] if cost else []),
+                                               headline), rows, console)
+    written.append(write_summary(spec.run_dir, summary).name)
     if spec.experiment:
         out = run_experiment(spec, rows, console)
         console.print(f"Experiment output: {out}")
@@ -148,24 +152,36 @@ def early_stop_note(rows: list[dict], gpu_count: int) -> str | None:
             "every level)")
 
 
-def write_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, searched: dict,
-                  left_out: set[str]) -> Path:
-    """``summary.json`` in the run directory (grid/search/summary.py); startups that never finished are costed
-    with the twin's modelled startup."""
+def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, searched: dict,
+                left_out: set[str]) -> dict:
+    """What ``summary.json`` holds (grid/search/summary.py): startups that never finished are costed with the twin's
+    modelled startup, and each launch's pre-run estimate is the twin's forecast the plan summed."""
     from grid.search import summary
     from grid.search.predict import forecast
 
-    hashes = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
-    modelled = {}
+    launched = {r["config_hash"] for r in rows if r.get("trial_error_class") != "refused"}
+    unready = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
+    modelled, estimated = {}, {}
+    forecastable = engine_class(spec.engine.kind).forecastable()
     for p in plans:
-        if p.config_hash in hashes and engine_class(spec.engine.kind).forecastable():
+        if p.config_hash in launched and forecastable:
             f = forecast(spec, p, spec.version)
-            modelled[p.config_hash] = f.startup_s if f else 0.0
+            if p.config_hash in unready:
+                modelled[p.config_hash] = f.startup_s if f else 0.0
+            if f is not None:
+                estimated[p.config_hash] = f.gpu_s
     refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})
-    return summary.write(spec.run_dir, summary.summarize(
+    return summary.summarize(
         rows, verdicts, objective=spec.objective.kind, search=spec.search.kind, gpu_count=spec.hardware.total_gpus,
         configurations=len(plans), refused=refused, known_to_fail=len(searched.get("known_to_fail", {})),
-        not_run=len(left_out), modelled_startup_s=modelled))
+        not_run=len(left_out), modelled_startup_s=modelled, estimated_s=estimated)
+
+
+def write_summary(run_dir: str, summary: dict) -> Path:
+    """``summary.json`` in ``run_dir`` (grid/search/summary.py)."""
+    from grid.search.summary import write
+
+    return write(run_dir, summary)
 
 
 def undecided(planned: list[str], trial_status: dict[str, str]) -> list[str]:

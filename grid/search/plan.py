@@ -102,6 +102,11 @@ def expected_launches(sp: SearchPlan) -> list[str]:
             trial.record(h, None if c.known_to_fail else c.forecast)
 
 
+#: The plan's third line: what kind of number the estimate is (its error on each run: summary.json estimate_error).
+ESTIMATE_CAVEAT = ("An estimate, not a bound: it counts every load point (early stopping may skip some) at the twin's "
+                   "modelled duration (a busy host stretches them); the report compares it with what the run records")
+
+
 #: What the pre-run estimate prints, line by line, and how each number is defined. docs/schema.md shows this table.
 COST_FIELDS: tuple[tuple[str, str], ...] = (
     ("configurations", "configurations of the sweep (grid.sweep.space.expand)"),
@@ -116,7 +121,9 @@ COST_FIELDS: tuple[tuple[str, str], ...] = (
      "(PerfModel.startup_phases_s, once per launch) plus the modelled seconds of every load point, each level "
      "counted load.repeats times (grid/search/predict.py; with objective max_capacity, the bisection's probes from "
      "the twin's bracket, not repeated), times hardware.total_gpus, / 3600; points early stopping may skip are "
-     "counted (an upper bound); on a resumed run `GPU-hours for the launches left`"),
+     "counted; on a resumed run `GPU-hours for the launches left`. An estimate, not a bound: early stopping makes it "
+     "high, a host slower than the twin's clock (and the gaps between points) low; the report's `Cost:` line and "
+     "summary.json `estimate_error` give its error on the run"),
     ("every launchable configuration", "the same over every configuration not refused and not already recorded "
      "(shown when it differs)"),
 )
@@ -192,4 +199,5 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
                      f"{'launches left' if recorded else 'expected launches'}"
                      + (f" (every launchable configuration: {every / 3600:.2f})"
                         if f"{every / 3600:.2f}" != f"{gpu_s / 3600:.2f}" else ""))  # the same sum in another order
+        lines.append(ESTIMATE_CAVEAT)
     return lines

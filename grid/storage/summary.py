@@ -35,6 +35,10 @@ SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
      "error_class early_stop_slo | early_stop_twin_bound)"),
     ("early_stop_gpu_seconds_saved", "float", "GPU-s", "the twin's forecast of those points' modelled durations "
      "(forecast_duration_s), times hardware.total_gpus"),
+    ("estimated_gpu_seconds", "float", "GPU-s", "the pre-run cost estimate (the twin's startup and every load point, "
+     "as the plan prints it) of the configurations launched; null when some launch has no estimate"),
+    ("estimate_error", "float", "fraction", "gpu_seconds / estimated_gpu_seconds - 1: the estimate's measured error "
+     "on this run (early stopping makes it negative, a host slower than the twin's clock positive)"),
 )
 
 

@@ -49,6 +49,12 @@ def test_early_stop_keeps_the_winner_and_counts_what_it_saved(tmp_path, printed)
     assert summary["early_stopped_points"] == len(stopped)
     assert summary["early_stop_gpu_seconds_saved"] == round(stopped.forecast_duration_s.sum() * 1, 3)  # 1 GPU
     assert json.loads((off / "summary.json").read_text())["early_stopped_points"] == 0
+    # the pre-run estimate against what was recorded: the plan's line, the report's, summary.json's
+    assert any(line.startswith("An estimate, not a bound") for line in out_on.stdout.splitlines())
+    est, used = summary["estimated_gpu_seconds"], summary["gpu_seconds"]
+    assert est > summary["early_stop_gpu_seconds_saved"] > 0 and summary["estimate_error"] == round(used / est - 1, 4)
+    assert (f"Cost: {used / 3600:.2f} GPU-hours recorded for {summary['launches']} launches; the plan estimated "
+            f"{est / 3600:.2f} for them") in " ".join(out_on.stdout.split())
     configs = stopped.config_hash.nunique()
     assert (f"Early stopping (search.early_stop) did not run {len(stopped)} load points of {configs} "
             f"configuration{'s' if configs > 1 else ''} ({len(stopped)} where the twin's upper bound was below the "

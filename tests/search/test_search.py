@@ -220,7 +220,7 @@ def test_unknown_search_kind_is_refused(tmp_path):
 
 def test_summary_exact_values_on_recorded_rows():
     from grid.report.select import Verdict
-    from grid.search.summary import launch_seconds, summarize
+    from grid.search.summary import cost_note, launch_seconds, summarize
     from grid.storage.summary import SUMMARY_FIELDS
 
     s = 1_000_000_000
@@ -241,13 +241,24 @@ def test_summary_exact_values_on_recorded_rows():
     ]
     assert launch_seconds(rows, {"c": 120.0}) == {"a": 325.0, "c": 120.0}
     verdicts = [Verdict("a", "prefill=trtllm", "best", 1234.5, ""), Verdict("c", "x", "failed", None, "")]
+    # the plan's estimate of each launch (modelled s per GPU): a's 300 s startup and 87.5 s of load, c's 200 s
     out = summarize(rows, verdicts, objective="max_output_throughput", search="twin_guided", gpu_count=8,
-                    configurations=3, refused=1, known_to_fail=0, not_run=0, modelled_startup_s={"c": 120.0})
+                    configurations=3, refused=1, known_to_fail=0, not_run=0, modelled_startup_s={"c": 120.0},
+                    estimated_s={"a": 387.5, "c": 200.0})
     assert out == {"launches": 2, "gpu_seconds": 3560.0, "best_label": "prefill=trtllm", "best_value": 1234.5,
                    "objective": "max_output_throughput", "search": "twin_guided", "configurations": 3,
                    "refused": 1, "known_to_fail": 0, "not_run": 0, "early_stopped_points": 2,
-                   "early_stop_gpu_seconds_saved": 420.0}
+                   "early_stop_gpu_seconds_saved": 420.0, "estimated_gpu_seconds": 4700.0,
+                   "estimate_error": -0.2426}                                     # 3560 / 4700 - 1
     assert [k for k, *_ in SUMMARY_FIELDS] == list(out)
+    # 0.99 recorded of 1.31 estimated GPU-h; without the 420 GPU-s skipped, 3560 / 4280 - 1 = -16.8 %
+    assert cost_note(out) == ("Cost: 0.99 GPU-hours recorded for 2 launches; the plan estimated 1.31 for them (-24.3%: "
+                              "early stopping skipped 0.12 GPU-hours of load points, and what ran took -16.8% against "
+                              "its forecast; summary.json estimate_error)")
+    # a launch without an estimate (an engine the twin does not model): no estimate, no error, no line
+    partial = summarize(rows, verdicts, objective="max_output_throughput", search="twin_guided", gpu_count=8,
+                        configurations=3, estimated_s={"a": 387.5})
+    assert (partial["estimated_gpu_seconds"], partial["estimate_error"], cost_note(partial)) == (None, None, None)
 
 
 def test_optuna_never_launches_refused_and_keeps_the_budget():
