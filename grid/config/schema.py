@@ -78,7 +78,8 @@ class EngineSpec(_Spec):
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
     time_scale: float | Literal["auto"] = Field(
         1.0, description="twin only: modelled seconds per real second while serving; 'auto': the fastest clock at "
-                         "which one decode step of the configuration still lasts min_step_real_ms, capped at "
+                         "which one decode step of the configuration still lasts min_step_real_ms (times the host's "
+                         "load average per core where above 1: grid.engines.sim.auto_time_scale), capped at "
                          "max_time_scale")
     max_time_scale: float = Field(20.0, ge=1, description="twin only: cap of the 'auto' time scale")
     min_step_real_ms: float = Field(4.0, gt=0, description="twin only: shortest real decode step 'auto' allows")

@@ -7,6 +7,7 @@ node's hardware, its SGLang version and its clock speed from GRID_TWIN_* variabl
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -66,10 +67,10 @@ class SimEngine(Engine):
     def time_scale(self, flags: list[str], trial: TrialPlan) -> float:
         """The serving clock speed for this configuration (modelled seconds per real second).
 
-        ``auto``: the twin holds its schedule in Python only while a decode step lasts a few real milliseconds
-        (experiments/twin_clock_error.py), so the scale is the configuration's single-stream decode step (from the
-        twin's own performance model) divided by ``min_step_real_ms``, between 1 and ``max_time_scale``: about 20
-        for GLM-5 on 8 PCIe GPUs (90 ms steps), about 1.7 for Llama-3.1-8B on one H100 (7 ms steps).
+        ``auto``: :func:`auto_time_scale` of the configuration's single-stream decode step (the twin's own performance
+        model) and of the host's load when the server launches (:func:`host_load_per_core`, on the node that runs it):
+        about 20 for GLM-5 on 8 PCIe GPUs (90 ms steps) on a quiet host, about 1.7 for Llama-3.1-8B on one H100 (7 ms
+        steps), a third of that on a host running three runnable threads per core.
         """
         engine = self.spec.engine
         if engine.time_scale != "auto":
@@ -77,7 +78,34 @@ class SimEngine(Engine):
         step_s = single_stream_step_s(self.spec, flags, self.version(), trial.load.input_len)
         if step_s is None:
             return 1.0
-        return round(max(1.0, min(engine.max_time_scale, step_s * 1e3 / engine.min_step_real_ms)), 3)
+        return auto_time_scale(step_s, engine.min_step_real_ms, engine.max_time_scale, host_load_per_core())
+
+
+def auto_time_scale(step_s: float, min_step_real_ms: float, max_time_scale: float,
+                    load_per_core: float = 0.0) -> float:
+    """The fastest clock (modelled s per real s) at which one decode step of ``step_s`` modelled seconds still lasts
+    ``min_step_real_ms`` real ms, times the host's ``load_per_core`` where that exceeds 1, between 1 and
+    ``max_time_scale``; rounded to 3 decimals. Pure.
+
+    The twin holds its schedule in Python only while a decode step lasts a few real milliseconds of its own CPU
+    (experiments/twin_clock_error.py). A host with more runnable threads than cores (the 1-minute load average per
+    core: other jobs, CPU burners, a test suite) gives the twin's process about ``1 / load_per_core`` of a core, so
+    each step needs that much more real time to be held; below one runnable thread per core the twin has a core of its
+    own and the scale is the quiet one. Measured (experiments/busy_host.py, README "The twin's clock"): on 2 cores with
+    4 CPU burners the load average is about 5-6 (2.5-3 per core)."""
+    scale = step_s * 1e3 / (min_step_real_ms * max(1.0, load_per_core))
+    return round(max(1.0, min(max_time_scale, scale)), 3)
+
+
+def host_load_per_core() -> float:
+    """This host's 1-minute load average per CPU core (``os.getloadavg`` / ``os.cpu_count``; the share of the CPU
+    this process's affinity allows, where the platform says); 0.0 where the platform has no load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return load / max(1, cores)
 
 
 def single_stream_step_s(spec, flags: list[str], version: str, context_tokens: int) -> float | None:

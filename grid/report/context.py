@@ -137,7 +137,9 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     if engine_class(engine).twin:
         scale = _levels(scales) if scales else str(spec.engine.time_scale)
         startup = spec.engine.startup_time_scale
-        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ("
+        auto = ("engine.time_scale=auto: each decode step at least engine.min_step_real_ms of real time, times the "
+                "host's load average per core where above 1; " if spec.engine.time_scale == "auto" else "")
+        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ({auto}"
                      + (f"{startup:g}x until ready" if startup else "the same until ready")
                      + "); every ms and per-second value is modelled time (README, 'The twin's clock')")
     lines.append(f"Objective: {spec.objective.kind}" + (f" with SLOs {slo_text(spec.objective.slo)}"
