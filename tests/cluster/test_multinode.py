@@ -29,7 +29,8 @@ WORKERS = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}},
 # every configuration runs (search=exhaustive), under the load set here rather than the sweep file's (~sweep.load)
 SWEEP = ["+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
          "sweep.grid.mem_fraction_static=[0.85,0.88,0.9,0.92]", "load.concurrency=[1,4]", "load.input_len=64",
-         "load.output_len=64", "ray.dashboard=false", "engine.time_scale=20"]
+         "load.output_len=64", "ray.dashboard=false", "engine.time_scale=20",
+         "load.min_prompts=8"]  # orchestration, not tails (tests/config/test_tails.py): 8 requests per point
 
 
 def grid_run(cluster, run_dir, *args, popen=False):

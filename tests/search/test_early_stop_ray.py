@@ -19,6 +19,7 @@ SWEEP = [
     "model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=early_stop", "+sweep.grid.max_running_requests=[64,2,1]",
     "load.concurrency=[1,4,16]", "load.input_len=64", "load.output_len=32", "search=exhaustive",
     "ray.dashboard=false", "engine.time_scale=5",
+    "load.min_prompts=8",  # early stopping, not tails (tests/config/test_tails.py): 8 requests per point
 ]
 
 
