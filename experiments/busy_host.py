@@ -25,6 +25,7 @@ search stopped ("the host is too busy to measure") and named no best; uncapped b
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def levels(run_dir: Path) -> pd.DataFrame:
     return lp.groupby(["label", "point_value"]).agg(
         out=("output_tok_per_s", "mean"), out_min=("output_tok_per_s", "min"), out_max=("output_tok_per_s", "max"),
         ttft=("ttft_median_ms", "mean"), behind=("twin_behind_pct", "max"), client=("client_lag_pct", "max"),
-        n=("output_tok_per_s", "size"))
+        scale=("time_scale", "mean"), n=("output_tok_per_s", "size"))
 
 
 def best(run_dir: Path) -> str:
@@ -80,25 +81,37 @@ def main() -> None:
         for b in burners:
             b.kill()
     q, b = levels(tmp / "quiet"), levels(tmp / "busy")
+    # the quiet run's repeat spread: per level where it measured repeats, else the widest any level showed
+    spreads = {k: (r.out_max - r.out_min) / r.out * 100 for k, r in q.iterrows() if r.n > 1}
+    floor = max(spreads.values(), default=float("nan"))
     print(f"quiet run {quiet_s:.0f} s, busy run ({args.burners} CPU burners on {os.cpu_count()} cores) {busy_s:.0f} s")
     print(f"{'configuration':40} {'level':>6} {'quiet tok/s':>11} {'spread':>7} {'busy tok/s':>10} {'diff':>7} "
-          f"{'TTFT q/b ms':>13} {'twin':>6} {'client':>6} flagged")
+          f"{'TTFT q/b ms':>13} {'scale q/b':>10} {'twin':>6} {'client':>6} verdict")
+    tally = {"agrees": 0, "flagged": 0, "neither": 0}
     for key in sorted(set(q.index) | set(b.index)):
         qa, ba = q.loc[key] if key in q.index else None, b.loc[key] if key in b.index else None
         if qa is None or ba is None:
             print(f"{key[0]:40} {key[1]:>6g} measured in {'busy' if qa is None else 'quiet'} run only")
             continue
-        spread = (qa.out_max - qa.out_min) / qa.out * 100 if qa.n > 1 else float("nan")
+        spread = spreads.get(key, floor)
         diff = (ba.out - qa.out) / qa.out * 100
         flagged = max(ba.behind or 0, ba.client or 0) > HOST_NOISE_MAX_PCT
+        verdict = "flagged" if flagged else "agrees" if abs(diff) <= spread else "neither"
+        tally[verdict] += 1
         print(f"{key[0]:40} {key[1]:>6g} {qa.out:>11.1f} {spread:>6.1f}% {ba.out:>10.1f} {diff:>+6.1f}% "
-              f"{qa.ttft:>6.0f}/{ba.ttft:<6.0f} {ba.behind or 0:>5.1f}% {ba.client or 0:>5.1f}% "
-              f"{'yes' if flagged else 'no'}")
+              f"{qa.ttft:>6.0f}/{ba.ttft:<6.0f} {qa.scale:>4.1f}/{ba.scale:<5.1f} {ba.behind or 0:>5.1f}% "
+              f"{ba.client or 0:>5.1f}% {verdict}")
+    print(f"busy points: {tally['agrees']} agree with the quiet run within its spread, {tally['flagged']} flagged as "
+          f"host noise, {tally['neither']} neither")
     for name in ("quiet", "busy"):
         lp = pd.read_parquet(tmp / name / "parquet" / "load_points")
         launched = lp[lp.startup_s.notna()].config_hash.nunique()
         stopped = "host is too busy" in (tmp / name / "report.md").read_text()
-        print(f"{name}: {launched} launches" + (", search stopped: the host is too busy" if stopped else ""))
+        summary = json.loads((tmp / name / "summary.json").read_text())
+        err = summary.get("estimate_error")
+        print(f"{name}: {launched} launches" + (", search stopped: the host is too busy" if stopped else "")
+              + (f", cost {summary['gpu_seconds'] / 3600:.2f} GPU-h recorded vs "
+                 f"{summary['estimated_gpu_seconds'] / 3600:.2f} estimated ({err:+.1%})" if err is not None else ""))
     print(f"best: quiet {best(tmp / 'quiet')}, busy {best(tmp / 'busy')}  (run directories: {tmp})")
 
 

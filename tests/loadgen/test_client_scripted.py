@@ -16,6 +16,7 @@ from grid.metrics.request import request_metrics
 from grid.storage.schema import request_rows
 
 from .scripted import DONE, Reply, ScriptedServer, chat_event, cmpl_event, gen_event, sse, usage
+from tests.timing import slack
 
 
 try:
@@ -233,11 +234,11 @@ def test_one_silent_stream_of_64_fails_with_read_timeout():
 
     t = time.monotonic()
     res, _ = run(script, point=LoadPoint("concurrency", 64, 64), read_timeout_s=0.5)
-    assert time.monotonic() - t < 2.5
+    assert time.monotonic() - t < 2.5 * slack()
     bad = [r for r in res.records if r.status != "ok"]
     assert [(r.prompt_index, r.error_class) for r in bad] == [(17, "read_timeout")]
     lasted = (bad[0].end_perf_ns - bad[0].last_token_perf_ns) / 1e9
-    assert 0.5 <= lasted < 0.5 + 0.5
+    assert 0.5 <= lasted < 0.5 + 0.5 * slack()
     s = summarize(res)
     assert s["completed"] == 63 and s["failed_read_timeout"] == 1 and s["stalled"] is False
     assert request_metrics(bad[0]).ttft_ms is not None  # measured before the failure, kept

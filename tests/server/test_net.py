@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from grid.server import net
+from tests.timing import slack
 
 GRID = Path(__file__).resolve().parents[2] / "grid"
 
@@ -48,7 +49,7 @@ def test_connect_gives_up_after_connect_timeout_not_read_timeout(unaccepting_por
     t0 = time.monotonic()
     with pytest.raises(urllib.error.URLError, match="timed out"):
         net.urlopen(url, timeout=600.0)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 1.0 * slack()
 
 
 def test_reads_keep_the_read_timeout():
@@ -59,7 +60,7 @@ def test_reads_keep_the_read_timeout():
     t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         net.urlopen(f"http://127.0.0.1:{srv.getsockname()[1]}/", timeout=0.5)
-    assert 0.4 < time.monotonic() - t0 < 2.0
+    assert 0.4 < time.monotonic() - t0 < 2.0 * slack()
     srv.close()
 
 

@@ -39,6 +39,7 @@ from grid.config.specs import HardwareSpec, ModelSpec
 from grid.loadgen.records import exceeds_context
 from grid.releases.devices import launch_args, launch_env
 from grid.server.logparse import parse_batch_line
+from tests.timing import slack
 
 pytestmark = pytest.mark.real_sglang
 
@@ -350,7 +351,7 @@ def test_shutdown_ends_the_group(observed):
     got, _, _ = observed
     for kind in ("twin", "sglang"):
         code, took = got[kind]["stop"]
-        assert took < 30, f"{kind}: the process group outlived SIGTERM by {took:.1f} s"
+        assert took < 30 * slack(), f"{kind}: the process group outlived SIGTERM by {took:.1f} s"
 
 
 @pytest.mark.parametrize("extra, words", [

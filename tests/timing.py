@@ -1,0 +1,16 @@
+"""Wall-clock margins for tests that time real processes and sockets (issue 26, item 8).
+
+A bound that holds on a quiet machine is stretched by the host's load: a machine running ``k`` runnable threads per
+core gives each process about ``1 / k`` of a core, so what takes ``t`` quiet takes up to about ``k x t``. Upper bounds
+on elapsed real time are written ``budget_s * slack()``; lower bounds (a timeout that must have been waited for) are
+never stretched. Modelled values (the twin's virtual time) need no slack."""
+
+from __future__ import annotations
+
+from grid.engines.sim import host_load_per_core
+
+
+def slack() -> float:
+    """How many times longer than on a quiet machine a real-time step may take here now: the host's 1-minute load
+    average per core (grid.engines.sim.host_load_per_core), at least 1."""
+    return max(1.0, host_load_per_core())
