@@ -391,8 +391,11 @@ def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerH
         api_key=spec.engine.api_key, label=plan.label, probe_enabled=spec.probe.enabled,
         ready_path=engine.dialect.ready_path))
     ready_ns = time.time_ns()
-    if result.port and result.port != port:  # retried on another port: record the command that ran
-        launch = engine.launch_plan(plan, result.port)
+    if result.port and result.port != port:
+        # retried on another port with the same environment: record the command that ran, and keep the clock the
+        # server was given (a twin's auto time scale reads the host's load again on every plan)
+        again = engine.launch_plan(plan, result.port)
+        launch = replace(launch, argv=again.argv, port=again.port)
     return TrialStart(launch, result, [*infra_notes, *result.infra_retries], launched=True, launch_unix_ns=launch_ns,
                       ready_unix_ns=ready_ns)
 
