@@ -71,6 +71,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
     from grid.search.summary import cost_note
+    from grid.search.summary import write as write_summary_json
     from grid.report.select import behind_note, rank, rejudge, unmeasured_note
     from grid.storage.summary import read_record
     from grid.storage.parquet import read_table
@@ -102,7 +103,7 @@ def report(spec: RunSpec, console: Console) -> list:
     cost = cost_note(summary)
     written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes + ([cost] if cost else []),
                                                headline), rows, console)
-    written.append(write_summary(spec.run_dir, summary).name)
+    written.append(write_summary_json(spec.run_dir, summary).name)
     if spec.experiment:
         out = run_experiment(spec, rows, console)
         console.print(f"Experiment output: {out}")
@@ -176,12 +177,6 @@ def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, se
         configurations=len(plans), refused=refused, known_to_fail=len(searched.get("known_to_fail", {})),
         not_run=len(left_out), modelled_startup_s=modelled, estimated_s=estimated)
 
-
-def write_summary(run_dir: str, summary: dict) -> Path:
-    """``summary.json`` in ``run_dir`` (grid/search/summary.py)."""
-    from grid.search.summary import write
-
-    return write(run_dir, summary)
 
 
 def undecided(planned: list[str], trial_status: dict[str, str]) -> list[str]:

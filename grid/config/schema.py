@@ -232,8 +232,13 @@ class LoadSpec(_Spec):
         return list(self.trace_speed) if DATASETS[self.dataset].arrivals else []
 
     def prompts_for(self, level: float) -> int:
+        """Requests of the load point at ``level`` (streams, or req/s): ``num_prompts`` when set, else
+        ``prompts_per_stream`` x the level, at least ``min_prompts``; an infinite rate (all at once) is a burst of
+        ``min_prompts``."""
         if self.num_prompts is not None:
             return self.num_prompts
+        if not math.isfinite(level):
+            return self.min_prompts
         return max(self.min_prompts, int(round(self.prompts_per_stream * level)))
 
 

@@ -91,8 +91,8 @@ def auto_time_scale(step_s: float, min_step_real_ms: float, max_time_scale: floa
     (experiments/twin_clock_error.py). A host with more runnable threads than cores (the 1-minute load average per
     core: other jobs, CPU burners, a test suite) gives the twin's process about ``1 / load_per_core`` of a core, so
     each step needs that much more real time to be held; below one runnable thread per core the twin has a core of its
-    own and the scale is the quiet one. Measured (experiments/busy_host.py, README "The twin's clock"): on 2 cores with
-    4 CPU burners the load average is about 5-6 (2.5-3 per core)."""
+    own and the scale is the quiet one. The 1-minute average lags a change of load: on a 2-core machine, 75 s after 4
+    CPU burners started it read 2.91 (from 0.19; 1.46 per core), on its way to 4 plus whatever else runs."""
     scale = step_s * 1e3 / (min_step_real_ms * max(1.0, load_per_core))
     return round(max(1.0, min(max_time_scale, scale)), 3)
 

@@ -59,7 +59,7 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
     from grid.twin.scheduler import TwinRequest
     from grid.twin.simulate import simulate
 
-    n = load.prompts_for(level) if math.isfinite(level) else load.prompts_for(load.min_prompts)
+    n = load.prompts_for(level)
     reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len) for i in range(n)]
     if kind == "concurrency":
         c = int(level)

@@ -14,7 +14,7 @@ import re
 from grid.config.schema import DEFAULT_TAIL_PERCENTILE, RunSpec, requests_for_tail
 from grid.engines.base import engine_class
 from grid.releases.flags import catalog_note
-from grid.plan import TrialPlan, level_name
+from grid.plan import TrialPlan, level_name, load_points
 
 
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
@@ -40,9 +40,8 @@ def thin_tail_note(spec: RunSpec, plans: list[TrialPlan]) -> str | None:
     (p99 without SLOs; grid.config.schema), below which that percentile is the slowest request. None otherwise."""
     percentile = spec.objective.slo.percentile
     need = requests_for_tail(percentile)
-    thin = sorted({(kind, float(v), n) for p in plans
-                   for kind, values in (("concurrency", p.load.concurrency), ("rate", p.load.request_rate))
-                   for v in values if math.isfinite(v) and (n := p.load.prompts_for(v)) < need})
+    thin = sorted({(pt.kind, pt.value, pt.num_prompts) for p in plans for pt in load_points(p)
+                   if pt.kind != "trace" and pt.num_prompts < need})  # a trace's requests are the trace's
     if not thin:
         return None
     shown = [f"{level_name({'point_kind': kind, 'point_value': v})} with {n}" for kind, v, n in thin]

@@ -83,3 +83,12 @@ def test_the_report_says_when_a_tail_rests_on_too_few_requests():
     # an SLO at p99.9 needs 1001; one at p95 still leaves the report's p99 columns needing 101
     assert "p99.9 needs at least 1001" in sample_note([{"completed": 500, "slo_percentile": 99.9}])
     assert sample_note([{"completed": 101, "slo_percentile": 95.0}]) is None
+
+
+def test_an_all_at_once_rate_is_a_burst_of_min_prompts(tmp_path):
+    """``load.request_rate=[inf]`` (README: all at once) used to crash planning (``prompts_for`` rounded
+    prompts_per_stream x inf): it is a burst of ``min_prompts`` requests, and the tail note names it."""
+    spec = compose_spec(["load.request_rate=[inf]", "load.concurrency=[]"], str(tmp_path))
+    assert [(p.kind, p.value, p.num_prompts) for p in load_points(expand(spec)[0])] == [("rate", float("inf"), 101)]
+    few = compose_spec(["load.request_rate=[2,inf]", "load.concurrency=[]", "load.min_prompts=8"], str(tmp_path))
+    assert thin_tail_note(few, expand(few)).startswith("2 req/s with 8, inf req/s with 8 requests: fewer than the 101")

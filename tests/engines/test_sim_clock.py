@@ -17,7 +17,7 @@ from grid.sweep.space import expand
     (0.090, 0.0, 20.0),     # GLM-5 on 8 PCIe GPUs: 90 ms / 4 ms = 22.5, capped at 20
     (0.090, 0.9, 20.0),     # under one runnable thread per core: the quiet scale
     (0.090, 2.0, 11.25),    # 22.5 / 2
-    (0.090, 3.0, 7.5),      # two burners per core beside grid's own processes
+    (0.090, 3.0, 7.5),      # 22.5 / 3
     (0.007, 0.0, 1.75),     # Llama-3.1-8B on one H100
     (0.007, 3.0, 1.0),      # never below real time
     (0.0123456, 1.5, 2.058),
