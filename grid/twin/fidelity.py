@@ -152,17 +152,37 @@ def evaluate(runs: list[dict[str, Any]] | None = None) -> list[Row]:
     """Replay every run and return one ``Row`` per published metric."""
     rows: list[Row] = []
     for run in runs if runs is not None else load_runs():
-        perf = perf_for(run)
-        if run["workload"]["kind"] == "decode":
-            values = decode_only(run, perf)
-        else:
-            reqs, conc = workload(run)
-            values = measure(run, simulate(perf, reqs, max_concurrency=conc))
+        values = replay(run, perf_for(run))
         for metric, spec in run["metrics"].items():
             stat = spec.get("stat", "")
             rows.append(Row(run["id"], run["split"], run["source"], run.get("engine", ""), run.get("condition", ""),
                             metric, stat, float(spec["value"]), values[metric][stat], spec.get("tol")))
     return rows
+
+
+def replay(run: dict[str, Any], perf: Any) -> dict[str, dict[str, float]]:
+    """The twin's value of every metric (both statistics) for ``run`` on ``perf`` (any performance model: a
+    calibrated one, grid/twin/calibrate.py, included)."""
+    if run["workload"]["kind"] == "decode":
+        return decode_only(run, perf)
+    reqs, conc = workload(run)
+    return measure(run, simulate(perf, reqs, max_concurrency=conc))
+
+
+def observation(run: dict[str, Any]):
+    """A published run as a calibration measurement (``grid.twin.calibrate.Observation``): its published metrics
+    that a calibration fits (``calibrate.METRICS``; ``input_tok_per_s`` follows the same duration as output tok/s
+    and is left out), each at the statistic the source states; ``source`` is the run id."""
+    from grid.twin.calibrate import METRICS as FITTED, Observation
+
+    stats = {m: spec.get("stat", "") for m, spec in run["metrics"].items() if m in FITTED}
+
+    def values(perf: Any) -> dict[str, float]:
+        twin = replay(run, perf)
+        return {m: twin[m][stat] for m, stat in stats.items()}
+
+    return Observation(source=run["id"], perf=perf_for(run), replay=values,
+                       measured={m: float(run["metrics"][m]["value"]) for m in stats})
 
 
 @dataclass(frozen=True)
