@@ -70,6 +70,7 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.experiments import run_experiment
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
+    from grid.search.calibration import report_note as calibration_note
     from grid.search.summary import cost_note
     from grid.search.summary import write as write_summary_json
     from grid.report.select import behind_note, rank, rejudge, unmeasured_note
@@ -90,7 +91,7 @@ def report(spec: RunSpec, console: Console) -> list:
     note = incomplete_note(len(wanted - left_out),
                            len({r["config_hash"] for r in rows if r["trial_status"] != "skipped"}))
     notes = [n for n in (behind_note(stored), metrics_names_note(rows),
-                         early_stop_note(stored, spec.hardware.total_gpus)) if n] \
+                         early_stop_note(stored, spec.hardware.total_gpus), calibration_note(spec.run_dir)) if n] \
         + search_notes(searched, left_out)
     skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
     if skipped_probe:

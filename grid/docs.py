@@ -3,7 +3,8 @@ stale).
 
 It joins what lives in several layers: the Arrow schemas, summary.json and the status and error-class table
 (grid/storage: ``describe_schema``, whose class rows come from grid/server/statuses.py ``FAILURE_CLASSES``), the
-objectives (grid/report/select.py) and the pre-run cost estimate (grid/search/plan.py). Run it after changing any
+objectives (grid/report/select.py), calibration.json (grid/search/calibration.py) and the pre-run cost estimate
+(grid/search/plan.py). Run it after changing any
 of them, e.g. after adding a failure class (docs/architecture.md "How to add").
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grid.report.select import describe_objectives
+from grid.search.calibration import describe_file as describe_calibration
 from grid.search.plan import describe_cost
 from grid.storage.schema import describe_schema
 
@@ -73,7 +75,8 @@ around the window; per-request latencies always come from the measured requests 
 
 def schema_doc() -> str:
     """docs/schema.md's text: the header above, the schemas and status table, the objectives and the cost estimate."""
-    return SCHEMA_DOC_HEADER + describe_schema() + "\n" + describe_objectives() + "\n" + describe_cost()
+    return (SCHEMA_DOC_HEADER + describe_schema() + "\n" + describe_calibration() + "\n" + describe_objectives() + "\n"
+            + describe_cost())
 
 
 def main() -> None:

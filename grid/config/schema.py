@@ -355,6 +355,19 @@ class SearchSpec(_Spec):
                                     "being -19.6% (held out, sglang PR #10404, Qwen3-Next TP2)")
 
 
+class TwinSpec(_Spec):
+    """The twin calibrated on the sweep's own measurements (grid/twin/calibrate.py, docs/twin.md "Calibration from
+    measured trials"): after each measured configuration grid refits a few coefficients of the twin's model to the
+    load points measured so far, writes them to ``calibration.json`` and re-forecasts the configurations not yet
+    run. Only engines the twin forecasts (``sim``, ``sglang``)."""
+
+    calibrate: bool = Field(True, description="refit the twin on the measured load points after each measured "
+                            "configuration; false: the spec-sheet twin throughout")
+    calibration: str | None = Field(None, description="a calibration.json (or the run directory holding one) of an "
+                                    "earlier sweep on the same hardware, model, engine and release: the starting "
+                                    "point of this sweep's forecasts and calibration")
+
+
 class RunSpec(_Spec):
     name: str
     run_dir: str
@@ -368,6 +381,7 @@ class RunSpec(_Spec):
     accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
     sweep: SweepSpec | None = None
     search: SearchSpec = Field(default_factory=SearchSpec)
+    twin: TwinSpec = Field(default_factory=TwinSpec)
     experiment: dict[str, Any] | None = None
     ray: RaySpec = Field(default_factory=RaySpec)
     dry_run: bool = False

@@ -29,11 +29,25 @@ class SearchPlan:
     #: configurations an earlier run recorded (hash -> measured score, None: failed or no SLO met); the policy was
     #: resumed with them and the estimate counts only what is left to run
     recorded: dict[str, float | None] = field(default_factory=dict)
+    #: the SGLang release the forecasts model; the calibration the sweep started from (``twin.calibration``, or the
+    #: run directory's recorded points on resume) and the latest (grid/search/calibration.py)
+    version: str = ""
+    prior: Any = None
+    calibration: Any = None
 
     def resume(self, recorded: dict[str, float | None]) -> None:
         """Resume the policy with configurations an earlier run recorded (:meth:`Policy.resume`)."""
         self.recorded = dict(recorded)
         self.policy.resume(self.recorded)
+
+    def recalibrate(self, spec: RunSpec, version: str, coefficients) -> None:
+        """Forecast every configuration the twin forecast before again with ``coefficients`` (the twin calibrated
+        on what was measured, grid/search/calibration.py) and hand them to the policy; ``forecasts`` (what the plan
+        printed and the cost estimate counts) stay as they were."""
+        plans = {p.config_hash: p for p in self.plans}
+        self.policy.reforecast({h: ((f.value if f else None), gpu_seconds(spec, f))
+                                for h in self.forecasts if self.forecasts[h] is not None
+                                for f in [forecast(spec, plans[h], version, coefficients)]})
 
     def cost_lines(self, spec: RunSpec) -> list[str]:
         """What the sweep is expected to cost, one line each (printed before it starts)."""
@@ -57,13 +71,14 @@ def max_gpu_s(search, cands: list[Candidate]) -> float | None:
     return min(limits) if limits else None
 
 
-def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> SearchPlan:
-    """Assess every configuration, forecast the ones that may launch and set up ``spec.search``'s policy."""
+def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str, coefficients=None) -> SearchPlan:
+    """Assess every configuration, forecast the ones that may launch (with the twin calibrated to ``coefficients``,
+    grid/twin/calibrate.py, when given) and set up ``spec.search``'s policy."""
     from grid.report.select import OBJECTIVES
 
     known = assess(spec, engine, plans, version)
     forecasts = {p.config_hash: (None if known[p.config_hash].refused or not engine_class(spec.engine.kind).forecastable()
-                                 else forecast(spec, p, version)) for p in plans}
+                                 else forecast(spec, p, version, coefficients)) for p in plans}
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
                        forecast=(f.value if (f := forecasts[p.config_hash]) else None),
@@ -73,7 +88,7 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> S
     policy = SEARCHES[s.kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
                                      try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread,
                                      seed=s.seed, tolerance=s.tolerance, risk=s.risk)
-    return SearchPlan(plans, known, forecasts, policy)
+    return SearchPlan(plans, known, forecasts, policy, version=version)
 
 
 def expected_launches(sp: SearchPlan) -> list[str]:

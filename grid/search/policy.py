@@ -106,6 +106,20 @@ class Policy:
             return 2
         return sorted(cands, key=rank)
 
+    def reforecast(self, new: dict[str, tuple[float | None, float]]) -> None:
+        """New forecasts ``config_hash -> (score, gpu_s)`` (the twin calibrated on what was measured,
+        grid/search/calibration.py): every candidate named takes them, and the queue is ordered again."""
+        import dataclasses
+
+        def updated(c: Candidate) -> Candidate:
+            if c.config_hash not in new:
+                return c
+            value, gpu_s = new[c.config_hash]
+            return dataclasses.replace(c, forecast=value, gpu_s=gpu_s)
+        self.candidates = [updated(c) for c in self.candidates]
+        self.by_hash = {c.config_hash: c for c in self.candidates}
+        self.queue = self.order([updated(c) for c in self.queue])
+
     def resume(self, recorded: dict[str, float | None]) -> None:
         """Configurations recorded by an earlier run: taken out of the queue, their scores known."""
         self.queue = [c for c in self.queue if c.config_hash not in recorded]

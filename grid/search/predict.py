@@ -87,6 +87,49 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
             "tpot_median_ms": _percentile(tpot, 50)}
 
 
+def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
+    """The twin's median TTFT (ms), median TPOT (ms) and output tok/s of one load point as the trial measures it,
+    keyed as grid/twin/calibrate.py ``METRICS``: what a calibration compares with the measured point. A steady-state
+    closed loop (``load.closed_loop_start=staggered``) is replayed as the load generator runs it
+    (:func:`steady_point`); other points as the forecast does (:func:`_simulate_point`)."""
+    import statistics
+
+    if kind == "concurrency" and load.closed_loop_start == "staggered" and int(level) > 0:
+        return steady_point(perf, load, int(level))
+    row = _simulate_point(perf, load, kind, level)
+    return {"ttft_ms": statistics.median(row["ttft_ms"]) if row["ttft_ms"] else math.nan,
+            "tpot_ms": row["tpot_median_ms"], "output_tok_per_s": row["output_tok_per_s"]}
+
+
+def steady_point(perf, load, c: int) -> dict[str, float]:
+    """A steady-state closed loop of ``c`` streams replayed as grid/loadgen/runner.py runs it: a warm-up wave in which
+    stream k asks for ``ceil(output_len x (k + 1) / c)`` tokens (phases spread over one request time), then the
+    ``load.prompts_for(c)`` measured requests, then ``c`` tail requests that keep every stream busy until the last
+    measured one ends. Median TTFT and TPOT (ms) over the measured requests; output tok/s by Little's law for a loop
+    held at ``c`` (``c x`` mean output tokens / mean end-to-end latency of the measured requests), which is what the
+    load generator's window counts when every stream is busy throughout. One full simulation (no wave shortcut: the
+    phases are what it measures); the forecasts keep the shortcut (:func:`_simulate_point`), whose waves prefill
+    together and so see a shorter TTFT than a stream arriving alone in a running batch."""
+    import statistics
+
+    from grid.twin.scheduler import TwinRequest
+    from grid.twin.simulate import simulate
+
+    isl, osl, n = load.input_len, load.output_len, load.prompts_for(c)
+    wave = [TwinRequest(f"w{k}", isl, max(1, math.ceil(osl * (k + 1) / c))) for k in range(c)]
+    measured = [TwinRequest(f"m{i}", isl, osl) for i in range(n)]
+    tail = [TwinRequest(f"t{j}", isl, osl) for j in range(c)]
+    res = simulate(perf, [(0.0, r) for r in wave + measured + tail], max_concurrency=c)
+    done = [r for r in res.requests if r.rid.startswith("m") and r.finish_reason != "abort"]
+    if not done:
+        return {"ttft_ms": math.nan, "tpot_ms": math.nan, "output_tok_per_s": math.nan}
+    tpot = [(r.e2e_s - r.ttft_s) * 1e3 / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
+    mean_e2e = statistics.fmean(r.e2e_s for r in done)
+    return {"ttft_ms": statistics.median(r.ttft_s * 1e3 for r in done),
+            "tpot_ms": statistics.median(tpot) if tpot else math.nan,
+            "output_tok_per_s": c * statistics.fmean(r.output_tokens for r in done) / mean_e2e}
+
+
 def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
     load = plan.load
     if spec.objective.kind == "max_capacity":
@@ -161,8 +204,8 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
 #: the simulation cannot tell apart: the MoE runner flag is keyed as the kernel class it resolves to
 #: (``PerfModel.moe_runner_class``, the only thing the performance model reads of it), and the memory fraction as
 #: the KV pool and running-request cap it yields, each capped at what the wave can use (``c`` requests of
-#: ``input + output`` tokens; a larger pool or cap never binds). tests/search/test_search.py checks the shortcut
-#: against a full simulation.
+#: ``input + output`` tokens; a larger pool or cap never binds); a calibrated model (grid/twin/calibrate.py) by its
+#: coefficients. tests/search/test_search.py checks the shortcut against a full simulation.
 _WAVES: dict[tuple, object] = {}
 _WAVES_MAX = 4096
 
@@ -171,7 +214,7 @@ def _wave_key(perf, tokens: int, requests: int) -> tuple:
     cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None)
     if len(_WAVES) > _WAVES_MAX:
         _WAVES.clear()
-    return (type(perf).__name__, perf.model.name, perf.hardware.name, cfg,
+    return (type(perf).__name__, getattr(perf, "coefficients", None), perf.model.name, perf.hardware.name, cfg,
             min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
 
 
@@ -224,12 +267,17 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
     return max(values) if obj.higher_is_better else min(values)
 
 
-def forecast(spec: RunSpec, plan: TrialPlan, version: str) -> Forecast | None:
-    """The twin's forecast of ``plan``; None when the twin's argument checks refuse it. ``load_s`` counts every level
-    ``load.repeats`` times (the score is the same: the twin's forecast of a level does not change between repeats)."""
+def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) -> Forecast | None:
+    """The twin's forecast of ``plan``, with ``coefficients`` (grid/twin/calibrate.py ``Coefficients``: the twin
+    calibrated on measurements; None: the spec-sheet model); None when the twin's argument checks refuse it.
+    ``load_s`` counts every level ``load.repeats`` times (the score is the same: the twin's forecast of a level does
+    not change between repeats)."""
+    from grid.twin.calibrate import calibrated
+
     perf = twin_model(spec, plan.settings, version)
     if perf is None:
         return None
+    perf = calibrated(perf, coefficients)
     startup = sum(perf.startup_phases_s().values())
     rows = _point_rows(spec, plan, perf)
     value = score(spec, rows)

@@ -1,7 +1,8 @@
 """Ray Tune's search API over a grid search policy: ``PolicySearcher`` (a ``ray.tune.search.Searcher``) suggests the
 configuration the policy picks next, waits while the policy needs a running result, ends the experiment when the
 policy is done, and feeds each finished trial's measured score back (``value_of(config_hash)``, read from the
-trial's Parquet rows) with whether its every point was host noise (``noisy(config_hash)``)."""
+trial's Parquet rows) with whether its every point was host noise (``noisy(config_hash)``), then calls
+``measured(config_hash)`` (the driver recalibrates the twin there, grid/search/calibration.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,19 @@ from grid.search.policy import DONE, WAIT, Policy
 
 class PolicySearcher(Searcher):
     def __init__(self, policy: Policy, value_of: Callable[[str], float | None],
-                 noisy: Callable[[str], bool] = lambda h: False):
+                 noisy: Callable[[str], bool] = lambda h: False,
+                 measured: Callable[[str], None] | None = None):
         super().__init__()
         self.policy = policy
         self.value_of = value_of
         self.noisy = noisy
+        self.measured = measured
         self._trials: dict[str, str] = {}
+
+    def __getstate__(self) -> dict:
+        """What Tune pickles of the searcher with its experiment state: all but the ``measured`` callback (it holds
+        the driver's console; the driver works with the searcher itself, never with the pickled copy)."""
+        return {**self.__dict__, "measured": None}
 
     def suggest(self, trial_id: str):
         h = self.policy.next()
@@ -35,6 +43,8 @@ class PolicySearcher(Searcher):
         if h is not None:
             refused = self.policy.by_hash[h].refused
             self.policy.record(h, None if refused else self.value_of(h), not refused and self.noisy(h))
+            if not refused and self.measured is not None:
+                self.measured(h)
 
     def save(self, checkpoint_path: str) -> None:
         """Tune's periodic snapshot of the searcher: what the policy measured, skipped and issued (a log only: grid

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grid.config.schema import RunSpec
-from grid.engines.base import get_engine
+from grid.engines.base import engine_class, get_engine
 from grid.storage.parquet import set_aside_corrupt
 from grid.sweep import rerun
 from grid.search.plan import indistinct_notes
@@ -202,7 +202,33 @@ def record_refusals(spec: RunSpec, plan: Plan, console) -> list[str]:
     return refused
 
 
-def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
+def _recalibrate(spec: RunSpec, plan: Plan, console) -> Callable[[str], None] | None:
+    """After each measured configuration: update the twin's calibration with its load points that count
+    (grid/search/calibration.py ``updated``), write ``calibration.json``, re-forecast the configurations not yet run and print
+    the calibration; None with ``twin.calibrate=false`` or an engine the twin does not forecast."""
+    search = plan.search
+    if search is None or not spec.twin.calibrate or not engine_class(spec.engine.kind).forecastable():
+        return None
+
+    def after(config_hash: str) -> None:
+        from grid.search.calibration import CALIBRATION_FILE, key, summary_line, updated, write
+
+        plans = {p.config_hash: p for p in plan.all}
+        try:
+            cal = updated(spec, plans, search.version, config_hash, search.calibration, search.prior)
+        except ValueError as e:  # a measured value the fit refuses: said, and the forecasts stay as they were
+            console.print(f"[yellow]Note:[/] the twin was not recalibrated: {e}", highlight=False, soft_wrap=True)
+            return
+        if cal is search.calibration or cal is search.prior or not cal.sources:
+            return
+        search.calibration = cal
+        write(Path(spec.run_dir) / CALIBRATION_FILE, key(spec, search.version), cal)
+        search.recalibrate(spec, search.version, cal.coefficients)
+        console.print(summary_line(cal), highlight=False, soft_wrap=True)
+    return after
+
+
+def _search_args(spec: RunSpec, plan: Plan, plans: dict, console=None) -> dict:
     """Tune's search over ``plan.todo``: the search policy (grid/search/) behind Tune's ``Searcher`` API
     (grid/search/tune.py), fed with the scores read back from each finished trial's Parquet rows. Without a policy
     (no search plan): every configuration, as a grid search."""
@@ -214,7 +240,8 @@ def _search_args(spec: RunSpec, plan: Plan, plans: dict) -> dict:
     from grid.search.measured import only_host_noise, scores
     from grid.search.tune import PolicySearcher
 
-    searcher = PolicySearcher(policy, lambda h: scores(spec, {h}).get(h), lambda h: only_host_noise(spec, h))
+    searcher = PolicySearcher(policy, lambda h: scores(spec, {h}).get(h), lambda h: only_host_noise(spec, h),
+                              _recalibrate(spec, plan, console) if console is not None else None)
     return {"param_space": {}, "tune": {"search_alg": searcher, "num_samples": len(plan.todo)}}
 
 
@@ -280,7 +307,7 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
 
         storage = str((Path(spec.run_dir) / "tune").resolve())
         todo = [p.config_hash for p in plan.todo]
-        search = _search_args(spec, plan, plans)
+        search = _search_args(spec, plan, plans, console)
         for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
             lost = NodeLossCallback(spec, plans, console)
             progress = _progress(plan, plans, console)
@@ -335,6 +362,12 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
     notes += known_notes(plan.all, search.known) + indistinct_notes(spec, search)
     for note in notes:
         console.print(f"[yellow]Note:[/] {note}", highlight=False, soft_wrap=True)
+    if search.calibration is not None:
+        from grid.search.calibration import summary_line
+
+        source = f"twin.calibration={spec.twin.calibration}" if search.prior is not None else "this run's recorded points"
+        console.print(f"Forecasts from the twin calibrated on {source}. " + summary_line(search.calibration),
+                      highlight=False, soft_wrap=True)
     for line in search.cost_lines(spec):
         console.print(line, highlight=False, soft_wrap=True)
     if spec.dry_run:
@@ -383,10 +416,14 @@ def plan_search(spec: RunSpec, engine, plan: Plan, version: str) -> SearchPlan:
     ``spec.search``'s policy over ``plan.todo`` (resumed with the scores already recorded) and put ``plan.todo`` in
     launch order: refused first (no launch), known failures last (first with ``search.try_known_failures``).
     Returns the search plan (also set as ``plan.search``)."""
+    from grid.search.calibration import starting
     from grid.search.measured import scores
     from grid.search.plan import build
 
-    search = plan.search = build(spec, engine, plan.all, version)
+    prior, cal = starting(spec, {p.config_hash: p for p in plan.all}, version) \
+        if engine_class(spec.engine.kind).forecastable() else (None, None)
+    search = plan.search = build(spec, engine, plan.all, version, cal.coefficients if cal else None)
+    search.prior, search.calibration = prior, cal
     recorded = {h for h in plan.done if h not in {p.config_hash for p in plan.todo}}
     if recorded:
         known = scores(spec, recorded)

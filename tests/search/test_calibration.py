@@ -1,0 +1,140 @@
+"""The twin calibrated on a sweep's measurements (grid/search/calibration.py): which recorded points enter it, the
+calibration file and its reuse, and the policy re-forecast with it."""
+
+import json
+import math
+
+import pytest
+
+from grid.config.schema import ConfigError
+from grid.engines.base import get_engine
+from grid.search.calibration import CALIBRATION_FILE, counts, key, load, observations, write
+from grid.search.plan import build
+from grid.search.policy import Budget, Candidate, TwinRanked
+from grid.search.predict import forecast, replay_point
+from grid.sweep.space import expand
+from grid.twin.calibrate import Calibration, Coefficients, Outlier, calibrated, fit
+from tests.config.test_configs import spec_for
+
+SWEEP = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=cal", "+sweep.grid.max_running_requests=[64,8]",
+         "load.concurrency=[1,16]", "load.input_len=256", "load.output_len=64", "load.min_prompts=16"]
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    spec = spec_for(SWEEP, tmp_path)
+    plans = {p.config_hash: p for p in expand(spec)}
+    return spec, plans, get_engine(spec).version()
+
+
+def row(h, level, repeat=0, status="ok", lag=0.0, **measured):
+    return {"config_hash": h, "point_kind": "concurrency", "point_value": float(level), "repeat_index": repeat,
+            "status": status, "trial_status": "ok", "client_lag_pct": lag, "twin_behind_pct": 0.0, **measured}
+
+
+def test_only_points_that_count_enter_and_repeats_are_averaged(sweep):
+    spec, plans, version = sweep
+    a, b = sorted(plans)
+    rows = [row(a, 1, 0, ttft_median_ms=40.0, tpot_median_ms=10.0, output_tok_per_s=90.0),
+            row(a, 1, 1, ttft_median_ms=90.0, tpot_median_ms=10.0, output_tok_per_s=110.0),
+            row(a, 16, 0, status="failed", ttft_median_ms=1.0, tpot_median_ms=1.0, output_tok_per_s=1.0),
+            row(b, 1, 0, lag=35.0, ttft_median_ms=1.0, tpot_median_ms=1.0, output_tok_per_s=1.0),  # host noise
+            row(b, 16, 0, ttft_median_ms=None, tpot_median_ms=12.0, output_tok_per_s=0.0)]
+    assert [counts(r) for r in rows] == [True, True, False, False, True]
+    assert not counts({**rows[0], "trial_status": "failed"})
+    obs = observations(spec, plans, rows, version)
+    assert [o.source for o in obs] == [f"{plans[a].label} ({a}) concurrency 1", f"{plans[b].label} ({b}) concurrency 16"]
+    assert obs[0].measured == pytest.approx({"ttft_ms": 60.0, "tpot_ms": 10.0, "output_tok_per_s": math.sqrt(9900)})
+    assert obs[1].measured == {"tpot_ms": 12.0}  # a missing or zero value is not a measurement
+    # the replay is the forecast's own point, with the coefficients applied
+    twin = obs[0].replay(obs[0].perf)
+    assert twin == replay_point(obs[0].perf, plans[a].load, "concurrency", 1.0)
+    slow = obs[0].replay(calibrated(obs[0].perf, Coefficients(decode=2.0)))
+    assert slow["tpot_ms"] == pytest.approx(2 * twin["tpot_ms"], rel=0.02)
+
+
+def test_a_sweep_recalibrated_on_the_twin_learns_the_planted_coefficients(sweep):
+    spec, plans, version = sweep
+    truth = Coefficients(decode=1.25, prefill=2.0, frontend=3.0)
+    rows = []
+    for h, p in plans.items():
+        for level in (1, 16):
+            v = replay_point(calibrated(observations(spec, {h: p}, [row(h, level, tpot_median_ms=1.0)], version)[0].perf,
+                                        truth), p.load, "concurrency", float(level))
+            rows.append(row(h, level, ttft_median_ms=v["ttft_ms"], tpot_median_ms=v["tpot_ms"],
+                            output_tok_per_s=v["output_tok_per_s"]))
+    cal = fit(observations(spec, plans, rows, version))
+    assert cal.coefficients.decode == pytest.approx(1.25, rel=0.03)
+    assert all(e < 0.02 for e in cal.error_after.values()), cal.error_after
+    # the search plan re-forecasts with it: every forecast now that of the planted twin
+    sp = build(spec, get_engine(spec), list(plans.values()), version)
+    sp.recalibrate(spec, version, cal.coefficients)
+    for h, p in plans.items():
+        assert sp.policy.by_hash[h].forecast == pytest.approx(forecast(spec, p, version, truth).value, rel=0.03)
+        assert sp.forecasts[h].value == forecast(spec, p, version).value  # what the plan printed stays
+
+
+def test_reforecast_orders_the_queue_again():
+    p = TwinRanked([Candidate("a", forecast=100.0), Candidate("b", forecast=90.0), Candidate("c", forecast=80.0)],
+                   Budget(), twin_error=0.05)
+    assert [c.config_hash for c in p.queue] == ["a", "b", "c"]
+    p.reforecast({"c": (120.0, 7.0), "a": (85.0, 5.0)})
+    assert [c.config_hash for c in p.queue] == ["c", "b", "a"]
+    assert p.by_hash["c"].gpu_s == 7.0 and p.by_hash["b"].forecast == 90.0
+
+
+def test_the_calibration_file_round_trips_and_refuses_another_setup(sweep, tmp_path):
+    spec, _, version = sweep
+    cal = Calibration(Coefficients(1.2, 0.5, 2.0), {"decode": 0.05, "prefill": 0.2, "frontend": 1.5}, ("x", "y"),
+                      (Outlier("y", "tpot_ms", 1.8),), (("x", "tpot_ms", 0.2, 0.1, 0.01),))
+    write(tmp_path / "run" / CALIBRATION_FILE, key(spec, version), cal)
+    saved = json.loads((tmp_path / "run" / CALIBRATION_FILE).read_text())
+    assert saved["key"] == {"hardware": "h100_x1", "model": spec.model.name, "engine": "sim", "release": version}
+    assert saved["coefficients"] == {"decode": 1.2, "prefill": 0.5, "frontend": 2.0}
+    # exp(0.2) - 1, exp(0.1) - 1, exp(0.01) - 1
+    assert (saved["error_before"]["tpot_ms"], saved["error_forecast"]["tpot_ms"], saved["error_after"]["tpot_ms"]) == \
+        pytest.approx((0.221403, 0.105171, 0.010050), abs=1e-6)
+    assert load(tmp_path / "run", key(spec, version)) == cal  # the run directory or the file itself
+    other = spec_for([*SWEEP, "hardware=a100_x1"], tmp_path / "other")
+    with pytest.raises(ConfigError, match=r"twin.calibration=.* was fitted on other hardware 'h100_x1' "
+                                          r"\(this sweep: 'a100_x1'\)"):
+        load(tmp_path / "run", key(other, version))
+    with pytest.raises(ConfigError, match=r"twin.calibration=.*nowhere: no calibration.json there"):
+        load(tmp_path / "nowhere")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"not a calibration file \(KeyError"):
+        load(tmp_path / "bad.json")
+
+
+@pytest.mark.integration
+def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tmp_path):
+    """Through Ray Tune on the twin: calibration.json after each measured configuration, the console line, and a
+    second sweep starting from it; a calibration of other hardware is refused before anything launches."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def grid_run(args, run_dir):
+        return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=root,
+                              capture_output=True, text=True, timeout=600)
+
+    first = grid_run([*SWEEP, "search=exhaustive", "search.early_stop=false", "ray.dashboard=false",
+                      "engine.time_scale=5"], tmp_path / "a")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    saved = json.loads((tmp_path / "a" / CALIBRATION_FILE).read_text())
+    assert len(saved["sources"]) == 4 and saved["key"]["hardware"] == "h100_x1"  # 2 configurations x 2 levels
+    # the twin measured against its own forecast: what the calibration learns is the load generator's delivery time
+    # on the twin's fast clock, which TTFT shows most
+    assert saved["error_after"]["ttft_ms"] < saved["error_before"]["ttft_ms"]
+    printed = " ".join(first.stdout.split())
+    assert printed.count("Twin calibrated on ") == 2 and "Twin calibrated on 4 load points: decode" in printed
+    again = grid_run([*SWEEP, "dry_run=true", f"twin.calibration={tmp_path / 'a'}"], tmp_path / "b")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"Forecasts from the twin calibrated on twin.calibration={tmp_path / 'a'}. Twin calibrated on 4 load " \
+           "points" in " ".join(again.stdout.split())
+    other = grid_run([*SWEEP, "hardware=a100_x1", "dry_run=true", f"twin.calibration={tmp_path / 'a'}"],
+                     tmp_path / "c")
+    assert other.returncode == 2
+    assert "was fitted on other hardware 'h100_x1' (this sweep: 'a100_x1')" in " ".join((other.stdout + other.stderr).split())
