@@ -20,6 +20,14 @@ Measured on a 2-core machine (4 burners): quiet run 155 s, every point's ``clien
 launches (output tok/s 10-27% low, TTFT p50 up to 6.8 s against 0.34 s, every point flagged at 64-89%), then the
 search stopped ("the host is too busy to measure") and named no best; uncapped before the stop it launched 5 in
 22 minutes until stopped by hand.
+
+With ``time_scale=auto`` reading the host's load (2026-12-03, 2-core machine, 4 burners): main job quiet 286 s, 4
+launches at time scale 20, best prefill=tilelang decode=trtllm in a named tie; busy 1031 s at time scale 8.0-9.8,
+2 launches, all 5 comparable points flagged (load generator 44-87% late, twin at most 0.5% behind; output tok/s
+1.3-8.2% low, TTFT p50 up to 2.1 s against 0.34 s), the search stopped and named no best. ``+sweep=cuda_graph``:
+quiet 416 s, 6 launches, all six within 0.3% at concurrency 160 (482.5 / 481.8 / 481.8 / 481.6 / 481 / 481 tok/s)
+and reported as a tie; busy 801 s at time scale 8.0-8.3, 2 launches, all 7 comparable points flagged (45-90% late;
+output tok/s -1.5% to +6.1%), stopped, no best.
 """
 
 from __future__ import annotations
