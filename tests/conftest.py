@@ -118,10 +118,19 @@ def printed() -> type[Printed]:
 _COSTLY = ("integration", "faults", "real_server", "real_sglang")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Every test without a costlier marker is a ``unit`` test, so ``-m unit`` selects the fast, in-process ones.
     The directory says which package a test covers (tests/<package>/ mirrors grid/<package>/); the marker says
-    what it costs."""
+    what it costs.
+
+    On a loaded host the per-test timeout (pyproject ``timeout``, pytest-timeout) is stretched by the load per core
+    (tests/timing.py ``slack``): the twin's auto time scale slows by that factor (grid.engines.sim.auto_time_scale),
+    and so does every process a test starts. A test's own ``timeout`` marker is kept."""
+    from tests.timing import slack
+
+    base, k = float(config.getini("timeout") or 0), slack()
     for item in items:
         if not any(item.get_closest_marker(m) for m in _COSTLY):
             item.add_marker(pytest.mark.unit)
+        if base and k > 1 and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(base * k))

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from grid.metrics.hostnoise import host_noise
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.integration
 
 def test_seed_session_within_25_percent(tmp_path):
     out = subprocess.run([sys.executable, "-m", "grid.run", "+experiment=seed_session", "ray.dashboard=false",
-                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=900 * slack(),
                          env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     with open(tmp_path / "seed_vs_twin.csv") as f:
