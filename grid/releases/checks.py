@@ -566,8 +566,9 @@ RULES: list[Rule] = [
          _arch_without_linear_layers, TWIN_SEARCHES, stage="twin",
          reads=()),
     Rule("twin_cpu_host", "0.5.9", None,
-         "the twin cannot model serving on a CPU host ({}): its performance model is of GPUs (tensor cores, HBM, "
-         "NCCL); run real SGLang there with engine=sglang", lambda s, m, h: (getattr(h, "name", "cpu"),),
+         "the twin cannot play a server on a CPU host ({}): its server, logs and failure table are of SGLang on "
+         "GPUs, and its performance model was fitted on GPUs only (on a CPU it is the starting point of a real "
+         "sweep's calibration); run real SGLang there with engine=sglang", lambda s, m, h: (getattr(h, "name", "cpu"),),
          "docs/sources.md#cpu-host", hardware=CPU, stage="twin", with_hardware=True,
          reads=()),
     Rule("trtllm_dsa_needs_sm100", "0.5.12", None,

@@ -211,9 +211,14 @@ def cuda_graph_forecast(spec: RunSpec, settings: Mapping[str, Any], batches: Seq
     tokens (the mean context of a closed loop of ``input_len`` / ``output_len`` tokens): [(batch, off ms, on ms)].
     TPOT follows the decode step. None when the twin refuses either setting (its argument checks, as SGLang's).
     On a GPU whose step is long next to its kernel launches (the PCIe VM of docs/twin.md) the two agree; on a single
-    H100 the twin's A5 anchor is 9.28 ms eager vs 7.06 ms with graphs (grid/twin/perf.py)."""
+    H100 the twin's A5 anchor is 9.28 ms eager vs 7.06 ms with graphs (grid/twin/perf.py). None on a CPU host (no
+    CUDA graphs there)."""
     from grid.releases.flags import parse_version, to_argv
     from grid.twin.configured import perf_model
+    from grid.twin.perf import host_device
+
+    if host_device(spec.hardware):
+        return None
 
     perfs = [perf_model(spec.model, spec.hardware, to_argv({**settings, "cuda_graph": on}, parse_version(spec.version)),
                         spec.version, spec.engine.env) for on in (False, True)]
@@ -288,7 +293,7 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
     except (ValueError, KeyError):
         return []
     perf = perf_model(spec.model, spec.hardware, flags, version, spec.engine.env)
-    if perf is None:
+    if perf is None or perf.on_host:  # the failure table is of GPUs
         return []
     modes = find_failures(spec.model, spec.hardware, perf.cfg, perf)
     return [Cause(m.id, m.description, m.source) for m in modes if cls in EFFECT_CLASSES.get(m.effect, set())]

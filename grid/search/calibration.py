@@ -115,6 +115,19 @@ def starting(spec: RunSpec, plans: Mapping[str, TrialPlan], version: str) -> tup
     return prior, (None if cal == Calibration() else cal)
 
 
+def current(spec: RunSpec) -> Coefficients | None:
+    """The coefficients of the run directory's ``calibration.json`` (the sweep's calibration so far, which each trial's
+    early stopping and capacity bracket use: grid/sweep/measure.py ``level_plan``); None with ``twin.calibrate=false``
+    or before the first configuration was measured."""
+    path = Path(spec.run_dir) / CALIBRATION_FILE
+    if not spec.twin.calibrate or not path.exists():
+        return None
+    try:
+        return load(path).coefficients
+    except ConfigError:  # written as a whole (write) but unreadable: the spec-sheet twin, as before the first fit
+        return None
+
+
 def summary_line(cal: Calibration) -> str:
     """``Twin calibrated on 12 load points: decode 1.21x (1.12-1.31), ...; its error on them (spec sheet / forecast
     / fitted): ttft_ms 44% / 12% / 6%, ...``."""

@@ -53,15 +53,17 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
 def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, str, str], ...]:
     """The known failures (id, effect, source) of ``plan`` on ``spec``'s model and hardware: the launch rules of
     stage ``start`` (grid/releases/checks.py: SGLang starts and dies before it is ready), then the failure-table rows
-    (grid/twin/failures.py) where the twin models the hardware."""
+    (grid/twin/failures.py) where the twin models the hardware (GPUs: the table holds no row of SGLang's CPU
+    engine)."""
     if not engine_class(spec.engine.kind).forecastable():  # the failure table: SGLang's servers grid launches
         return ()
     from grid.releases.checks import start_failures
     from grid.twin.failures import find_failures
+    from grid.twin.perf import host_device
 
     rules = tuple((r.name, "startup_crash", r.where)
                   for r in start_failures(plan.settings, version, spec.model, spec.hardware))
-    perf = twin_model(spec, plan.settings, version)
+    perf = None if host_device(spec.hardware) else twin_model(spec, plan.settings, version)
     if perf is None:
         return rules
     return rules + tuple((f.id, f.effect, f.source) for f in find_failures(spec.model, spec.hardware, perf.cfg, perf))

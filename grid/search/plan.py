@@ -17,6 +17,7 @@ from grid.search import SEARCHES
 from grid.search.knowledge import Known, assess
 from grid.search.policy import Budget, Candidate, Policy
 from grid.search.predict import Forecast, forecast
+from grid.twin.perf import forecasts_need_calibration
 from grid.plan import TrialPlan
 
 
@@ -41,13 +42,13 @@ class SearchPlan:
         self.policy.resume(self.recorded)
 
     def recalibrate(self, spec: RunSpec, version: str, coefficients) -> None:
-        """Forecast every configuration the twin forecast before again with ``coefficients`` (the twin calibrated
-        on what was measured, grid/search/calibration.py) and hand them to the policy; ``forecasts`` (what the plan
-        printed and the cost estimate counts) stay as they were."""
-        plans = {p.config_hash: p for p in self.plans}
-        self.policy.reforecast({h: ((f.value if f else None), gpu_seconds(spec, f))
-                                for h in self.forecasts if self.forecasts[h] is not None
-                                for f in [forecast(spec, plans[h], version, coefficients)]})
+        """Forecast every configuration that may launch again with ``coefficients`` (the twin calibrated on what
+        was measured, grid/search/calibration.py; on a CPU host the first forecasts, grid/twin/perf.py
+        ``forecasts_need_calibration``) and hand them to the policy; ``forecasts`` (what the plan printed and the
+        cost estimate counts) stay as they were."""
+        self.policy.reforecast({p.config_hash: ((f.value if f else None), gpu_seconds(spec, f))
+                                for p in self.plans if not self.known[p.config_hash].refused
+                                for f in [forecast(spec, p, version, coefficients)] if f is not None})
 
     def cost_lines(self, spec: RunSpec) -> list[str]:
         """What the sweep is expected to cost, one line each (printed before it starts)."""
@@ -206,8 +207,8 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
-    if spec.hardware.is_cpu and engine_class(spec.engine.kind).forecastable():
-        lines.append(f"No cost estimate on {spec.hardware.name}: the twin does not model serving on a CPU host")
+    if (why := forecasts_need_calibration(spec.hardware)) and engine_class(spec.engine.kind).forecastable():
+        lines.append(f"No cost estimate on {spec.hardware.name}: {why}")
     elif engine_class(spec.engine.kind).forecastable():
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "

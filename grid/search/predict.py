@@ -173,14 +173,28 @@ def capacity_bracket(spec: RunSpec, capacity: float) -> tuple[float, float]:
     return capacity / (1 + e), capacity / (1 - e)
 
 
-def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str) -> dict:
+def _model(spec: RunSpec, plan: TrialPlan, version: str, coefficients):
+    """The twin's model of ``plan`` calibrated to ``coefficients``; None when the twin refuses the configuration, or
+    when its spec-sheet forecasts of this hardware count only once calibrated and there are no coefficients
+    (grid/twin/perf.py ``forecasts_need_calibration``: a CPU host)."""
+    from grid.twin.calibrate import calibrated
+    from grid.twin.perf import forecasts_need_calibration
+
+    if coefficients is None and forecasts_need_calibration(spec.hardware):
+        return None
+    perf = twin_model(spec, plan.settings, version)
+    return None if perf is None else calibrated(perf, coefficients)
+
+
+def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) -> dict:
     """(point kind, level) -> ``grid.search.levels.LevelForecast`` of each concurrency level and request rate of
-    ``plan`` (the objective's metric, e.g. output tok/s, and the modelled seconds of its point); {} when the twin
-    refuses the configuration. For early stopping across load levels."""
+    ``plan`` (the objective's metric, e.g. output tok/s, and the modelled seconds of its point), by the twin
+    calibrated to ``coefficients`` (None: the spec-sheet model); {} when there is no forecast (:func:`_model`). For
+    early stopping across load levels."""
     from grid.report.select import OBJECTIVES
     from grid.search.levels import LevelForecast
 
-    perf = twin_model(spec, plan.settings, version)
+    perf = _model(spec, plan, version, coefficients)
     if perf is None:
         return {}
     metric = OBJECTIVES[spec.objective.kind].metric
@@ -269,15 +283,13 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
 
 def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) -> Forecast | None:
     """The twin's forecast of ``plan``, with ``coefficients`` (grid/twin/calibrate.py ``Coefficients``: the twin
-    calibrated on measurements; None: the spec-sheet model); None when the twin's argument checks refuse it.
+    calibrated on measurements; None: the spec-sheet model); None when the twin's argument checks refuse it, or
+    its spec-sheet forecasts of the hardware need a calibration first (a CPU host, :func:`_model`).
     ``load_s`` counts every level ``load.repeats`` times (the score is the same: the twin's forecast of a level does
     not change between repeats)."""
-    from grid.twin.calibrate import calibrated
-
-    perf = twin_model(spec, plan.settings, version)
+    perf = _model(spec, plan, version, coefficients)
     if perf is None:
         return None
-    perf = calibrated(perf, coefficients)
     startup = sum(perf.startup_phases_s().values())
     rows = _point_rows(spec, plan, perf)
     value = score(spec, rows)

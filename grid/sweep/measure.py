@@ -73,18 +73,22 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
     its error ``e`` (``search.twin_bound_error``): [c / (1 + e), c / (1 - e)] req/s (without a forecast, from the
     highest ``load.request_rate``, else 1 req/s). Early stopping (``search.early_stop``) gets the twin's per-level
     forecasts and ``best``, the best score recorded in the run directory (``"read"``: read it there; None: none).
+    Both forecasts are the twin's as the sweep has calibrated it so far (``calibration.json``, grid/search/
+    calibration.py ``current``; the spec-sheet twin before the first measured configuration).
     The twin-bound rule applies to higher-is-better objectives the twin forecasts per level (output tok/s, goodput)
     and never to an engine the twin does not describe (``Engine.forecastable``: an external server, another server
     family)."""
     from grid.report.select import OBJECTIVES
+    from grid.search.calibration import current
     from grid.search.predict import Forecast, capacity_bracket, forecast, level_forecasts
 
     load = plan.load
     obj = OBJECTIVES[spec.objective.kind]
     s = spec.search
     unmodelled = not engine.forecastable()
+    coefficients = None if unmodelled else current(spec)
     if spec.objective.kind == "max_capacity":
-        f: Forecast | None = None if unmodelled else forecast(spec, plan, engine.version())
+        f: Forecast | None = None if unmodelled else forecast(spec, plan, engine.version(), coefficients)
         c = f.value if f is not None else None
         if c is None:
             lo = hi = max(load.request_rate, default=1.0)
@@ -100,7 +104,7 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
                                             spec.objective.capacity_max_probes, probe))
     points = load_points(plan)
     bounded = s.early_stop and not unmodelled and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
-    forecasts = level_forecasts(spec, plan, engine.version()) if s.early_stop and not unmodelled else {}
+    forecasts = level_forecasts(spec, plan, engine.version(), coefficients) if s.early_stop and not unmodelled else {}
     known: float | None = None  # the best to beat (the twin-bound rule only)
     if not bounded:  # the durations still say what a skipped point saves
         forecasts = {k: LevelForecast(None, f.duration_s) for k, f in forecasts.items()}

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grid.releases.checks import twin_hardware_refusal
 from grid.twin import cli
 from grid.twin.perf import PerfModel
 
@@ -16,10 +15,9 @@ def perf_model(model: Any, hardware: Any, flags: Sequence[str], version: str,
                env: Mapping[str, str] | None = None) -> PerfModel | None:
     """``PerfModel`` of SGLang ``version`` launched with ``flags`` (argv, without ``--model-path``) on ``model`` /
     ``hardware`` (``ModelSpec`` / ``HardwareSpec``); ``env`` is the server's environment (the speculative acceptance
-    length, grid/twin/speculative.py). None when the twin refuses the flags, as SGLang would, and on a CPU host
-    (``hardware.vendor: cpu``), which the twin does not model (grid/releases/checks.py rule ``twin_cpu_host``)."""
-    if twin_hardware_refusal(hardware) is not None:
-        return None
+    length, grid/twin/speculative.py). None when the twin refuses the flags, as SGLang would. On a CPU host
+    (``hardware.vendor: cpu``) the model is the calibration's starting point (grid/twin/perf.py ``host_device``); the
+    twin's server does not play it (grid/releases/checks.py rule ``twin_cpu_host``)."""
     try:
         args = cli.parse_args(["--model-path", "m", *flags], version)
         cli.resolve_args(args, model)

@@ -330,6 +330,26 @@ def gemm_efficiency(rows: float, cols: float) -> float:
     return ETA_GEMM_MAX * rows / (rows + GEMM_ROWS_HALF) * cols / (cols + GEMM_COLS_HALF)
 
 
+def host_device(hardware: HardwareSpec) -> bool:
+    """Whether ``hardware`` is the host CPU serving as SGLang's device (``vendor: cpu``, conf/hardware/cpu_host.yaml).
+
+    The model then keeps its structure (bytes and FLOPs per step from the architecture, the CPU's spec-sheet bandwidth
+    and peak, one dispatch cost per op) but runs ops one after the other: a CPU computes what it dispatches, there is
+    no queue of kernels to overlap with. None of the fitted constants (module docstring) was fitted on a CPU, so the
+    spec-sheet forecasts of a CPU host are a starting point for the sweep's calibration (grid/twin/calibrate.py,
+    :func:`forecasts_need_calibration`), not a forecast to decide on."""
+    return getattr(hardware, "vendor", "nvidia") == "cpu"
+
+
+def forecasts_need_calibration(hardware: HardwareSpec) -> str | None:
+    """Why the twin's spec-sheet forecasts of ``hardware`` must not decide anything before a calibration on measured
+    points (None when they may): its constants were fitted on NVIDIA GPUs only (docs/twin.md section 1)."""
+    if host_device(hardware):
+        return (f"the twin's constants were fitted on GPUs; on {getattr(hardware, 'name', 'a CPU host')} (a CPU) "
+                "its forecasts count once the sweep has calibrated it on measured points")
+    return None
+
+
 def _peak_tflops(hw: HardwareSpec, dtype: str) -> float:
     t = hw.tflops
     for key in (dtype, "fp8", "bf16"):
@@ -397,6 +417,12 @@ class PerfModel:
         else:
             self.cuda_graph_batch_sizes = ()
             self.cuda_graph_max_bs = 0
+        #: The host CPU is the device (``hardware.vendor: cpu``, SGLang's ``--device cpu``): no CUDA graphs, and each
+        #: op's own time and its dispatch from Python run one after the other instead of overlapping (see
+        #: :func:`host_device`).
+        self.on_host = host_device(hw)
+        if self.on_host:
+            self.cuda_graph_batch_sizes, self.cuda_graph_max_bs = (), 0
 
         # --- memory fraction --------------------------------------------------------------------------------------------
         if cfg.mem_fraction_static is not None:
@@ -629,6 +655,8 @@ class PerfModel:
         t_cpu_eager = 0.0 if graph else kernels * T_OP_CPU_EAGER
         gpu = max(t_memory, t_compute) + comm + t_launch_gpu
         t_cpu = T_STEP_CPU + bs * T_REQ_CPU
+        if self.on_host:  # one device: the ops' time and their dispatch add up
+            gpu, t_launch_gpu = max(t_memory, t_compute), 0.0
         n = self.tp
         allreduce_bytes = (self._n_allreduce() * 2 * (n - 1) / n * bs * m.hidden_size * 2) if n > 1 else 0.0
         return {
@@ -645,7 +673,7 @@ class PerfModel:
             "eager_exposed": max(0.0, t_cpu_eager - gpu),
             "cpu": t_cpu,
             "gpu": gpu,
-            "total": max(gpu, t_cpu_eager) + t_cpu,
+            "total": (gpu + t_cpu_eager if self.on_host else max(gpu, t_cpu_eager)) + t_cpu,
         }
 
     def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
@@ -749,6 +777,8 @@ class PerfModel:
         # prefill is not graph-captured unless --enable-piecewise-cuda-graph: Python launches every op, overlapped
         # with the GPU, so only the excess over the GPU time shows
         cpu_eager = 0.0 if self.cfg.piecewise_cuda_graph else kernels * T_OP_CPU_EAGER
+        if self.on_host:  # one device: the ops' time and their dispatch add up
+            return max(t_memory, t_compute) + kernels * T_OP_CPU_EAGER + T_STEP_CPU + seqs * T_REQ_CPU
         return max(gpu, cpu_eager) + T_STEP_CPU + seqs * T_REQ_CPU
 
     def frontend_latency_s(self, input_tokens: int) -> float:

@@ -195,3 +195,24 @@ def test_the_report_command_is_the_one_launched(sweep):
     report = (run_dir / "report.md").read_text()
     assert expected in report, f"{expected}\nnot in the report:\n{report[:3000]}"
     assert "SGLANG_USE_CPU_ENGINE=1" in expected and "--device cpu" in expected
+
+
+def test_the_twin_calibrates_itself_on_the_real_server(sweep):
+    """Issue 23: the calibration runs inside a real sweep too. On a CPU host the twin's spec-sheet forecasts decide
+    nothing until it is calibrated (grid/twin/perf.py ``forecasts_need_calibration``); the resumed run fits every
+    point recorded before the SIGKILL and updates on each configuration it measures after."""
+    run_dir = sweep["run_dir"]
+    saved = json.loads((run_dir / "calibration.json").read_text())
+    assert saved["key"] == {"hardware": "cpu_host", "model": "tiny_llama", "engine": "sglang",
+                            "release": sweep["version"]}
+    from grid.search.calibration import counts
+
+    # one observation per configuration and level that counts (not host noise): of the four configurations SGLang
+    # serves, at concurrency 1 and 4
+    levels = {(r["config_hash"], r["point_value"]) for r in read_table(run_dir, "load_points").to_pylist()
+              if counts(r)}
+    assert len(saved["sources"]) == len(levels) and len(levels) >= 6
+    # the spec-sheet twin is of a GPU-like machine; the calibrated one fits the measured points far better
+    for metric in ("tpot_ms", "output_tok_per_s"):
+        assert saved["error_after"][metric] < saved["error_before"][metric] / 2, saved
+    assert f"The twin was calibrated (calibration.json) on {len(levels)} load points" in (run_dir / "report.md").read_text()

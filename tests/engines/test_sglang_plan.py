@@ -43,13 +43,32 @@ def test_the_cpu_sweep_plans_four_to_run_and_two_known_failures(tmp_path):
     assert sum(1 for k in by_label.values() if not k.known_to_fail and not k.refused) == 4
 
 
-def test_the_twin_does_not_model_a_cpu_host(tmp_path):
+def test_on_a_cpu_host_the_twin_adds_up_op_time_and_dispatch_and_forecasts_only_once_calibrated(tmp_path):
+    from grid.search.predict import forecast, level_forecasts
+    from grid.twin import perf as pm
+    from grid.twin.calibrate import Coefficients
+
     spec = _spec(tmp_path)
-    assert perf_model(spec.model, spec.hardware, ["--max-total-tokens", "65536"], "0.5.23") is None
+    perf = perf_model(spec.model, spec.hardware, ["--max-total-tokens", "65536"], "0.5.23")
+    assert perf.on_host and perf.cuda_graph_max_bs == 0 and perf.kv_capacity_tokens == 65536
+    t = perf.breakdown(4, 4 * 96)
+    # 2 layers x 14 ops + 6 (embedding, final norm, head, sampling), each dispatched from Python, none overlapped
+    assert t["eager_cpu"] == pytest.approx(34 * pm.T_OP_CPU_EAGER)
+    assert t["launch"] == 0.0 and t["allreduce"] == 0.0
+    assert t["total"] == pytest.approx(max(t["memory"], t["compute"]) + 34 * pm.T_OP_CPU_EAGER + pm.T_STEP_CPU
+                                       + 4 * pm.T_REQ_CPU)
+    assert perf.prefill_step_s(64) > 34 * pm.T_OP_CPU_EAGER + pm.T_STEP_CPU
+    # the constants were fitted on GPUs: no forecast decides anything before a calibration
+    plan = expand(spec)[0]
+    assert pm.forecasts_need_calibration(spec.hardware).startswith("the twin's constants were fitted on GPUs")
+    assert forecast(spec, plan, "0.5.23") is None and level_forecasts(spec, plan, "0.5.23") == {}
+    calibrated = forecast(spec, plan, "0.5.23", Coefficients(decode=10.0))
+    assert calibrated is not None and calibrated.value > 0
+    assert level_forecasts(spec, plan, "0.5.23", Coefficients(decode=10.0))
 
 
 def test_the_twin_refuses_a_cpu_host_before_launch(tmp_path):
-    with pytest.raises(ConfigError, match=r"^hardware=cpu_host: the twin cannot model serving on a CPU host "
-                                          r"\(cpu_host\): its performance model is of GPUs .* run real SGLang there "
+    with pytest.raises(ConfigError, match=r"^hardware=cpu_host: the twin cannot play a server on a CPU host "
+                                          r"\(cpu_host\): its server, logs and failure table are of SGLang on GPUs.* run real SGLang there "
                                           r"with engine=sglang \(engine=sim is the twin"):
         compose_spec(["hardware=cpu_host"], tmp_path / "run")
