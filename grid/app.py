@@ -103,7 +103,7 @@ def report(spec: RunSpec, console: Console) -> list:
     summary = run_summary(spec, rows, verdicts, plans, searched, left_out)
     cost = cost_note(summary)
     written = build.write(spec, build.assemble(spec, verdicts, rows, plans, notes + ([cost] if cost else []),
-                                               headline), rows, console)
+                                               headline, searched), rows, console)
     written.append(write_summary_json(spec.run_dir, summary).name)
     if spec.experiment:
         out = run_experiment(spec, rows, console)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grid.report.select import describe_objectives
 from grid.search.calibration import describe_file as describe_calibration
+from grid.search.measured import describe_search_file
 from grid.search.plan import describe_cost
 from grid.storage.schema import describe_schema
 
@@ -75,8 +76,8 @@ around the window; per-request latencies always come from the measured requests 
 
 def schema_doc() -> str:
     """docs/schema.md's text: the header above, the schemas and status table, the objectives and the cost estimate."""
-    return (SCHEMA_DOC_HEADER + describe_schema() + "\n" + describe_calibration() + "\n" + describe_objectives() + "\n"
-            + describe_cost())
+    return (SCHEMA_DOC_HEADER + describe_schema() + "\n" + describe_calibration() + "\n" + describe_search_file()
+            + "\n" + describe_objectives() + "\n" + describe_cost())
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from grid.config.schema import RunSpec
 from grid.metrics.loadpoint import SLO_COLUMNS, SLO_LATENCY_KEYS
-from grid.report import context, explain, relevance
+from grid.report import context, explain, forecasts, relevance
 from grid.report.html import HtmlReport, render_html
 from grid.report.lead import lead_lines, sweep_base
 from grid.report.pareto import fronts as pareto_fronts
@@ -78,12 +78,14 @@ class Report:
     failures: list = field(default_factory=list)
     lead: list[str] = field(default_factory=list)   # the best's lead over the runner-up and the sweep's base
     headline: list[str] = field(default_factory=list)  # what qualifies the answer itself (an incomplete sweep)
+    searched: dict = field(default_factory=dict)  # search.json: the twin's forecasts with their intervals
 
 
 def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str],
-             headline: list[str] | None = None) -> Report:
+             headline: list[str] | None = None, searched: dict | None = None) -> Report:
     """Everything the report says, from the ranked ``verdicts`` and re-judged ``rows`` (see module docstring).
-    ``notes``: caveats (listed after the answer); ``headline``: what qualifies the answer itself (shown above it)."""
+    ``notes``: caveats (listed after the answer); ``headline``: what qualifies the answer itself (shown above it);
+    ``searched``: the search's record (``search.json``: the twin's forecasts, grid/report/forecasts.py)."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
     version = next((r["engine_version"] for r in rows if r.get("engine_version")), None)
     base = sweep_base(plans, version) if version and plans else None
@@ -99,6 +101,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),
         lead=lead_lines(verdicts, OBJECTIVES[spec.objective.kind], base),
         headline=list(headline or []),
+        searched=dict(searched or {}),
     )
 
 
@@ -113,12 +116,12 @@ def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
     write_rejudged(run_dir, rows, spec.objective.kind)
     sections = ["## Pareto fronts (throughput vs latency, every configuration and load level)", "",
                 *[f"- {f.describe()}" for f in rep.fronts], "", *explain.markdown_lines(rep.failures),
-                rejudge_note(spec)]
+                *forecasts.markdown_lines(rep.searched, spec.objective.kind), rejudge_note(spec)]
     (run_dir / "report.md").write_text(markdown(rep.verdicts, title, rep.notes, measured=rep.measured,
                                                 command=rep.command, sections=sections, lead=rep.lead,
                                                 headline=rep.headline))
     page = HtmlReport(title, rep.verdicts, rep.measured, rep.notes, rep.command, rep.fronts, rep.failures,
-                      (rejudge_note(spec),), rep.lead, rep.headline)
+                      (rejudge_note(spec),), rep.lead, rep.headline, rep.searched, spec.objective.kind)
     (run_dir / "report.html").write_text(render_html(page), encoding="utf-8")
     written = ["report.md", "report.html", REJUDGED_PATH.as_posix()]
     if plot(rep.verdicts, run_dir / "throughput.png"):

@@ -46,6 +46,8 @@ class HtmlReport:
     extra: Sequence[str] = field(default_factory=tuple)   # further plain-text paragraphs (e.g. re-judge note)
     lead: Sequence[str] = ()   # the best's lead over the runner-up and the sweep's base (grid.report.lead)
     headline: Sequence[str] = ()   # what qualifies the answer itself (an incomplete sweep), above it
+    searched: Mapping[str, Any] = field(default_factory=dict)   # search.json: the twin's forecasts and intervals
+    objective_kind: str = ""
 
 
 def _pyplot():
@@ -226,6 +228,23 @@ pre.cmd{white-space:pre-wrap}img{max-width:100%;border:1px solid #ddd;margin:6px
 .best{color:#060;font-weight:bold}.failed{color:#a00}.invalid{color:#a60}.skipped{color:#808}"""
 
 
+def _forecasts_html(rep: HtmlReport) -> list[str]:
+    """The twin's forecasts with their intervals (grid/report/forecasts.py), or nothing when none was recorded."""
+    from grid.report import forecasts
+    from grid.report.select import OBJECTIVES
+
+    rows = forecasts.forecast_rows(rep.searched, rep.objective_kind) if rep.objective_kind else []
+    if not rows:
+        return []
+    unit = OBJECTIVES[rep.objective_kind].unit
+    out = [f"<h2>{_e(forecasts.TITLE)}</h2><p>{_e(forecasts.summary(rows, bool(rep.searched.get('calibrated'))))}"
+           "</p><table id='forecasts'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in forecasts.HEADER) + "</tr>"]
+    for r in rows:
+        c = forecasts.cells(r, unit)
+        out.append(f"<tr><td><code>{_e(c[0])}</code></td>" + "".join(f"<td>{_e(x)}</td>" for x in c[1:]) + "</tr>")
+    return out + ["</table>"]
+
+
 def render_html(rep: HtmlReport) -> str:
     """The page as one string (UTF-8, no external resources). It leads with the answer: the best configuration, its
     launch command, its lead over the runner-up and the sweep's base; then the caveats in one list, what was
@@ -280,6 +299,7 @@ def render_html(rep: HtmlReport) -> str:
         out.append(f"<tr><td>{i}</td><td>{names}</td><td class='{grp.outcome}'>{_e(grp.outcome)}{count}"
                    f"</td><td>{_e(grp.reason)}</td><td>{_e(short_diagnosis(grp.first))}</td></tr>")
     out.append("</table>")
+    out += _forecasts_html(rep)
     if rep.failures:
         out.append("<h2>Why configurations failed (grouped by cause)</h2>")
         for g in rep.failures:

@@ -51,3 +51,28 @@ def write_record(run_dir: str, record: dict) -> Path:
     return path
 
 
+#: search.json's keys: (key, type, unit, definition), for docs/schema.md (grid/docs.py).
+SEARCH_FILE_KEYS = (
+    ("search", "string", "", "the search that ran (`search.kind`)"),
+    ("issued", "list", "", "config hashes in the order the search handed them out (refused ones first)"),
+    ("skipped", "object", "", "config hash -> label and reason of each configuration the search chose not to launch"),
+    ("known_to_fail", "object", "", "config hash -> label and text of each configuration known to fail here"),
+    ("objective", "string", "", "the objective the scores below are of (`objective.kind`)"),
+    ("calibrated", "bool", "", "whether the forecasts are the twin calibrated on the sweep's measurements "
+                               "(calibration.json) or its spec-sheet model"),
+    ("forecasts", "object", "objective's unit",
+     "config hash -> `label`, `forecast` (the twin's score), `expected` (with the twin's error learned from the "
+     "measured configurations, grid/search/intervals.py), `low` / `high` (its 95% interval for a measurement) and "
+     "`measured` (null: not run), for every configuration that could launch and has a positive forecast"),
+)
+
+
+def describe_search_file() -> str:
+    """docs/schema.md's section on ``search.json``."""
+    lines = ["### search.json", "",
+             "The search's record (grid/sweep/driver.py `record_search`), written when the sweep's trials end: what it "
+             "launched, what it left out and why, and each configuration's forecast with its interval (the report's "
+             "\"The twin's forecasts\" table).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
+    lines += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SEARCH_FILE_KEYS]
+    return "\n".join(lines) + "\n"
+

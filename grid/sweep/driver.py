@@ -439,12 +439,18 @@ def record_search(spec: RunSpec, plan: Plan) -> None:
 
     if plan.search is None:
         raise ValueError("record_search: the plan has no search (plan_search was not run)")
+    from grid.search.intervals import intervals
+
     policy = plan.search.policy
     labels = {p.config_hash: p.label for p in plan.all}
+    ranges = intervals(policy.candidates, policy.measured, policy.higher_is_better, policy.twin_error, policy.spread)
     write_record(spec.run_dir, {
         "search": spec.search.kind,
         "issued": policy.issued,
         "skipped": {h: {"label": labels.get(h), "reason": why} for h, why in policy.skipped.items()},
         "known_to_fail": {h: {"label": labels.get(h), "text": k.text()} for h, k in plan.search.known.items()
                           if k.known_to_fail},
+        "calibrated": plan.search.calibration is not None, "objective": spec.objective.kind,
+        "forecasts": {h: {"label": labels.get(h), "forecast": i.forecast, "expected": i.expected, "low": i.low,
+                          "high": i.high, "measured": i.measured} for h, i in ranges.items()},
     })

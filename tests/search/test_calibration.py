@@ -130,6 +130,15 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
     assert saved["error_after"]["ttft_ms"] < saved["error_before"]["ttft_ms"]
     printed = " ".join(first.stdout.split())
     assert printed.count("Twin calibrated on ") == 2 and "Twin calibrated on 4 load points: decode" in printed
+    # each configuration's forecast with its interval, in search.json and the report
+    searched = json.loads((tmp_path / "a" / "search.json").read_text())
+    assert searched["calibrated"] is True and searched["objective"] == "max_output_throughput"
+    assert len(searched["forecasts"]) == 2
+    for f in searched["forecasts"].values():
+        assert f["measured"] > 0 and f["low"] < f["expected"] < f["high"] and f["forecast"] > 0
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert "## The twin's forecasts (95% interval)" in report and "Twin: the twin calibrated on this sweep's" in report
+    assert "<table id='forecasts'>" in (tmp_path / "a" / "report.html").read_text()
     again = grid_run([*SWEEP, "dry_run=true", f"twin.calibration={tmp_path / 'a'}"], tmp_path / "b")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"Forecasts from the twin calibrated on twin.calibration={tmp_path / 'a'}. Twin calibrated on 4 load " \
