@@ -56,9 +56,33 @@ def test_timeout_kills_group(tmp_path):
     pgid = s.pgid
     t0 = time.monotonic()
     with pytest.raises(StartupError) as e:
-        s.wait_ready(timeout_s=0.5)
+        s.wait_ready(timeout_s=0.5, min_real_s=0)
     assert e.value.error_class == "startup_timeout" and time.monotonic() - t0 < 15 * slack()
     assert group_gone(pgid)
+
+
+def test_a_process_still_starting_its_interpreter_gets_real_seconds_whatever_its_modelled_timeout(tmp_path):
+    # issue 26: the twin's startup clock runs 200x, so its modelled timeout is 9 real seconds; on a busy host its
+    # interpreter had not even opened the port by then and the configuration was charged a startup_timeout
+    port = free_port()
+    s = ManagedServer([sys.executable, SCRIPT, str(port), "100", "0"], {}, tmp_path / "s.log", "127.0.0.1", port,
+                      time_scale=200.0)
+    t0 = time.monotonic()
+    s.start()
+    with pytest.raises(StartupError) as e:
+        s.wait_ready(timeout_s=1.0, min_real_s=2.0)  # 5 ms real by the clock scale; silent, port closed
+    assert e.value.error_class == "startup_timeout" and time.monotonic() - t0 >= 2.0
+    # a process that has written to its log is past its interpreter's start: its modelled timeout holds
+    talking = ManagedServer([sys.executable, "-c", "import time; print('Load weight begin', flush=True); "
+                             "time.sleep(100)"], {}, tmp_path / "t.log", "127.0.0.1", free_port(), time_scale=200.0)
+    talking.start()
+    deadline = time.monotonic() + 30 * slack()
+    while not talking.log_tail().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    with pytest.raises(StartupError):
+        talking.wait_ready(timeout_s=1.0, min_real_s=60.0)
+    assert time.monotonic() - t0 < 10 * slack()
 
 
 def test_port_in_use_detected_before_launch(tmp_path):
