@@ -18,6 +18,17 @@ grid/search/optuna.py), one launch at a time. GPU-seconds are the twin's modelle
     python experiments/search_benchmark.py                      # +sweep=joint, 5 seeds, both modes, VARIANTS
     python experiments/search_benchmark.py --bias-mode flags --residual 0.052 --variant none
 
+**Calibrated forecasts** (issue 23; ``--true-coefficients SD_DECODE,SD_PREFILL``): the machine is not the spec
+sheet. Per seed, its decode and prefill times are the twin's times log-normal factors (:func:`true_coefficients`),
+and a configuration's measured score is the twin's forecast under them times the same bias and noise as above. The
+searches start from the spec-sheet forecasts; ``calibrate=1`` in a variant does what the sweep's driver does after
+each measured configuration (:class:`Calibrating`: its load points update the twin's calibration, every
+configuration is forecast again, the search's error model then learns the calibrated residuals). GPU-seconds are
+then the true machine's (the twin under the true coefficients).
+
+    python experiments/search_benchmark.py --true-coefficients 0.47,0.95 --bias-mode flags --seeds 3 \
+        --variant "twin_guided, calibrated:kind=twin_guided,calibrate=1" --override load.min_prompts=8
+
 Prints one line per seed and a markdown table: per search and bias mode, the median and worst distance from the
 exhaustive optimum (%), the median and worst GPU-seconds as a share of exhaustive's, and the median launches.
 """
@@ -25,16 +36,20 @@ exhaustive optimum (%), the median and worst GPU-seconds as a share of exhaustiv
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
-
+from functools import partial
 
 from grid.compose import compose_spec
 from grid.engines.base import get_engine
-from grid.search.plan import build
+from grid.search.knowledge import twin_model
+from grid.search.plan import SearchPlan, build
 from grid.search.policy import DONE, WAIT, Budget, Exhaustive
+from grid.search.predict import replay_point
 from grid.sweep.space import expand
+from grid.twin.calibrate import Coefficients, Observation, calibrated, fit
 
 
 
@@ -88,8 +103,10 @@ def measured_scores(cands, seed: int, bias: float, noise: float, mode: str = "co
     return out
 
 
-def drive(policy, scores) -> tuple[float | None, float, int]:
-    """Run a policy to the end against ``scores``: (best measured, GPU-seconds, launches)."""
+def drive(policy, scores, learn=None, cost=None) -> tuple[float | None, float, int]:
+    """Run a policy to the end against ``scores``: (best measured, GPU-seconds, launches). ``learn(h)``: called after
+    each measured configuration (the twin's calibration, :class:`Calibrating`); ``cost``: hash -> GPU-seconds a
+    launch takes (default: the policy's own estimate, its candidates' ``gpu_s``)."""
     gpu_s, launches = 0.0, 0
     while True:
         h = policy.next()
@@ -100,9 +117,54 @@ def drive(policy, scores) -> tuple[float | None, float, int]:
         c = policy.by_hash[h]
         if not c.refused:
             launches += 1
-            gpu_s += c.gpu_s
+            gpu_s += c.gpu_s if cost is None else cost[h]
         policy.record(h, scores[h])
+        if learn is not None and not c.refused and scores[h] is not None:
+            learn(h)
     return policy.best(), gpu_s, launches
+
+
+def true_coefficients(seed: int, sd: tuple[float, float]) -> Coefficients:
+    """The machine's truth in ``--true-coefficients`` mode: the twin's decode and prefill times are off by
+    log-normal factors (sigma ``sd``), seeded; the front end as modelled."""
+    rng = random.Random(f"coefficients:{seed}")
+    return Coefficients(decode=math.exp(rng.gauss(0, sd[0])), prefill=math.exp(rng.gauss(0, sd[1])))
+
+
+class Calibrating:
+    """What the sweep's driver does after each measured configuration (grid/sweep/driver.py ``_recalibrate``): its
+    load points update the twin's calibration and every configuration is forecast again with it. The load points
+    are the twin's replay under the true coefficients, scaled by the configuration's measured / true-forecast score
+    (its bias and noise): output tok/s times it, TTFT and TPOT divided by it."""
+
+    def __init__(self, spec, sp, policy, truth: dict, scores: dict, true: Coefficients) -> None:
+        self.spec, self.version, self.truth, self.scores, self.true = spec, sp.version, truth, scores, true
+        self.plans = {p.config_hash: p for p in sp.plans}
+        self.search = SearchPlan(sp.plans, sp.known, sp.forecasts, policy, version=sp.version)
+        self.calibration = None
+        self.fits = 0
+
+    def observations(self, h: str) -> list[Observation]:
+        plan = self.plans[h]
+        perf = twin_model(self.spec, plan.settings, self.version)
+        factor = self.scores[h] / self.truth[h]
+        out = []
+        for c in plan.load.concurrency:
+            true = replay_point(calibrated(perf, self.true), plan.load, "concurrency", float(c))
+            measured = {"output_tok_per_s": true["output_tok_per_s"] * factor, "tpot_ms": true["tpot_ms"] / factor,
+                        "ttft_ms": true["ttft_ms"] / factor}
+            out.append(Observation(f"{plan.label} c{c}", perf, partial(_replay, plan, float(c)), measured))
+        return out
+
+    def __call__(self, h: str) -> None:
+        obs = self.observations(h)
+        self.calibration = fit(obs, self.calibration, update=True) if self.calibration else fit(obs)
+        self.fits += 1
+        self.search.recalibrate(self.spec, self.version, self.calibration.coefficients)
+
+
+def _replay(plan, level: float, perf):
+    return replay_point(perf, plan.load, "concurrency", level)
 
 
 #: Variants reported besides the default (``name:key=value,...``; ``kind`` picks the search, the rest are its
@@ -142,7 +204,11 @@ def main() -> None:
                          "flags mode once per value")
     ap.add_argument("--override", action="append", default=[], help="Hydra override for the default search")
     ap.add_argument("--variant", action="append", default=None,
-                    help="name:kind=...,setting=value (default: VARIANTS); 'none' for the default search only")
+                    help="name:kind=...,setting=value (default: VARIANTS; calibrate=1: the twin calibrated after "
+                         "each launch); 'none' for the default search only")
+    ap.add_argument("--true-coefficients", default=None, metavar="SD_DECODE,SD_PREFILL",
+                    help="the measured scores are the twin's under seeded true coefficients (log-normal, these "
+                         "sigmas) times the bias and noise; default: the spec-sheet twin's")
     args = ap.parse_args()
     spec = load_spec([f"+sweep={args.sweep}", *args.override], "/tmp/grid-search-benchmark")
     engine = get_engine(spec)
@@ -152,6 +218,14 @@ def main() -> None:
     print(f"{len(plans)} configurations forecast on the twin in {time.perf_counter() - t0:.0f} s "
           f"(default: {spec.search.kind} search; bias sigma {args.bias:.1%}, noise sigma {args.noise:.1%}, "
           f"residual sigma in flags mode {args.residual})")
+    args.truths = {}
+    if args.true_coefficients:
+        sd = tuple(float(x) for x in args.true_coefficients.split(","))
+        for seed in range(args.seeds):
+            true = true_coefficients(seed, sd)
+            t0 = time.perf_counter()
+            args.truths[seed] = (true, build(spec, engine, plans, engine.version(), true).policy.candidates)
+            print(f"  seed {seed}: true coefficients {true}, forecast in {time.perf_counter() - t0:.0f} s", flush=True)
     variants = [("default", {})] + [parse_variant(v) for v in (args.variant or VARIANTS) if v != "none"]
     residuals = [float(r) for r in args.residual.split(",")]
     modes = [("config", None)] if args.bias_mode in ("config", "both") else []
@@ -174,14 +248,20 @@ def report(spec, sp, args, mode: str, residual: float | None, name: str, setting
     kind = settings.pop("kind", spec.search.kind)
     fraction = settings.pop("max_gpu_fraction", None)
     max_launches = settings.pop("max_launches", p.budget.max_launches)
+    calibrate = bool(settings.pop("calibrate", 0))
     kw = {k: getattr(p, k) for k in ("higher_is_better", "try_known_failures", "twin_error", "spread", "tolerance",
                                      "risk")}
     kw.update(settings)
     dist, frac, launches = [], [], []
     for seed in range(args.seeds):
-        scores = measured_scores(p.candidates, seed, args.bias, args.noise, mode,
+        true, truth = args.truths.get(seed, (None, p.candidates))
+        scores = measured_scores(truth, seed, args.bias, args.noise, mode,
                                  RESIDUAL_SIGMA if residual is None else residual)
-        ex_best, ex_gpu, ex_n = drive(Exhaustive(p.candidates, Budget()), scores)
+        if calibrate and true is None:
+            raise SystemExit("calibrate=1 needs --true-coefficients (a twin right about the machine has nothing to "
+                             "learn)")
+        cost = {c.config_hash: c.gpu_s for c in truth}  # what each launch takes on the true machine
+        ex_best, ex_gpu, ex_n = drive(Exhaustive(p.candidates, Budget()), scores, cost=cost)
         max_gpu_s = p.budget.max_gpu_s if fraction is None else fraction * ex_gpu
         budget = Budget(None if max_launches is None else int(max_launches), max_gpu_s)
         if kind == "cheapest_first":
@@ -189,7 +269,9 @@ def report(spec, sp, args, mode: str, residual: float | None, name: str, setting
         else:
             fresh = SEARCHES[kind].policy(p.candidates, budget, seed=seed, **kw)
         t0 = time.perf_counter()
-        best, gpu, n = drive(fresh, scores)
+        learn = Calibrating(spec, sp, fresh, {c.config_hash: c.forecast for c in truth}, scores, true) \
+            if calibrate else None
+        best, gpu, n = drive(fresh, scores, learn, cost)
         d = abs(ex_best - best) / ex_best * 100 if best is not None else 100.0
         dist.append(d)
         frac.append(gpu / ex_gpu * 100)
@@ -197,7 +279,7 @@ def report(spec, sp, args, mode: str, residual: float | None, name: str, setting
         print(f"  [{mode} {residual or ''}] seed {seed}: exhaustive {ex_best:.1f} ({ex_n} launches, {ex_gpu:.0f} GPU-s); {kind} "
               f"[{name}] {best:.1f} ({n} launches, {gpu:.0f} GPU-s, {time.perf_counter() - t0:.0f} s): {d:.2f}% "
               f"from the optimum, {gpu / ex_gpu:.1%} of the GPU-seconds", flush=True)
-    label = f"{kind}" if name == "default" else name
+    label = (f"{kind}" if name == "default" else name) + (", calibrated" if calibrate and "calibr" not in name else "")
     mode = mode if residual is None else f"{mode} (residual {residual:.2%})"
     misses = sum(d > 3.0 for d in dist)
     return (f"| {label}{' (default)' if name == 'default' else ''} | {mode} | {statistics.median(dist):.2f}% / "
