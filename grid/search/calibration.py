@@ -214,14 +214,13 @@ FILE_KEYS = (
 
 def describe_file() -> str:
     """docs/schema.md's section on :data:`CALIBRATION_FILE`."""
-    lines = ["### calibration.json", "",
-             "The twin calibrated on the run's own load points (grid/search/calibration.py, docs/twin.md): rewritten "
-             "after every measured configuration with `twin.calibrate=true` (the default) on an engine the twin "
-             "forecasts; `twin.calibration=PATH` starts a later sweep on the same hardware, model and release "
-             "from it. Only points that count enter it: status ok, trial not failed, not host noise.", "",
-             "| key | type | unit | definition |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in FILE_KEYS]
-    return "\n".join(lines) + "\n"
+    from grid.storage.summary import key_table
+
+    return key_table(CALIBRATION_FILE, "The twin calibrated on the run's own load points (grid/search/calibration.py, "
+                     "docs/twin.md): rewritten after every measured configuration with `twin.calibrate=true` (the "
+                     "default) on an engine the twin forecasts; `twin.calibration=PATH` starts a later sweep on the "
+                     "same hardware, model and release from it. Only points that count enter it: status ok, trial not "
+                     "failed, not host noise.", FILE_KEYS)
 
 
 def report_note(run_dir: str | Path) -> str | None:

@@ -69,10 +69,8 @@ SEARCH_FILE_KEYS = (
 
 def describe_search_file() -> str:
     """docs/schema.md's section on ``search.json``."""
-    lines = ["### search.json", "",
-             "The search's record (grid/sweep/driver.py `record_search`), written when the sweep's trials end: what it "
-             "launched, what it left out and why, and each configuration's forecast with its interval (the report's "
-             "\"The twin's forecasts\" table).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {t} | {u} | {d} |" for k, t, u, d in SEARCH_FILE_KEYS]
-    return "\n".join(lines) + "\n"
+    from grid.storage.summary import key_table
 
+    return key_table("search.json", "The search's record (grid/sweep/driver.py `record_search`), written when the "
+                     "sweep's trials end: what it launched, what it left out and why, and each configuration's "
+                     "forecast with its interval (the report's \"The twin's forecasts\" table).", SEARCH_FILE_KEYS)

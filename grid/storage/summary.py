@@ -42,9 +42,15 @@ SUMMARY_FIELDS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+def key_table(name: str, intro: str, fields: tuple[tuple[str, str, str, str], ...]) -> str:
+    """docs/schema.md's section on one JSON file of the run directory: ``### name``, ``intro``, then a markdown table
+    of its keys (key, type, unit, definition)."""
+    out = [f"### {name}", "", intro, "", "| key | type | unit | definition |", "|---|---|---|---|"]
+    out += [f"| `{k}` | {t} | {u} | {d.replace('|', chr(92) + '|')} |" for k, t, u, d in fields]
+    return "\n".join(out) + "\n"
+
+
 def describe_summary() -> str:
     """Markdown table of summary.json's keys."""
-    out = ["### summary.json", "", "One JSON object in the run directory, written with the report "
-           "(grid/search/summary.py).", "", "| key | type | unit | definition |", "|---|---|---|---|"]
-    out += [f"| `{k}` | {t} | {u} | {d.replace('|', chr(92) + '|')} |" for k, t, u, d in SUMMARY_FIELDS]
-    return "\n".join(out) + "\n"
+    return key_table("summary.json", "One JSON object in the run directory, written with the report "
+                     "(grid/search/summary.py).", SUMMARY_FIELDS)
