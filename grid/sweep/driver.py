@@ -220,6 +220,11 @@ def _recalibrate(spec: RunSpec, plan: Plan, console) -> Callable[[str], None] | 
             console.print(f"[yellow]Note:[/] the twin was not recalibrated: {e}", highlight=False, soft_wrap=True)
             return
         if cal is search.calibration or cal is search.prior or not cal.sources:
+            from grid.search.measured import only_host_noise
+
+            if only_host_noise(spec, config_hash):
+                console.print(f"[yellow]Note:[/] the twin was not recalibrated on {plans[config_hash].label}: every "
+                              "load point it measured was host noise (not counted)", highlight=False, soft_wrap=True)
             return
         search.calibration = cal
         write(Path(spec.run_dir) / CALIBRATION_FILE, key(spec, search.version), cal)

@@ -8,10 +8,12 @@ import pytest
 
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
+from grid.metrics.hostnoise import host_noise
 from grid.search.calibration import CALIBRATION_FILE, counts, key, load, observations, write
 from grid.search.plan import build
 from grid.search.policy import Budget, Candidate, TwinRanked
 from grid.search.predict import forecast, replay_point
+from grid.storage.parquet import read_table
 from grid.sweep.space import expand
 from grid.twin.calibrate import Calibration, Coefficients, Outlier, calibrated, fit
 from tests.config.test_configs import spec_for
@@ -123,6 +125,19 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
     first = grid_run([*SWEEP, "search=exhaustive", "search.early_stop=false", "ray.dashboard=false",
                       "engine.time_scale=5"], tmp_path / "a")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    rows = read_table(tmp_path / "a", "load_points").to_pylist()
+    noisy = {r["config_hash"] for r in rows if r["status"] == "ok" and host_noise(r)}
+    if noisy:
+        # a host loaded to several runnable threads per core (issue 26 item 8): host noise enters no calibration
+        # (issue 23 item 4), and a configuration whose every point was host noise is named on the console
+        path = tmp_path / "a" / CALIBRATION_FILE
+        sources = json.loads(path.read_text())["sources"] if path.exists() else []
+        assert not [s for s in sources for h in noisy if f"({h})" in s]
+        whole = {h for h in noisy if all(host_noise(r) for r in rows if r["config_hash"] == h and r["status"] == "ok")}
+        assert " ".join(first.stdout.split()).count("the twin was not recalibrated on max_running_requests=") == \
+            len(whole)
+        pytest.skip(f"{len(noisy)} of 2 configurations measured host noise on this host: checked that none of it "
+                    "entered the calibration")
     saved = json.loads((tmp_path / "a" / CALIBRATION_FILE).read_text())
     assert len(saved["sources"]) == 4 and saved["key"]["hardware"] == "h100_x1"  # 2 configurations x 2 levels
     # the twin measured against its own forecast: what the calibration learns is the load generator's delivery time

@@ -31,22 +31,39 @@ def trials(run_dir) -> dict[str, tuple[str, str, str | None]]:
     return {r.label: (r.trial_id, r.trial_status, r.probe_status) for r in lp.itertuples()}
 
 
+def noisy(run_dir) -> set[str]:
+    """Labels whose every measured point was host noise (grid/metrics/hostnoise.py): on a host loaded to several
+    runnable threads per core (issue 26 item 8) a re-run measures them again as well, as it should."""
+    from grid.metrics.hostnoise import all_host_noise
+
+    rows = pd.read_parquet(run_dir / "parquet" / "load_points").to_dict("records")
+    return {label for label in {r["label"] for r in rows}
+            if all_host_noise([r for r in rows if r["label"] == label])}
+
+
 def test_rerun_by_probe_change_and_by_label(tmp_path):
     grid_run(tmp_path)
-    first = trials(tmp_path)
+    first, first_noisy = trials(tmp_path), noisy(tmp_path)
     assert first[OK][1:] == ("ok", "passed") and first[NAN][1:] == ("invalid", "failed")
     # the probe that marked it invalid is off now: it runs again (and NaN in the log during load still marks it)
     out = grid_run(tmp_path, "probe.enabled=false")
-    assert "Running 1 recorded configuration(s) again" in out and "the probe that marked it invalid is now off" in out
-    second = trials(tmp_path)
-    assert second[OK] == first[OK]                                   # untouched
+    again = 1 + (OK in first_noisy)
+    assert f"Running {again} recorded configuration(s) again" in out
+    assert "the probe that marked it invalid is now off" in out
+    second, second_noisy = trials(tmp_path), noisy(tmp_path)
+    if OK not in first_noisy:
+        assert second[OK] == first[OK]                               # untouched
     assert second[NAN][0] != first[NAN][0] and second[NAN][2] == "skipped"
-    # re-run one chosen by its label; the other stays as recorded
+    # re-run one chosen by its label; the other stays as recorded (unless all it measured was host noise)
     out = grid_run(tmp_path, f"rerun.label=['{OK}']")
     third = trials(tmp_path)
-    assert third[OK][0] != first[OK][0] and third[OK][1] == "ok" and third[NAN] == second[NAN]
+    assert third[OK][0] != first[OK][0] and third[OK][1] == "ok"
+    if NAN not in second_noisy:
+        assert third[NAN] == second[NAN]
     superseded = pd.read_parquet(next((tmp_path / "parquet" / "_superseded").glob("*/load_points")))
-    assert set(superseded.trial_id) <= {first[OK][0], first[NAN][0]} and len(superseded) >= 1
+    assert set(superseded.trial_id) <= {first[OK][0], first[NAN][0], second[OK][0], second[NAN][0]}
+    assert len(superseded) >= 1
     kept = {p.name for p in (tmp_path / "parquet" / "_superseded").glob("*/load_points/*.parquet")}
-    assert len(kept) == 2   # both earlier results kept, one per re-run
-    assert "Best configuration: decode=trtllm" in out
+    assert len(kept) == again + 1 + (NAN in second_noisy)   # every earlier result kept, one per re-run
+    if OK not in noisy(tmp_path):
+        assert "Best configuration: decode=trtllm" in out
