@@ -72,7 +72,7 @@ def test_a_process_still_starting_its_interpreter_gets_real_seconds_whatever_its
     with pytest.raises(StartupError) as e:
         s.wait_ready(timeout_s=1.0, min_real_s=2.0)  # 5 ms real by the clock scale; silent, port closed
     assert e.value.error_class == "startup_timeout" and time.monotonic() - t0 >= 2.0
-    # a process that has written to its log is past its interpreter's start: its modelled timeout holds
+    # a process that has written to its log is past its interpreter's start: its modelled timeout holds, from then
     talking = ManagedServer([sys.executable, "-c", "import time; print('Load weight begin', flush=True); "
                              "time.sleep(100)"], {}, tmp_path / "t.log", "127.0.0.1", free_port(), time_scale=200.0)
     talking.start()
