@@ -215,9 +215,8 @@ def cuda_graph_forecast(spec: RunSpec, settings: Mapping[str, Any], batches: Seq
     CUDA graphs there)."""
     from grid.releases.flags import parse_version, to_argv
     from grid.twin.configured import perf_model
-    from grid.twin.perf import host_device
 
-    if host_device(spec.hardware):
+    if spec.hardware.is_cpu:
         return None
 
     perfs = [perf_model(spec.model, spec.hardware, to_argv({**settings, "cuda_graph": on}, parse_version(spec.version)),

@@ -59,11 +59,10 @@ def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, s
         return ()
     from grid.releases.checks import start_failures
     from grid.twin.failures import find_failures
-    from grid.twin.perf import host_device
 
     rules = tuple((r.name, "startup_crash", r.where)
                   for r in start_failures(plan.settings, version, spec.model, spec.hardware))
-    perf = None if host_device(spec.hardware) else twin_model(spec, plan.settings, version)
+    perf = None if spec.hardware.is_cpu else twin_model(spec, plan.settings, version)
     if perf is None:
         return rules
     return rules + tuple((f.id, f.effect, f.source) for f in find_failures(spec.model, spec.hardware, perf.cfg, perf))

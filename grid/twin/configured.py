@@ -16,7 +16,7 @@ def perf_model(model: Any, hardware: Any, flags: Sequence[str], version: str,
     """``PerfModel`` of SGLang ``version`` launched with ``flags`` (argv, without ``--model-path``) on ``model`` /
     ``hardware`` (``ModelSpec`` / ``HardwareSpec``); ``env`` is the server's environment (the speculative acceptance
     length, grid/twin/speculative.py). None when the twin refuses the flags, as SGLang would. On a CPU host
-    (``hardware.vendor: cpu``) the model is the calibration's starting point (grid/twin/perf.py ``host_device``); the
+    (``hardware.vendor: cpu``) the model is the calibration's starting point (``PerfModel.on_host``); the
     twin's server does not play it (grid/releases/checks.py rule ``twin_cpu_host``)."""
     try:
         args = cli.parse_args(["--model-path", "m", *flags], version)

@@ -330,21 +330,13 @@ def gemm_efficiency(rows: float, cols: float) -> float:
     return ETA_GEMM_MAX * rows / (rows + GEMM_ROWS_HALF) * cols / (cols + GEMM_COLS_HALF)
 
 
-def host_device(hardware: HardwareSpec) -> bool:
-    """Whether ``hardware`` is the host CPU serving as SGLang's device (``vendor: cpu``, conf/hardware/cpu_host.yaml).
-
-    The model then keeps its structure (bytes and FLOPs per step from the architecture, the CPU's spec-sheet bandwidth
-    and peak, one dispatch cost per op) but runs ops one after the other: a CPU computes what it dispatches, there is
-    no queue of kernels to overlap with. None of the fitted constants (module docstring) was fitted on a CPU, so the
-    spec-sheet forecasts of a CPU host are a starting point for the sweep's calibration (grid/twin/calibrate.py,
-    :func:`forecasts_need_calibration`), not a forecast to decide on."""
-    return getattr(hardware, "vendor", "nvidia") == "cpu"
-
-
 def forecasts_need_calibration(hardware: HardwareSpec) -> str | None:
     """Why the twin's spec-sheet forecasts of ``hardware`` must not decide anything before a calibration on measured
-    points (None when they may): its constants were fitted on NVIDIA GPUs only (docs/twin.md section 1)."""
-    if host_device(hardware):
+    points (None when they may): its constants were fitted on NVIDIA GPUs only (docs/twin.md section 1). On a CPU host
+    (``HardwareSpec.is_cpu``) the model keeps its structure (bytes and FLOPs per step from the architecture, the CPU's
+    spec-sheet bandwidth and peak, one dispatch cost per op) but runs ops one after the other (``PerfModel.on_host``),
+    so its spec-sheet forecasts are the starting point of the sweep's calibration (grid/twin/calibrate.py)."""
+    if hardware.is_cpu:
         return (f"the twin's constants were fitted on GPUs; on {getattr(hardware, 'name', 'a CPU host')} (a CPU) "
                 "its forecasts count once the sweep has calibrated it on measured points")
     return None
@@ -419,8 +411,8 @@ class PerfModel:
             self.cuda_graph_max_bs = 0
         #: The host CPU is the device (``hardware.vendor: cpu``, SGLang's ``--device cpu``): no CUDA graphs, and each
         #: op's own time and its dispatch from Python run one after the other instead of overlapping (see
-        #: :func:`host_device`).
-        self.on_host = host_device(hw)
+        #: :func:`forecasts_need_calibration`).
+        self.on_host = hw.is_cpu
         if self.on_host:
             self.cuda_graph_batch_sizes, self.cuda_graph_max_bs = (), 0
 
