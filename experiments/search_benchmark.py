@@ -40,10 +40,10 @@ import math
 import random
 import statistics
 import time
-from functools import partial
 
 from grid.compose import compose_spec
 from grid.engines.base import get_engine
+from grid.search.calibration import replayer
 from grid.search.knowledge import twin_model
 from grid.search.plan import SearchPlan, build
 from grid.search.policy import DONE, WAIT, Budget, Exhaustive
@@ -153,7 +153,7 @@ class Calibrating:
             true = replay_point(calibrated(perf, self.true), plan.load, "concurrency", float(c))
             measured = {"output_tok_per_s": true["output_tok_per_s"] * factor, "tpot_ms": true["tpot_ms"] / factor,
                         "ttft_ms": true["ttft_ms"] / factor}
-            out.append(Observation(f"{plan.label} c{c}", perf, partial(_replay, plan, float(c)), measured))
+            out.append(Observation(f"{plan.label} c{c}", perf, replayer(plan, "concurrency", float(c)), measured))
         return out
 
     def __call__(self, h: str) -> None:
@@ -161,10 +161,6 @@ class Calibrating:
         self.calibration = fit(obs, self.calibration, update=True) if self.calibration else fit(obs)
         self.fits += 1
         self.search.recalibrate(self.spec, self.version, self.calibration.coefficients)
-
-
-def _replay(plan, level: float, perf):
-    return replay_point(perf, plan.load, "concurrency", level)
 
 
 #: Variants reported besides the default (``name:key=value,...``; ``kind`` picks the search, the rest are its

@@ -72,11 +72,13 @@ def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: list[Mappi
             continue
         plan = plans[h]
         out.append(Observation(f"{plan.label} ({h}) {kind} {level:g}", perfs[h],
-                               _replayer(plan, kind, level), measured))
+                               replayer(plan, kind, level), measured))
     return out
 
 
-def _replayer(plan: TrialPlan, kind: str, level: float):
+def replayer(plan: TrialPlan, kind: str, level: float):
+    """``perf -> metrics``: the load point ``kind`` / ``level`` of ``plan`` replayed on a twin model as the load
+    generator ran it (grid/search/predict.py ``replay_point``): an ``Observation``'s replay."""
     from grid.search.predict import replay_point
 
     return lambda perf: replay_point(perf, plan.load, kind, level)
