@@ -33,6 +33,8 @@ GAUGES: dict[str, tuple[str, str, str]] = {
     "gen_throughput": ("gen_throughput_tok_per_s", "sum", "tok/s"),
     "cache_hit_rate": ("cache_hit_rate", "max", "fraction"),
     "max_total_num_tokens": ("max_total_num_tokens", "sum", "tokens"),
+    "spec_accept_length": ("spec_accept_length", "max", "tokens"),
+    "spec_accept_rate": ("spec_accept_rate", "max", "fraction"),
 }
 #: Counters kept as totals (``_total`` samples), to compute rates between scrapes.
 COUNTERS: dict[str, str] = {
@@ -127,7 +129,7 @@ def scrape(base_url: str, timeout_s: float = 2.0, api_key: str | None = None,
 
 def summarize_series(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """Load-point summary of scraped rows: mean/max running and queued requests, mean/max token usage, mean gen
-    throughput, last cache hit rate. Keys are load-point column names (``srv_*``); None when not scraped."""
+    throughput, last cache hit rate, mean speculative acceptance length (its positive values). Keys are load-point column names (``srv_*``); None when not scraped."""
     def col(key: str) -> list[float]:
         return [r[key] for r in rows if r.get(key) is not None]
 
@@ -136,10 +138,12 @@ def summarize_series(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 
     running, queue, usage, gen, hit = (col("running_reqs"), col("queue_reqs"), col("token_usage"),
                                        col("gen_throughput_tok_per_s"), col("cache_hit_rate"))
+    accept = [a for a in col("spec_accept_length") if a > 0]  # 0 without speculation (SGLang registers it anyway)
     return {
         "srv_scrapes": len(rows),
         "srv_running_mean": mean(running), "srv_running_max": max(running) if running else None,
         "srv_queue_mean": mean(queue), "srv_queue_max": max(queue) if queue else None,
         "srv_token_usage_mean": mean(usage), "srv_token_usage_max": max(usage) if usage else None,
         "srv_gen_tok_per_s_mean": mean(gen), "srv_cache_hit_rate": hit[-1] if hit else None,
+        "srv_spec_accept_length_mean": mean(accept),
     }

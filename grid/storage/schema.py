@@ -23,12 +23,14 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 9  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 10  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
 # 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
 # cached_token in server_log (SGLang's CPU engine); 8: early_stop_objective, twin_behind_pct,
-# twin_delivery_lag_ms and client_lag_pct in load_points; 9: failed_context_exceeded in load_points
+# twin_delivery_lag_ms and client_lag_pct in load_points; 9: failed_context_exceeded in load_points; 10: speculative
+# decoding's acceptance: accept_len, accept_rate in server_log, spec_accept_* in server_metrics,
+# server_accept_len_mean and srv_spec_accept_length_mean in load_points
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -169,6 +171,9 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("server_gen_tok_per_s_peak", "float64", "tok/s",
      "highest 'gen throughput' in the server's Decode batch log lines during the load point (modelled time)"),
     ("server_running_at_peak", "int64", "requests", "#running-req on that log line"),
+    ("server_accept_len_mean", "float64", "tokens",
+     "speculative decoding's acceptance length (tokens per verify iteration, the bonus token included): mean accept "
+     "len of the Decode batch lines logged during the load point (null: no speculative decoding)"),
     ("server_info_json", "string", "json", "the server's /server_info after it became ready (version, "
      "max_total_num_tokens, resolved args)"),
     *NODE_COLUMNS,
@@ -191,6 +196,8 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
     ("srv_token_usage_max", "float64", "fraction", "largest sglang:token_usage scraped"),
     ("srv_gen_tok_per_s_mean", "float64", "tok/s", "mean sglang:gen_throughput over the scrapes (modelled time)"),
     ("srv_cache_hit_rate", "float64", "fraction", "last sglang:cache_hit_rate scraped"),
+    ("srv_spec_accept_length_mean", "float64", "tokens",
+     "mean sglang:spec_accept_length over the scrapes (speculative decoding; null: not served or no speculation)"),
     ("gpu_telemetry_source", "string", "", "nvml (measured) | modelled (the twin's PerfModel); null: none"),
     ("gpu_samples", "int64", "", "telemetry samples taken during the load point"),
     ("gpu_count_sampled", "int64", "GPUs", "GPUs sampled"),
@@ -338,6 +345,9 @@ SERVER_LOG_COLUMNS: list[tuple[str, str, str, str]] = [
     ("gen_throughput_tok_per_s", "float64", "tok/s",
      "gen throughput: tokens decoded since the previous decode line / time since it (decode lines)"),
     ("input_throughput_tok_per_s", "float64", "tok/s", "input throughput (prefill lines)"),
+    ("accept_len", "float64", "tokens", "accept len: tokens per verify iteration since the previous decode line "
+     "(speculative decoding)"),
+    ("accept_rate", "float64", "fraction", "accept rate: accepted draft tokens / drafted (speculative decoding)"),
     *NODE_COLUMNS,
 ]
 SERVER_LOG_SCHEMA: pa.Schema = _schema(SERVER_LOG_COLUMNS, "server_log")
@@ -369,6 +379,8 @@ SERVER_METRICS_COLUMNS: list[tuple[str, str, str, str]] = [
     ("token_usage", "float64", "fraction", "sglang:token_usage (largest over ranks)"),
     ("gen_throughput_tok_per_s", "float64", "tok/s", "sglang:gen_throughput"),
     ("cache_hit_rate", "float64", "fraction", "sglang:cache_hit_rate"),
+    ("spec_accept_length", "float64", "tokens", "sglang:spec_accept_length (speculative decoding)"),
+    ("spec_accept_rate", "float64", "fraction", "sglang:spec_accept_rate (speculative decoding)"),
     ("max_total_num_tokens", "float64", "tokens", "sglang:max_total_num_tokens"),
     ("generation_tokens_total", "float64", "tokens", "sglang:generation_tokens_total (counter)"),
     ("prompt_tokens_total", "float64", "tokens", "sglang:prompt_tokens_total (counter)"),

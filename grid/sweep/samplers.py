@@ -105,7 +105,10 @@ class ServerLogSampler(Sampler):
         peak, running = peak_gen_throughput(text)
         rows = server_log_rows(lines, config_hash=self.ctx.config_hash, trial_id=self.ctx.trial_id,
                                point_index=self.point_index)
-        return rows, {"server_gen_tok_per_s_peak": peak, "server_running_at_peak": running}
+        accept = [ln["accept_len"] for ln in lines if ln["kind"] == "decode"
+                  and isinstance(ln.get("accept_len"), (int, float)) and ln["accept_len"] > 0]
+        return rows, {"server_gen_tok_per_s_peak": peak, "server_running_at_peak": running,
+                      "server_accept_len_mean": sum(accept) / len(accept) if accept else None}
 
 
 class PeriodicSampler(Sampler):

@@ -121,6 +121,7 @@ class _TwinState:
         loop_lag: Any
         resolved_args: Callable[[], dict[str, Any]]
         garbage: Callable[[], str | None]
+        diverge_at: Callable[[str], int | None]
         _mem: Callable[[], dict[str, float]]
 
 
@@ -264,7 +265,7 @@ class TwinAPI(_TwinState):
             prompt_text, max_new_tokens=max_new, ignore_eos=bool(sp.get("ignore_eos", False)),
             temperature=float(sp.get("temperature", 1.0) if sp.get("temperature") is not None else 1.0), rid=rid,
             sampling_seed=sp.get("sampling_seed", sp.get("seed")), raw=raw, reasoning=reasoning,
-            garbage=self.garbage())
+            garbage=self.garbage(), diverge_at=self.diverge_at(prompt_text))
 
     # /generate
     async def h_generate(self, request: web.Request) -> web.StreamResponse:

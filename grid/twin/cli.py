@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from grid.releases import catalog
+from grid.twin import speculative
 from grid.releases.flags import ATTN_DP_SINCE, SETTINGS, settings_from_args
 from grid.versions import release_tuple
 
@@ -325,6 +326,11 @@ def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
     if args.enable_torch_compile and args.enable_piecewise_cuda_graph:
         args.enable_piecewise_cuda_graph = False
         notes.append("Disable piecewise CUDA graph because piecewise_cuda_graph has conflict with torch compile")
+    spec = {k: getattr(args, k) for k in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                                          "speculative_num_draft_tokens", "max_running_requests")}
+    notes += speculative.resolve_launch(spec, getattr(model, "architecture", None))
+    for k, v in spec.items():
+        setattr(args, k, v)
     dsa = model is not None and getattr(model, "dsa", None) is not None
     if dsa and args.attention_backend is None:
         args.attention_backend = "dsa" if ver >= V523 else "nsa"

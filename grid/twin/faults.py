@@ -41,6 +41,11 @@ class Fault:
         the first decode step (0 before it)."""
         return None
 
+    def diverge_at(self, twin: Twin, prompt: str) -> int | None:
+        """The output token from which the completion of ``prompt`` differs from the healthy stream (None: it does
+        not)."""
+        return None
+
     def runtime_due(self, twin: Twin) -> bool:
         return False
 
@@ -113,6 +118,25 @@ class RepeatToken(NanOutput):
 
     kind = "repeat_token"
     piece = " the"
+
+
+@register
+class SpeculativeDivergence(Fault):
+    """Injected ``{"kind": "speculative_divergence", "after_tokens": 0, "prompt_contains": "17 + 26"}``: a server
+    running speculative decoding answers prompts containing ``prompt_contains`` (default: every prompt) differently
+    from token ``after_tokens`` on, greedy or not (a broken verify step, which SGLang's lossless greedy speculation
+    must never show); without speculative decoding it answers as usual. Plants what the accuracy guard's
+    speculative correctness gate must catch (grid.accuracy ``speculative_mismatches``): on one prompt of twenty the
+    exact-match share drops 5 points, under the default ``accuracy.max_drop``."""
+
+    kind = "speculative_divergence"
+
+    def diverge_at(self, twin, prompt):
+        from grid.twin.speculative import SpeculativePerf
+
+        if not isinstance(twin.perf, SpeculativePerf) or str(self.params.get("prompt_contains", "")) not in prompt:
+            return None
+        return int(self.params.get("after_tokens", 0))
 
 
 @register

@@ -38,9 +38,14 @@ def prefill_line(version: str | Version, *, new_seq: int, new_token: int, cached
 
 
 def decode_line(version: str | Version, *, running_req: int, num_token: int, token_usage: float, cuda_graph: bool,
-                gen_throughput: float, queue_req: int) -> str:
-    """The ``Decode batch`` message (identical from 0.5.9 to 0.5.23 for dense, non-speculative models)."""
-    return (f"Decode batch, #running-req: {running_req}, #token: {num_token}, token usage: {token_usage:.2f}, "
+                gen_throughput: float, queue_req: int, accept_len: float | None = None,
+                accept_rate: float | None = None) -> str:
+    """The ``Decode batch`` message (identical from 0.5.9 to 0.5.23 for dense models). With speculative decoding
+    (``accept_len`` given: tokens per verify iteration; ``accept_rate``: accepted draft tokens over drafted) SGLang
+    adds ``accept len: {:.2f}, accept rate: {:.2f}, `` after the token usage (the catalog's ``decode`` parts; 0.5.23
+    ``managers/scheduler_components/metrics_reporter.py``)."""
+    spec = "" if accept_len is None else f"accept len: {accept_len:.2f}, accept rate: {accept_rate or 0.0:.2f}, "
+    return (f"Decode batch, #running-req: {running_req}, #token: {num_token}, token usage: {token_usage:.2f}, {spec}"
             f"cuda graph: {cuda_graph}, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue_req}")
 
 

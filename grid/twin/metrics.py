@@ -47,6 +47,8 @@ class TwinMetrics:
         self.utilization = g("utilization", "The utilization.")
         self.num_grammar_queue_reqs = g("num_grammar_queue_reqs", "The number of requests in the grammar queue.")
         self.new_token_ratio = g("new_token_ratio", "The new token ratio.")
+        self.spec_accept_length = g("spec_accept_length", "The average acceptance length of speculative decoding.")
+        self.spec_accept_rate = g("spec_accept_rate", "The average acceptance rate of speculative decoding.")
 
         tl = ["model_name"]
         tv = dict(model_name=model_name)

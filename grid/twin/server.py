@@ -48,6 +48,7 @@ from grid.twin import cli, logs, textgen
 from grid.twin.api import BadRequest, TwinAPI, _AccessLogger
 from grid.twin.faults import Fault, NanOutput, RepeatToken, faults_from_failures, parse_faults
 from grid.twin.metrics import TwinMetrics
+from grid.twin.speculative import acceptance as speculative_acceptance
 
 ENV_HARDWARE = "GRID_TWIN_HARDWARE"
 ENV_VERSION = "GRID_TWIN_VERSION"
@@ -187,6 +188,7 @@ class Twin(TwinAPI):
         self._decode_last_t = 0.0
         self._runtime_faults = [f for f in faults if type(f).runtime_due is not Fault.runtime_due]
         self._garble_faults = [f for f in faults if type(f).garbage is not Fault.garbage]
+        self._faults_diverging = [f for f in faults if type(f).diverge_at is not Fault.diverge_at]
         self._nan_lines = next((f.log_lines or (logs.NAN_LINE,) for f in faults
                                 if isinstance(f, NanOutput) and not isinstance(f, RepeatToken)), ())
         self.reasoning_model = bool(args.reasoning_parser)
@@ -505,6 +507,11 @@ class Twin(TwinAPI):
                 return g
         return None
 
+    def diverge_at(self, prompt: str) -> int | None:
+        """The token from which the completion of ``prompt`` differs from the healthy stream (a planted fault), or
+        None."""
+        return min((d for f in self._faults_diverging if (d := f.diverge_at(self, prompt)) is not None), default=None)
+
     def new_rid(self) -> str:
         return uuid.uuid4().hex
 
@@ -693,9 +700,14 @@ class Twin(TwinAPI):
         self.last_gen_throughput = gen
         if self.metrics is not None:
             self.metrics.gen_throughput.set(gen)
+        accept_len, accept_rate = speculative_acceptance(self.perf)
+        if self.metrics is not None and accept_len is not None:
+            self.metrics.spec_accept_length.set(accept_len)
+            self.metrics.spec_accept_rate.set(accept_rate)
         self.log.sched(logs.decode_line(self.ver, running_req=st.running, num_token=st.used_tokens,
                                         token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph),
-                                        gen_throughput=gen, queue_req=st.queued))
+                                        gen_throughput=gen, queue_req=st.queued, accept_len=accept_len,
+                                        accept_rate=accept_rate))
         if self._nan_lines and self.garbage() is not None and (
                 self.ver >= (0, 5, 13) or self.args.enable_nan_detection):
             for line in self._nan_lines:

@@ -44,6 +44,54 @@ ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 #: SGLang's documented defaults when the speculative flags are not given: ``--speculative-num-steps 5``,
 #: ``--speculative-eagle-topk 4``, ``--speculative-num-draft-tokens 8`` (docs.sglang.io speculative_decoding).
 DEFAULT_STEPS, DEFAULT_TOPK, DEFAULT_DRAFT_TOKENS = 5, 4, 8
+#: The (num_steps, eagle_topk, num_draft_tokens) SGLang picks when none is given, for targets with MTP layers: a
+#: chain of 3 (0.5.23 ``python/sglang/srt/arg_groups/speculative_hook.py`` ``_auto_choose_speculative_params``; these
+#: architectures there; every other one gets :data:`DEFAULT_STEPS` ...).
+MTP_AUTO_PARAMS = (3, 1, 4)
+MTP_AUTO_ARCHITECTURES = frozenset({
+    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM",
+    "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM", "MistralLarge3ForCausalLM", "MiMoV2ForCausalLM"})
+#: The running-request cap SGLang sets when speculative decoding is on and ``--max-running-requests`` is not given,
+#: logging :data:`MAX_RUNNING_RESET_LINE` (0.5.9 ``server_args.py`` ``_handle_speculative_decoding``; 0.5.23
+#: ``arg_groups/speculative_hook.py`` ``_handle_eagle_family``). A speculative configuration that does not set the
+#: cap serves at most 48 requests at once however large its KV pool: a throughput loss at high concurrency that is
+#: the cap, not speculation (docs/sources.md#speculative-decoding).
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+MAX_RUNNING_RESET_LINE = ("Max running requests is reset to 48 for speculative decoding. You can override this by "
+                          "explicitly setting --max-running-requests.")
+#: Logged when ``--speculative-eagle-topk 1`` comes with a draft-token count other than steps + 1, which SGLang then
+#: sets (same functions).
+DRAFT_TOKENS_ADJUSTED_LINE = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                              "speculative_eagle_topk == 1")
+
+
+def resolve_launch(settings: dict, architecture: str | None) -> list[str]:
+    """Apply SGLang's launch-time rewrites of the speculative flags to ``settings`` (a dict of grid setting names:
+    ``speculative_algorithm``, ``speculative_num_steps``, ``speculative_eagle_topk``,
+    ``speculative_num_draft_tokens``, ``max_running_requests``) in place, as SGLang does before it serves; returns the
+    lines SGLang logs for them. Nothing changes without ``speculative_algorithm``. The rewrites: the algorithm upper
+    case; all three counts from :data:`MTP_AUTO_PARAMS` (``architecture`` in :data:`MTP_AUTO_ARCHITECTURES`) or the
+    documented defaults when none is given; draft tokens = steps + 1 with top-k 1; the running-request cap
+    :data:`SPECULATIVE_MAX_RUNNING_REQUESTS` when unset."""
+    algo = settings.get("speculative_algorithm")
+    if algo is None:
+        return []
+    lines = []
+    settings["speculative_algorithm"] = str(algo).upper()
+    keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    if all(settings.get(k) is None for k in keys):
+        auto = MTP_AUTO_PARAMS if architecture in MTP_AUTO_ARCHITECTURES else (
+            DEFAULT_STEPS, DEFAULT_TOPK, DEFAULT_DRAFT_TOKENS)
+        settings.update(zip(keys, auto))
+    steps, topk, draft = (settings.get(k) for k in keys)
+    if topk == 1 and steps is not None and draft != steps + 1:
+        settings["speculative_num_draft_tokens"] = steps + 1
+        lines.append(DRAFT_TOKENS_ADJUSTED_LINE)
+    if settings.get("max_running_requests") is None:
+        settings["max_running_requests"] = SPECULATIVE_MAX_RUNNING_REQUESTS
+        lines.append(MAX_RUNNING_RESET_LINE)
+    return lines
 #: EAGLE3 draft vocabulary (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config ``draft_vocab_size``).
 EAGLE3_DRAFT_VOCAB = 32000
 #: Per-position acceptance of a chain draft, T+1..T+5, measured with GLM-5/Qwen3.5 MTP on RTX PRO 6000
@@ -145,3 +193,14 @@ def speedup(perf: PerfModel, batch_size: int, context_tokens: int) -> float:
     """Decode throughput with speculation over without, at ``batch_size`` (needs a ``SpeculativePerf``)."""
     base = PerfModel.decode_step_s(perf, batch_size, context_tokens)
     return base / perf.decode_step_s(batch_size, context_tokens) if math.isfinite(base) else float("nan")
+
+
+def acceptance(perf: PerfModel) -> tuple[float | None, float | None]:
+    """(accept len, accept rate) a speculative server logs and serves: the acceptance length ``L`` (tokens per verify
+    iteration, the bonus token included) and the accepted share of the drafted tokens, ``(L - 1) / (draft_tokens -
+    1)`` as SGLang computes it (0.5.23 ``metrics_reporter.py``: correct drafts over forward count x (draft tokens -
+    1)); (None, None) without speculative decoding."""
+    if not isinstance(perf, SpeculativePerf):
+        return None, None
+    drafted = max(1, perf.spec_draft_tokens - 1)
+    return perf.accept_length, (perf.accept_length - 1.0) / drafted

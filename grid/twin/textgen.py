@@ -129,10 +129,16 @@ class Completion:
     reasoning: int = 0
     repeat: str | None = None
     eos_id: int = 2
+    diverge_at: int | None = None  # from this token on, other tokens than the healthy stream (a planted fault)
+
+    def _diverged(self, i: int) -> bool:
+        return self.diverge_at is not None and i >= self.diverge_at
 
     def piece(self, i: int) -> str:
         if self.repeat is not None:
             return self.repeat
+        if self._diverged(i):
+            return WORD_PIECES[(self.seed + i * 7919 + 1) % NUM_WORDS]
         if i < len(self.head):
             return self.head[i]
         return WORD_PIECES[(self.seed + i * 7919) % NUM_WORDS]
@@ -140,6 +146,8 @@ class Completion:
     def token_id(self, i: int) -> int:
         if self.repeat is not None:
             return 0
+        if self._diverged(i):
+            return TOKEN_ID_BASE + (self.seed + i * 7919 + 1) % NUM_WORDS
         if i < len(self.head):
             return TOKEN_ID_BASE + NUM_WORDS + (zlib.crc32(self.head[i].encode()) % 50000)
         return TOKEN_ID_BASE + (self.seed + i * 7919) % NUM_WORDS
@@ -150,8 +158,9 @@ class Completion:
 
 def make_completion(prompt: str, *, max_new_tokens: int, ignore_eos: bool, temperature: float, rid: str,
                     sampling_seed: int | None = None, raw: bool = True, reasoning: bool = False,
-                    garbage: str | None = None) -> Completion:
-    """Build the deterministic token stream for one request (see the module docstring)."""
+                    garbage: str | None = None, diverge_at: int | None = None) -> Completion:
+    """Build the deterministic token stream for one request (see the module docstring); ``diverge_at``: the token
+    from which it differs from the healthy stream (a planted fault, grid/twin/faults.py ``speculative_divergence``)."""
     if garbage is not None:
         return Completion(head=(), seed=0, eos_after=None, repeat=garbage)
     if temperature and temperature > 0 and sampling_seed is None:
@@ -175,4 +184,4 @@ def make_completion(prompt: str, *, max_new_tokens: int, ignore_eos: bool, tempe
             head += (WORDS[seed % NUM_WORDS].capitalize(),)
         natural = n_reason + 32 + seed % 480
     eos_after = None if ignore_eos else natural
-    return Completion(head=head, seed=seed, eos_after=eos_after, reasoning=n_reason)
+    return Completion(head=head, seed=seed, eos_after=eos_after, reasoning=n_reason, diverge_at=diverge_at)

@@ -58,7 +58,8 @@ def test_parse_the_twins_metrics_body():
     m = parse_metrics(tm.render().decode())
     assert m == {"running_reqs": 5.0, "queue_reqs": 2.0, "used_tokens": 20800.0, "token_usage": 0.29,
                  "gen_throughput_tok_per_s": 144.95, "cache_hit_rate": 0.0, "max_total_num_tokens": 370000.0,
-                 "generation_tokens_total": 0.0, "prompt_tokens_total": 0.0, "num_requests_total": 0.0}
+                 "generation_tokens_total": 0.0, "prompt_tokens_total": 0.0, "num_requests_total": 0.0,
+                 "spec_accept_length": 0.0, "spec_accept_rate": 0.0}  # registered without speculation, as SGLang's
 
 
 def test_not_prometheus_text_raises():

@@ -60,6 +60,7 @@ ORCHESTRATION = {
     "error_class": pa.string(), "time_scale": pa.float64(), "finished_unix_ns": pa.int64(), "kv_capacity_tokens": pa.int64(),
     "launch_unix_ns": pa.int64(), "ready_unix_ns": pa.int64(), "started_unix_ns": pa.int64(),
     "server_gen_tok_per_s_peak": pa.float64(), "server_running_at_peak": pa.int64(),
+    "server_accept_len_mean": pa.float64(),
     "server_info_json": pa.string(), "probe_status": pa.string(),
     "node_id": pa.string(), "node_hostname": pa.string(), "gpu_uuids": pa.list_(pa.string()),
 }

@@ -220,3 +220,59 @@ def test_pp_needs_disable_overlap_schedule_before_launch(version):
     assert check_config({"tp_size": 4, "pp_size": 2}, version, GLM) == [
         "Pipeline parallelism is not compatible with overlap schedule"]
     assert check_config({"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True}, version, GLM) == []
+
+
+# --- SGLang's launch-time rewrites of the speculative flags ----------------------------------------------------------
+def test_speculative_launch_is_resolved_as_sglang_does():
+    from grid.twin.speculative import MAX_RUNNING_RESET_LINE, DRAFT_TOKENS_ADJUSTED_LINE, resolve_launch
+
+    s = {"speculative_algorithm": "nextn"}
+    assert resolve_launch(s, "GlmMoeDsaForCausalLM") == [MAX_RUNNING_RESET_LINE]
+    assert s == {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                 "speculative_num_draft_tokens": 4, "max_running_requests": 48}
+    s = {"speculative_algorithm": "EAGLE"}
+    resolve_launch(s, "LlamaForCausalLM")
+    assert (s["speculative_num_steps"], s["speculative_eagle_topk"], s["speculative_num_draft_tokens"]) == (5, 4, 8)
+    s = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculative_eagle_topk": 1,
+         "speculative_num_draft_tokens": 8, "max_running_requests": 128}
+    assert resolve_launch(s, "GlmMoeDsaForCausalLM") == [DRAFT_TOKENS_ADJUSTED_LINE]
+    assert (s["speculative_num_draft_tokens"], s["max_running_requests"]) == (3, 128)
+    s = {"speculative_algorithm": None, "max_running_requests": None}
+    assert resolve_launch(s, "GlmMoeDsaForCausalLM") == [] and s["max_running_requests"] is None
+
+
+def test_the_twin_caps_a_speculative_server_at_48_running_requests_unless_told():
+    """The cap, not speculation, costs throughput above 48 streams: SGLang's default with speculative decoding."""
+    from grid.twin.configured import perf_model
+
+    flags = ["--tp-size", "8", "--speculative-algorithm", "NEXTN"]
+    capped = perf_model(GLM, BM, flags, "0.5.9")
+    lifted = perf_model(GLM, BM, [*flags, "--max-running-requests", "256"], "0.5.9")
+    assert (capped.max_running_requests, lifted.max_running_requests) == (48, 256)
+    assert (capped.spec_steps, capped.spec_topk, capped.spec_draft_tokens) == (3, 1, 4)
+    assert perf_model(GLM, BM, ["--tp-size", "8"], "0.5.9").max_running_requests > 48
+
+
+def test_a_speculative_twin_reports_its_acceptance_as_sglang_does():
+    """accept len / accept rate in the Decode lines and sglang:spec_accept_* on /metrics, read back by grid's parsers."""
+    from grid.server.logparse import parse_batch_line
+    from grid.server.metrics_scrape import parse_metrics, summarize_series
+    from grid.twin import logs
+    from grid.twin.metrics import TwinMetrics
+    from grid.twin.speculative import acceptance
+
+    mtp = PerfModel(GLM, BM, ServingConfig(**E1, **MTP, speculative_accept_length=2.5))
+    assert acceptance(mtp) == (2.5, pytest.approx(0.5))  # (2.5 - 1) / (4 draft tokens - 1)
+    assert acceptance(PerfModel(GLM, BM, ServingConfig(**E1))) == (None, None)
+    line = logs.decode_line("0.5.23", running_req=4, num_token=900, token_usage=0.01, cuda_graph=True,
+                            gen_throughput=120.0, queue_req=0, accept_len=2.5, accept_rate=0.5)
+    assert "token usage: 0.01, accept len: 2.50, accept rate: 0.50, cuda graph: True" in line
+    parsed = parse_batch_line(f"[2026-12-03 10:00:00 TP0] {line}")
+    assert (parsed["accept_len"], parsed["accept_rate"], parsed["gen_throughput_tok_per_s"]) == (2.5, 0.5, 120.0)
+    m = TwinMetrics("glm")
+    m.spec_accept_length.set(2.5)
+    m.spec_accept_rate.set(0.5)
+    got = parse_metrics(m.render().decode())
+    assert (got["spec_accept_length"], got["spec_accept_rate"]) == (2.5, 0.5)
+    assert summarize_series([got, {**got, "spec_accept_length": 3.5}])["srv_spec_accept_length_mean"] == 3.0
+    assert summarize_series([{"spec_accept_length": 0.0}])["srv_spec_accept_length_mean"] is None
