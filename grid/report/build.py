@@ -17,11 +17,13 @@ import pyarrow as pa
 from grid.config.schema import RunSpec
 from grid.metrics.loadpoint import SLO_COLUMNS, SLO_LATENCY_KEYS
 from grid.report import context, explain, forecasts, relevance
+from grid.report import speculative as spec_report
 from grid.report.html import HtmlReport, render_html
 from grid.report.lead import lead_lines, sweep_base
 from grid.report.pareto import fronts as pareto_fronts
 from grid.report.render import markdown, plot, print_report
 from grid.report.select import OBJECTIVES, Verdict, slo_text
+from grid.versions import release_tuple
 
 REJUDGED_PATH = Path("parquet") / "rejudged" / "rejudged.parquet"
 
@@ -79,6 +81,7 @@ class Report:
     lead: list[str] = field(default_factory=list)   # the best's lead over the runner-up and the sweep's base
     headline: list[str] = field(default_factory=list)  # what qualifies the answer itself (an incomplete sweep)
     searched: dict = field(default_factory=dict)  # search.json: the twin's forecasts with their intervals
+    speculative: spec_report.Section | None = None  # speculative decoding judged per load level
 
 
 def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str],
@@ -87,6 +90,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     ``notes``: caveats (listed after the answer); ``headline``: what qualifies the answer itself (shown above it);
     ``searched``: the search's record (``search.json``: the twin's forecasts, grid/report/forecasts.py)."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
+    contenders = {v.config_hash for v in verdicts if v.outcome in ("best", "lost")}  # not less accurate, not failed
     version = next((r["engine_version"] for r in rows if r.get("engine_version")), None)
     base = sweep_base(plans, version) if version and plans else None
     return Report(
@@ -102,6 +106,8 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
         lead=lead_lines(verdicts, OBJECTIVES[spec.objective.kind], base),
         headline=list(headline or []),
         searched=dict(searched or {}),
+        speculative=spec_report.section(rows, {p.config_hash: p.settings for p in plans if p.config_hash in contenders},
+                                        release_tuple(version) if version else None),
     )
 
 
@@ -113,15 +119,20 @@ def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
     for g in rep.failures:
         console.print(f"  {g.headline()}" + (f"; {g.pattern_text()}" if g.pattern_text() else ""),
                       markup=False, highlight=False, soft_wrap=True)
+    if rep.speculative is not None:
+        console.print(f"{spec_report.TITLE}:", markup=False, highlight=False)
+        for b in rep.speculative.bullets:
+            console.print(f"  {b}", markup=False, highlight=False, soft_wrap=True)
     write_rejudged(run_dir, rows, spec.objective.kind)
-    sections = ["## Pareto fronts (throughput vs latency, every configuration and load level)", "",
+    sections = [*spec_report.markdown(rep.speculative), "## Pareto fronts (throughput vs latency, every configuration and load level)", "",
                 *[f"- {f.describe()}" for f in rep.fronts], "", *explain.markdown_lines(rep.failures),
                 *forecasts.markdown_lines(rep.searched, spec.objective.kind), rejudge_note(spec)]
     (run_dir / "report.md").write_text(markdown(rep.verdicts, title, rep.notes, measured=rep.measured,
                                                 command=rep.command, sections=sections, lead=rep.lead,
                                                 headline=rep.headline))
     page = HtmlReport(title, rep.verdicts, rep.measured, rep.notes, rep.command, rep.fronts, rep.failures,
-                      (rejudge_note(spec),), rep.lead, rep.headline, rep.searched, spec.objective.kind)
+                      (rejudge_note(spec),), rep.lead, rep.headline, rep.searched, spec.objective.kind,
+                      rep.speculative)
     (run_dir / "report.html").write_text(render_html(page), encoding="utf-8")
     written = ["report.md", "report.html", REJUDGED_PATH.as_posix()]
     if plot(rep.verdicts, run_dir / "throughput.png"):

@@ -48,6 +48,7 @@ class HtmlReport:
     headline: Sequence[str] = ()   # what qualifies the answer itself (an incomplete sweep), above it
     searched: Mapping[str, Any] = field(default_factory=dict)   # search.json: the twin's forecasts and intervals
     objective_kind: str = ""
+    speculative: Any = None   # grid.report.speculative.Section: speculative decoding judged per load level
 
 
 def _pyplot():
@@ -245,6 +246,19 @@ def _forecasts_html(rep: HtmlReport) -> list[str]:
     return out + ["</table>"]
 
 
+def _speculative_html(rep: HtmlReport) -> list[str]:
+    """Speculative decoding per load level (grid/report/speculative.py), or nothing without it."""
+    from grid.report import speculative
+
+    sec = rep.speculative
+    if sec is None:
+        return []
+    out = [f"<h2 id='speculative'>{_e(speculative.TITLE)}</h2><table id='speculative-levels'><tr>"
+           + "".join(f"<th>{_e(h)}</th>" for h in speculative.HEADER) + "</tr>"]
+    out += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in sec.rows]
+    return [*out, "</table><ul>", *[f"<li>{_e(b)}</li>" for b in sec.bullets], "</ul>"]
+
+
 def render_html(rep: HtmlReport) -> str:
     """The page as one string (UTF-8, no external resources). It leads with the answer: the best configuration, its
     launch command, its lead over the runner-up and the sweep's base; then the caveats in one list, what was
@@ -299,6 +313,7 @@ def render_html(rep: HtmlReport) -> str:
         out.append(f"<tr><td>{i}</td><td>{names}</td><td class='{grp.outcome}'>{_e(grp.outcome)}{count}"
                    f"</td><td>{_e(grp.reason)}</td><td>{_e(short_diagnosis(grp.first))}</td></tr>")
     out.append("</table>")
+    out += _speculative_html(rep)
     out += _forecasts_html(rep)
     if rep.failures:
         out.append("<h2>Why configurations failed (grouped by cause)</h2>")
