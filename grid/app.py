@@ -67,6 +67,7 @@ def report(spec: RunSpec, console: Console) -> list:
     sweep may have measured it under other SLOs); nothing stored is rewritten. A sweep with planned configurations
     not yet recorded (an interrupted run) is reported as incomplete.
     """
+    from grid.accuracy import speculative_mismatches
     from grid.experiments import run_experiment
     from grid.report import build
     from grid.report.render import incomplete_note, metrics_names_note
@@ -84,7 +85,10 @@ def report(spec: RunSpec, console: Console) -> list:
     requests = [r for r in read_table(spec.run_dir, "requests", list(REQUEST_COLUMNS)).to_pylist()
                 if r["config_hash"] in wanted]
     rows = rejudge(stored, requests, spec.objective.slo)
-    verdicts = rank(rows, spec.objective, spec.accuracy.max_drop if spec.accuracy.enabled else None)
+    mismatches = speculative_mismatches([r for r in read_table(spec.run_dir, "accuracy").to_pylist()
+                                         if r["config_hash"] in wanted], {p.config_hash: p.settings for p in plans})
+    verdicts = rank(rows, spec.objective, spec.accuracy.max_drop if spec.accuracy.enabled else None,
+                    {h: m.reason() for h, m in mismatches.items()})
     searched = read_record(spec.run_dir)
     left_out = set(searched.get("skipped", {})) & wanted - {r["config_hash"] for r in rows}
     # a skipped configuration (an infrastructure fault) runs again on resume: it counts as not yet recorded

@@ -82,3 +82,75 @@ def ask(base_url: str, items: Sequence[Item], api: str = "generate", model: str 
     from grid.server.probe import ask_greedy
 
     return ask_greedy(base_url, api, model, [i.prompt for i in items], api_key, timeout_s, max_new_tokens)
+
+
+#: The settings that make a configuration speculative (grid/releases/flags.py). SGLang's speculative decoding is
+#: lossless under greedy sampling: the target model verifies every drafted token, so the tokens must be those of the
+#: same configuration without it (sgl-project/sglang docs, "Speculative Decoding"; EAGLE, Li et al. 2024, §3).
+SPECULATIVE_SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                        "speculative_num_draft_tokens")
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A speculative configuration's greedy reply that differs from its plain twin's: the prompt, the character at
+    which they first differ (0-based) and both replies from a little before it."""
+
+    config_hash: str
+    plain_hash: str
+    prompt_id: str
+    position: int
+    speculative: str
+    plain: str
+
+    def reason(self) -> str:
+        """One line for the report (``less_accurate``)."""
+        return (f"answers differ from the same configuration without speculative decoding ({self.plain_hash}) under "
+                f"greedy sampling: prompt {self.prompt_id}, first difference at character {self.position} "
+                f"({self.speculative!r} vs {self.plain!r})")
+
+
+def plain_partner(settings: Mapping[str, Any], others: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The config hash in ``others`` (hash -> settings) that computes like ``settings`` with speculative decoding
+    off: the same value of every setting that changes numerics (:data:`NUMERIC_SETTINGS`) other than the
+    speculative ones, and no ``speculative_algorithm``; None when the sweep has none (or ``settings`` are not
+    speculative)."""
+    if settings.get("speculative_algorithm") is None:
+        return None
+    keys = NUMERIC_SETTINGS - set(SPECULATIVE_SETTINGS)
+    for h, s in sorted(others.items()):
+        if s.get("speculative_algorithm") is None and all(s.get(k) == settings.get(k) for k in keys):
+            return h
+    return None
+
+
+def first_difference(a: str, b: str) -> int | None:
+    """The first character index at which ``a`` and ``b`` differ (the shorter one's length when one is a prefix of
+    the other); None when they are equal."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def speculative_mismatches(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Mapping[str, Any]]
+                           ) -> dict[str, Mismatch]:
+    """The correctness gate of speculative decoding (pure): per speculative configuration whose plain partner
+    (:func:`plain_partner`) answered the same prompts, its first reply that differs from the partner's, prompt by
+    prompt in ``accuracy`` table order. ``rows``: ``accuracy`` table rows (``config_hash``, ``prompt_id``,
+    ``reply``: the greedy reply's first 200 characters); ``settings``: config hash -> settings."""
+    replies: dict[str, dict[str, str]] = {}
+    for r in rows:
+        replies.setdefault(r["config_hash"], {})[r["prompt_id"]] = r.get("reply") or ""
+    out: dict[str, Mismatch] = {}
+    for h, s in settings.items():
+        plain = plain_partner(s, settings)
+        if plain is None or h not in replies or plain not in replies:
+            continue
+        for pid, reply in replies[h].items():
+            other = replies[plain].get(pid)
+            pos = None if other is None else first_difference(reply, other)
+            if pos is not None and other is not None:
+                lo = max(0, pos - 10)
+                out[h] = Mismatch(h, plain, pid, pos, reply[lo:pos + 20], other[lo:pos + 20])
+                break
+    return out

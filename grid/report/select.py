@@ -405,11 +405,14 @@ def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[f
     return baseline, source, gated
 
 
-def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | None = None) -> list[Verdict]:
+def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | None = None,
+         mismatched: Mapping[str, str] | None = None) -> list[Verdict]:
     """Verdicts, best first, then losers by score, then invalid and failed configurations (pure).
 
     ``max_accuracy_drop``: the accuracy guard (fraction; None: off): a configuration whose exact-match share is
-    below the baseline's by more than this is ``less_accurate`` and cannot win (:func:`accuracy_gate`).
+    below the baseline's by more than this is ``less_accurate`` and cannot win (:func:`accuracy_gate`), as is each
+    configuration of ``mismatched`` (config hash -> why: a speculative configuration whose greedy answers differ
+    from the same configuration without it, grid.accuracy ``speculative_mismatches``) while the guard is on.
 
     ``rows``: load-point rows, passed through :func:`rejudge` for ``objective.slo`` first when it sets any SLO
     (``ValueError`` otherwise). A verdict's
@@ -494,6 +497,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             excluded[h] = misses
     if max_accuracy_drop is not None:
         _, _, gated = accuracy_gate(rows, max_accuracy_drop)
+        gated = {**gated, **{h: f"less accurate: {why}" for h, why in (mismatched or {}).items()}}
         for v in verdicts:
             if v.config_hash in gated and v.score is not None:
                 v.outcome = "less_accurate"

@@ -278,3 +278,49 @@ def test_progress_line_names_the_repeat():
     assert console.export_text().splitlines() == [
         "   point 5 (concurrency 64, repeat 1): ok  out 298.5 tok/s  TTFT p50 357 ms  TPOT p50 214.1 ms",
         "   point 2 (concurrency 64): ok  out 298.5 tok/s  TTFT p50 357 ms  TPOT p50 214.1 ms"]
+
+
+def test_the_gate_catches_a_speculative_configuration_planted_to_answer_differently(tmp_path):
+    """Issue 24: with greedy sampling a speculative configuration must answer token for token as the same
+    configuration without it. The twin plays a speculative server whose answer to one accuracy prompt of twenty
+    diverges from its first token (GRID_TWIN_FAULTS speculative_divergence); the plain one is healthy under the same
+    fault list. The exact-match share drops 5 points, under the default accuracy.max_drop of 10: the token
+    comparison alone catches it."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from grid.app import report
+    from grid.sweep.measure import accuracy_role
+
+    fault = json.dumps([{"kind": "speculative_divergence", "after_tokens": 0, "prompt_contains": "17 + 26"}])
+    spec = spec_for(tmp_path, "+sweep.name=spec", "load.concurrency=[1]", f"+engine.env.GRID_TWIN_FAULTS='{fault}'",
+                    "load.output_len=96",  # a Decode line every 40 steps
+                    "+sweep.configs=[{},{speculative_algorithm:EAGLE,speculative_num_steps:2,"
+                    "speculative_eagle_topk:1,speculative_num_draft_tokens:3}]")
+    plans = expand(spec)
+    assert [accuracy_role(spec, p) for p in plans] == [
+        "baseline", "differs: speculative_algorithm, speculative_eagle_topk, speculative_num_draft_tokens, "
+                    "speculative_num_steps"]
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    for i, plan in enumerate(plans):
+        rows = measure_trial(spec, engine, plan, ServerSession(), trial_id=f"t{i}")
+    # the speculative server logs and serves its acceptance length; every load point records it
+    # (the twin's default for 2 steps and 3 draft tokens: 1 + 0.85 + 0.67, grid/twin/speculative.py; the log prints
+    # two decimals)
+    assert abs(rows[0]["server_accept_len_mean"] - 2.52) < 1e-9
+    assert abs(rows[0]["srv_spec_accept_length_mean"] - 2.52) < 1e-9
+    acc = {(r["config_hash"], r["prompt_id"]): r["reply"] for r in read_table(tmp_path, "accuracy").to_pylist()}
+    plain, spec_hash = plans[0].config_hash, plans[1].config_hash
+    assert acc[(spec_hash, "add_1")] != acc[(plain, "add_1")]
+    verdicts = {v.config_hash: v for v in report(spec, Console(file=io.StringIO()))}
+    assert verdicts[plain].outcome == "best"
+    bad = verdicts[spec_hash]
+    assert bad.outcome == "less_accurate" and bad.score is None
+    assert f"answers differ from the same configuration without speculative decoding ({plain})" in bad.reason
+    assert "prompt add_1, first difference at character 1 (" in bad.reason  # after the leading space
+    assert "less accurate: 95% of" not in bad.reason  # not the exact-match gate
+    # a configuration that answers differently is not recommended for any load either
+    assert "Speculative decoding per load" not in (tmp_path / "report.md").read_text()
