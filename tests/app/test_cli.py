@@ -225,7 +225,7 @@ def test_misspelt_key_without_plus_is_refused_with_the_keys_allowed_there():
 def test_misspelt_group_value_is_refused_with_the_groups_choices():
     assert composition_error(["+sweep=nsa_backend"]) == (
         "sweep=nsa_backend: no such sweep; did you mean sweep=nsa_backends? (choices: cpu_calibration, cpu_serving, cuda_graph, joint, "
-        "mem_fraction, moe_runner, nsa_backends, schedule_policy, seed_tuning, torch_compile, two_batch_overlap)")
+        "mem_fraction, moe_runner, nsa_backends, schedule_policy, seed_tuning, speculative, torch_compile, two_batch_overlap)")
     assert composition_error(["objective=max_throughput"]) == (
         "objective=max_throughput: no such objective; did you mean objective=max_output_throughput? "
         "(choices: max_capacity, max_goodput, max_output_throughput, min_tpot)")
