@@ -40,6 +40,17 @@ def is_speculative(settings: Mapping[str, Any]) -> bool:
     return settings.get("speculative_algorithm") not in (None, "", "none", "NONE")
 
 
+def judged_per_level(spec: Any) -> bool:
+    """Whether ``spec`` (a ``RunSpec``) sweeps speculative decoding: some configuration of its sweep turns it on, so
+    the report judges every load level on its own (early stopping's twin-bound rule then skips no level)."""
+    sweep = getattr(spec, "sweep", None)
+    if sweep is None:
+        return False
+    if any(v not in (None, "", "none", "NONE") for v in sweep.grid.get("speculative_algorithm", [])):
+        return True
+    return any(is_speculative({**sweep.base, **c}) for c in sweep.configs) or is_speculative(sweep.base)
+
+
 def simplicity(settings: Mapping[str, Any]) -> tuple:
     """Sort key, simplest first: off, then fewer draft tokens, fewer steps, smaller top-k (unset counts as 0)."""
     if not is_speculative(settings):

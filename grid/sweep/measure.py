@@ -77,8 +77,10 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
     calibration.py ``current``; the spec-sheet twin before the first measured configuration).
     The twin-bound rule applies to higher-is-better objectives the twin forecasts per level (output tok/s, goodput)
     and never to an engine the twin does not describe (``Engine.forecastable``: an external server, another server
-    family)."""
+    family), nor to a sweep that varies speculative decoding: the report judges each of its levels on its own
+    (grid/report/speculative.py), so a level is not skipped for being unable to beat another level's score."""
     from grid.report.select import OBJECTIVES
+    from grid.report.speculative import judged_per_level
     from grid.search.calibration import current
     from grid.search.predict import Forecast, capacity_bracket, forecast, level_forecasts
 
@@ -103,7 +105,8 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
         return Levels([], capacity=Capacity(lo, hi, spec.objective.capacity_rel_tol,
                                             spec.objective.capacity_max_probes, probe))
     points = load_points(plan)
-    bounded = s.early_stop and not unmodelled and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
+    bounded = (s.early_stop and not unmodelled and obj.higher_is_better and obj.metric in TWIN_BOUND_METRICS
+               and not judged_per_level(spec))
     forecasts = level_forecasts(spec, plan, engine.version(), coefficients) if s.early_stop and not unmodelled else {}
     known: float | None = None  # the best to beat (the twin-bound rule only)
     if not bounded:  # the durations still say what a skipped point saves

@@ -88,3 +88,17 @@ def test_the_section_names_the_cap_and_is_empty_without_speculation():
     assert sp.lines(ROWS, {"off": OFF}, (0, 5, 9)) == []
     assert sp.setting_text({**S3, "max_running_requests": 128}) == (
         "NEXTN 3 steps, top-k 1, 4 draft tokens, max_running_requests 128")
+
+
+def test_a_speculative_sweep_is_judged_per_level_so_early_stopping_skips_no_level(tmp_path):
+    from grid.compose import compose_spec
+    from grid.engines.base import get_engine
+    from grid.sweep.measure import level_plan
+    from grid.sweep.space import expand
+
+    spec = compose_spec(["+sweep=speculative"], tmp_path)
+    assert sp.judged_per_level(spec) and not sp.judged_per_level(compose_spec(["+sweep=cuda_graph"], tmp_path))
+    plan = expand(spec)[1]
+    levels = level_plan(spec, get_engine(spec), plan, best=1e9)   # a best no level of it can reach
+    assert levels.metric is None and levels.best is None           # the twin-bound rule is off; the SLO rule stays
+    assert levels.early_stop
