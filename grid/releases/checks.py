@@ -534,6 +534,15 @@ RULES: list[Rule] = [
          "SGLang srt/model_executor/cpu_graph_runner.py (torch_native attention without AMX); measured at start on "
          "a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
          reads=("torch_compile",)),
+    # speculative decoding on a CPU: every algorithm turns on the KV-cache copy, whose warm-up calls a CPU op the
+    # sgl-kernel CPU path does not register (srt/mem_cache/memory_pool.py _init_kv_copy_and_warmup ->
+    # kernels/ops/kvcache/cache_move.py; measured at start with NGRAM on SGLang 0.5.23, the CPU-capable algorithm).
+    Rule("cpu_speculative", "0.5.23", None,
+         "AttributeError: '_OpNamespace' 'sgl_kernel' object has no attribute 'copy_all_layer_kv_cache_cpu'",
+         lambda s, m: () if s.get("speculative_algorithm") else None,
+         "SGLang srt/mem_cache/memory_pool.py (the KV-cache copy speculative decoding needs); measured at start on "
+         "a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
+         reads=("speculative_algorithm",)),
     # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
     # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
     Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",

@@ -6,10 +6,11 @@ kernel wheels import); experiments/real_server/setup_sglang_cpu.sh [VERSION] mak
 otherwise, saying so. Every server listens on 127.0.0.1.
 
 The sweep is conf/sweep/cpu_serving.yaml with ``search=exhaustive``: four configurations SGLang's CPU engine serves
-(schedule_policy x chunked_prefill_size) and two it starts and dies on (``attention_backend=fa3``,
-``torch_compile=true``: rules ``cpu_fa3`` and ``cpu_torch_compile`` of grid/releases/checks.py). Checked:
+(schedule_policy x chunked_prefill_size) and three it starts and dies on (``attention_backend=fa3``,
+``torch_compile=true``, ``speculative_algorithm=NGRAM``: rules ``cpu_fa3``, ``cpu_torch_compile`` and
+``cpu_speculative`` of grid/releases/checks.py). Checked:
 
-1. every configuration gets its verdict: four ``ok``; the two known failures ``failed`` / ``startup_exit`` with
+1. every configuration gets its verdict: four ``ok``; the three known failures ``failed`` / ``startup_exit`` with
    SGLang's own message in the recorded error and the launcher's exit status read as SGLang killing itself, not as
    an out-of-memory;
 2. tokens are counted as tokens (each request's output length is SGLang's ``completion_tokens``, whatever the
@@ -136,7 +137,7 @@ def test_the_resumed_sweep_completes_and_measures_nothing_twice(sweep):
     # one row per (configuration, load point): nothing measured twice, nothing lost
     assert not lp.duplicated(["config_hash", "point_index", "repeat_index"]).any()
     assert set(sweep["killed_after"]) <= set(lp["config_hash"])
-    assert lp["config_hash"].nunique() == 6
+    assert lp["config_hash"].nunique() == 7
 
 
 def test_no_sglang_process_is_left(sweep):
@@ -148,8 +149,10 @@ def test_every_configuration_gets_its_verdict(sweep):
     lp = _load_points(sweep["run_dir"])
     by_label = lp.groupby("label")
     ok = [label for label, rows in by_label if (rows["status"] == "ok").all() and (rows["trial_status"] == "ok").all()]
-    assert len(ok) == 4 and all("attention=default torch_compile=default" in label for label in ok), ok
-    for setting, rule in (("attention=fa3", "cpu_fa3"), ("torch_compile=True", "cpu_torch_compile")):
+    assert len(ok) == 4 and all("attention=default torch_compile=default speculative_algorithm=default" in label
+                                for label in ok), ok
+    for setting, rule in (("attention=fa3", "cpu_fa3"), ("torch_compile=True", "cpu_torch_compile"),
+                          ("speculative_algorithm=NGRAM", "cpu_speculative")):
         rows = lp[lp["label"].str.contains(setting, regex=False)]
         assert set(rows["trial_status"]) == {"failed"}, rows[["trial_status", "trial_error_class"]]
         assert set(rows["trial_error_class"]) == {"startup_exit"}, rows["trial_error_message"].tolist()
