@@ -84,11 +84,10 @@ def ask(base_url: str, items: Sequence[Item], api: str = "generate", model: str 
     return ask_greedy(base_url, api, model, [i.prompt for i in items], api_key, timeout_s, max_new_tokens)
 
 
-#: The settings that make a configuration speculative (grid/releases/flags.py). SGLang's speculative decoding is
-#: lossless under greedy sampling: the target model verifies every drafted token, so the tokens must be those of the
-#: same configuration without it (sgl-project/sglang docs, "Speculative Decoding"; EAGLE, Li et al. 2024, §3).
-SPECULATIVE_SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                        "speculative_num_draft_tokens")
+#: SGLang's speculative decoding is lossless under greedy sampling: the target model verifies every drafted token, so
+#: the tokens must be those of the same configuration without it (sgl-project/sglang docs, "Speculative Decoding";
+#: EAGLE, Li et al. 2024, §3). The speculative settings: grid.releases.flags ``SPECULATIVE_SETTINGS``.
+SPECULATIVE_SETTINGS = flags.SPECULATIVE_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -115,11 +114,11 @@ def plain_partner(settings: Mapping[str, Any], others: Mapping[str, Mapping[str,
     off: the same value of every setting that changes numerics (:data:`NUMERIC_SETTINGS`) other than the
     speculative ones, and no ``speculative_algorithm``; None when the sweep has none (or ``settings`` are not
     speculative)."""
-    if settings.get("speculative_algorithm") is None:
+    if not flags.is_speculative(settings):
         return None
     keys = NUMERIC_SETTINGS - set(SPECULATIVE_SETTINGS)
     for h, s in sorted(others.items()):
-        if s.get("speculative_algorithm") is None and all(s.get(k) == settings.get(k) for k in keys):
+        if not flags.is_speculative(s) and all(s.get(k) == settings.get(k) for k in keys):
             return h
     return None
 

@@ -280,6 +280,19 @@ SETTINGS: dict[str, Setting] = {
 #: docs/sources.md#sglang-server-arguments-and-defaults). The accuracy guard (grid/accuracy) reads it.
 NUMERIC_SETTINGS: frozenset[str] = frozenset(s.name for s in SETTINGS.values() if s.numeric)
 
+#: The settings that make up a speculative setting: the algorithm, then its counts (SGLang ``--speculative-*``).
+SPECULATIVE_SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                        "speculative_num_draft_tokens")
+#: The running-request cap SGLang sets when speculative decoding is on and ``--max-running-requests`` is not given
+#: (0.5.9 ``server_args.py`` ``_handle_speculative_decoding``; 0.5.23 ``arg_groups/speculative_hook.py``
+#: ``_handle_eagle_family``; docs/sources.md#speculative-decoding).
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+
+
+def is_speculative(settings: Any) -> bool:
+    """Whether ``settings`` (grid's names -> values) turn speculative decoding on: ``speculative_algorithm`` set."""
+    return settings.get("speculative_algorithm") not in (None, "", "none", "NONE")
+
 
 def settings_from_args(args: Any, version: Version) -> dict[str, Any]:
     """Every setting's value in a parsed, resolved command line (grid's names -> values; :meth:`Setting.value_in`).

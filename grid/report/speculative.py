@@ -21,23 +21,12 @@ from typing import Any
 
 from grid.metrics.confidence import Interval
 from grid.metrics.hostnoise import host_noise
+from grid.releases.flags import SPECULATIVE_MAX_RUNNING_REQUESTS, SPECULATIVE_SETTINGS, is_speculative
 from grid.report.select import fmt_delta, fmt_score, is_tie, level_scores
 
 TITLE = "Speculative decoding per load"
-#: Settings that make up a speculative setting (grid/releases/flags.py names).
-SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-#: The release from which SGLang can switch the speculative step count by batch size itself (``--speculative-adaptive``,
-#: the catalog of 0.5.11; docs/sources.md#speculative-decoding).
-ADAPTIVE_SINCE = (0, 5, 11)
-#: SGLang's running-request cap with speculative decoding when none is given (grid/twin/speculative.py).
-SPECULATIVE_CAP = 48
 #: (column, unit, what) of the two ways a level is judged: throughput, and per-request speed.
 METRICS = (("output_tok_per_s", "tok/s", "output throughput"), ("tok_per_s_per_user", "tok/s/user", "per-request speed"))
-
-
-def is_speculative(settings: Mapping[str, Any]) -> bool:
-    """Whether ``settings`` turn speculative decoding on (``speculative_algorithm`` set)."""
-    return settings.get("speculative_algorithm") not in (None, "", "none", "NONE")
 
 
 def judged_per_level(spec: Any) -> bool:
@@ -46,7 +35,7 @@ def judged_per_level(spec: Any) -> bool:
     sweep = getattr(spec, "sweep", None)
     if sweep is None:
         return False
-    if any(v not in (None, "", "none", "NONE") for v in sweep.grid.get("speculative_algorithm", [])):
+    if any(is_speculative({"speculative_algorithm": v}) for v in sweep.grid.get("speculative_algorithm", [])):
         return True
     return any(is_speculative({**sweep.base, **c}) for c in sweep.configs) or is_speculative(sweep.base)
 
@@ -55,7 +44,7 @@ def simplicity(settings: Mapping[str, Any]) -> tuple:
     """Sort key, simplest first: off, then fewer draft tokens, fewer steps, smaller top-k (unset counts as 0)."""
     if not is_speculative(settings):
         return (0,)
-    return (1, *(int(settings.get(k) or 0) for k in SPEC_KEYS[1:][::-1]))
+    return (1, *(int(settings.get(k) or 0) for k in SPECULATIVE_SETTINGS[1:][::-1]))
 
 
 def setting_text(settings: Mapping[str, Any]) -> str:
@@ -191,7 +180,7 @@ def recommendation(picks: Sequence[LevelPick], version: tuple[int, ...] | None, 
     if len(winners) == 1:
         return f"For {what}: {setting_text(picks[0].winner.settings)} at every level measured."
     schedule = "; ".join(f"{_level(p)}: {setting_text(p.winner.settings)}" for p in picks)
-    if version is not None and version >= ADAPTIVE_SINCE:
+    if version is not None and adaptive(version):
         how = ("this release can switch the step count by batch size itself (--speculative-adaptive); give it this "
                "schedule")
     else:
@@ -200,16 +189,24 @@ def recommendation(picks: Sequence[LevelPick], version: tuple[int, ...] | None, 
     return f"For {what}: it depends on the load ({schedule}); {how}."
 
 
+def adaptive(version: tuple[int, ...]) -> bool:
+    """Whether SGLang ``version`` can switch the speculative step count by batch size itself: its catalog (read from
+    the released wheel) has ``--speculative-adaptive`` (0.5.11+). A release outside the catalog: the newest catalogued one not newer than it."""
+    from grid.releases import catalog
+
+    return catalog.release(version).option("speculative_adaptive") is not None
+
+
 def cap_note(picks: Sequence[LevelPick], settings: Mapping[str, Mapping[str, Any]]) -> str | None:
     """A note when a speculative configuration that leaves ``max_running_requests`` unset was measured above SGLang's
     48-request cap: its throughput there is the cap's, not speculation's."""
     capped = sorted({h for h, s in settings.items() if is_speculative(s) and s.get("max_running_requests") is None})
-    above = [p for p in picks if p.kind == "concurrency" and p.level > SPECULATIVE_CAP]
+    above = [p for p in picks if p.kind == "concurrency" and p.level > SPECULATIVE_MAX_RUNNING_REQUESTS]
     if not capped or not above:
         return None
     levels = ", ".join(f"{p.level:g}" for p in above)
     return (f"At concurrency {levels} the speculative configurations that leave max_running_requests unset ran at "
-            f"most {SPECULATIVE_CAP} requests at once (SGLang's cap with speculative decoding): their throughput "
+            f"most {SPECULATIVE_MAX_RUNNING_REQUESTS} requests at once (SGLang's cap with speculative decoding): their throughput "
             "there is the cap's, not speculation's; set max_running_requests to lift it.")
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 from grid.config.specs import ModelSpec
+from grid.releases.flags import SPECULATIVE_MAX_RUNNING_REQUESTS, SPECULATIVE_SETTINGS
 from grid.twin import perf as _perf
 from grid.twin.perf import PerfModel, expert_coverage
 
@@ -52,12 +53,9 @@ MTP_AUTO_ARCHITECTURES = frozenset({
     "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM",
     "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
     "BailingMoeV2ForCausalLM", "MistralLarge3ForCausalLM", "MiMoV2ForCausalLM"})
-#: The running-request cap SGLang sets when speculative decoding is on and ``--max-running-requests`` is not given,
-#: logging :data:`MAX_RUNNING_RESET_LINE` (0.5.9 ``server_args.py`` ``_handle_speculative_decoding``; 0.5.23
-#: ``arg_groups/speculative_hook.py`` ``_handle_eagle_family``). A speculative configuration that does not set the
-#: cap serves at most 48 requests at once however large its KV pool: a throughput loss at high concurrency that is
-#: the cap, not speculation (docs/sources.md#speculative-decoding).
-SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+#: What SGLang logs when it sets its speculative running-request cap (grid.releases.flags
+#: ``SPECULATIVE_MAX_RUNNING_REQUESTS``): a speculative configuration that does not set the cap serves at most 48
+#: requests at once however large its KV pool, a throughput loss at high concurrency that is the cap's.
 MAX_RUNNING_RESET_LINE = ("Max running requests is reset to 48 for speculative decoding. You can override this by "
                           "explicitly setting --max-running-requests.")
 #: Logged when ``--speculative-eagle-topk 1`` comes with a draft-token count other than steps + 1, which SGLang then
@@ -79,7 +77,7 @@ def resolve_launch(settings: dict, architecture: str | None) -> list[str]:
         return []
     lines = []
     settings["speculative_algorithm"] = str(algo).upper()
-    keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    keys = SPECULATIVE_SETTINGS[1:]
     if all(settings.get(k) is None for k in keys):
         auto = MTP_AUTO_PARAMS if architecture in MTP_AUTO_ARCHITECTURES else (
             DEFAULT_STEPS, DEFAULT_TOPK, DEFAULT_DRAFT_TOKENS)

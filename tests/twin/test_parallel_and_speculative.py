@@ -276,3 +276,22 @@ def test_a_speculative_twin_reports_its_acceptance_as_sglang_does():
     assert (got["spec_accept_length"], got["spec_accept_rate"]) == (2.5, 0.5)
     assert summarize_series([got, {**got, "spec_accept_length": 3.5}])["srv_spec_accept_length_mean"] == 3.0
     assert summarize_series([{"spec_accept_length": 0.0}])["srv_spec_accept_length_mean"] is None
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_the_twins_speculative_decode_line_is_the_releases_own(version):
+    """The Decode line with acceptance, assembled from the release's own templates (the catalog, read from the
+    released wheel: speculative decoding does not run on this machine's CPU SGLang, rule cpu_speculative), equals
+    the twin's and reads back the same."""
+    from grid.releases import catalog
+    from grid.server.logparse import parse_batch_line
+    from grid.twin import logs
+
+    parts = catalog.release(version).log_formats["decode"]
+    released = (parts[0].format("", 4, "#token: 900, token usage: 0.01, ") + parts[1].format(2.5, 0.5)
+                + next(p for p in parts if "gen throughput" in p).format("cuda graph", True, 120.0, 0))
+    twin = logs.decode_line(version, running_req=4, num_token=900, token_usage=0.01, cuda_graph=True,
+                            gen_throughput=120.0, queue_req=0, accept_len=2.5, accept_rate=0.5)
+    assert twin == released
+    parsed = parse_batch_line(f"[2026-12-03 10:00:00] {released}")
+    assert (parsed["accept_len"], parsed["accept_rate"], parsed["running_req"]) == (2.5, 0.5, 4)
