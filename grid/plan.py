@@ -37,7 +37,7 @@ def load_points(plan: TrialPlan) -> list[LoadPoint]:
     ``i // (len(points) / repeats)``). Point ``i`` is seeded ``load.seed * 1000 + i``: identical across
     configurations, and each repeat draws its own prompts (the spread covers the prompts as well as the timing)."""
     load = plan.load
-    steady = load.closed_loop_start == "staggered"
+    steady = load.steady
     levels: list[tuple[str, float, int, dict[str, Any]]] = [
         ("concurrency", float(c), load.prompts_for(c), {"steady": steady}) for c in load.concurrency]
     levels += [("rate", float(r), load.prompts_for(r), {"arrival": load.arrival, "burstiness": load.burstiness,

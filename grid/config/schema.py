@@ -135,6 +135,18 @@ def requests_for_tail(percentile: float) -> int:
     return 1 + math.ceil(100 / (100 - percentile) - 1e-9)  # 1e-9: 100 - 99.9 is 0.0999...94 in binary
 
 
+class SessionsSpec(_Spec):
+    """Generated multi-turn conversations (``load.dataset=sessions`` without a file): ``turns`` per conversation,
+    ``think_time_s`` (modelled seconds) between an answer and the next message; each new message is
+    ``load.input_len`` tokens and each answer ``load.output_len``. ``num_sessions``: conversations per load point
+    (None: enough that every user plays at least one whole conversation, and the point has its usual request count)."""
+
+    turns: int = Field(4, ge=1, le=1000)
+    think_time_s: float = Field(0.0, ge=0, description="modelled seconds between an answer and the next message")
+    num_sessions: int | None = Field(None, ge=1, description="conversations per load point (null: as many as the "
+                                     "point's requests need, at least one per user)")
+
+
 class LoadSpec(_Spec):
     """Load points run against every working configuration (one server launch serves them all)."""
 
@@ -158,6 +170,8 @@ class LoadSpec(_Spec):
     trace_speed: list[float] = Field(default_factory=lambda: [1.0],
                                      description="dataset=trace: one open-loop point per speed (1.0: as recorded)")
     max_concurrency: int | None = Field(None, ge=1, description="open-loop points: cap on requests in flight")
+    sessions: SessionsSpec = Field(default_factory=SessionsSpec, description="dataset=sessions: generated "
+                                   "conversations (turns, think_time_s, num_sessions)")
     tokenizer: str | None = Field(
         None, description="tokenizer (local directory or HF id, loaded with transformers.AutoTokenizer) the prompts "
                           "are built with; None: an external server's own (the path /v1/models reports), else none; "
@@ -219,6 +233,10 @@ class LoadSpec(_Spec):
         if not self.concurrency and not self.request_rate and not self.trace_points:
             raise ValueError("no load points: set load.concurrency and/or load.request_rate"
                              + (" and/or load.trace_speed" if DATASETS[self.dataset].arrivals else ""))
+        if DATASETS[self.dataset].sessions and self.request_rate:
+            raise ValueError(f"load.request_rate: load.dataset={self.dataset} replays conversations turn by turn, "
+                             "each user sending its next turn after the answer (a closed loop): set load.concurrency "
+                             "(users) and drop load.request_rate")
         if self.max_concurrency is not None and not self.request_rate and not self.trace_points:
             raise ValueError("load.max_concurrency: caps open-loop points (load.request_rate, or trace points of "
                              "load.dataset=trace); there are none (closed-loop points have load.concurrency)")
@@ -231,10 +249,27 @@ class LoadSpec(_Spec):
 
         return list(self.trace_speed) if DATASETS[self.dataset].arrivals else []
 
+    @property
+    def steady(self) -> bool:
+        """Closed-loop points run in steady state (``closed_loop_start=staggered``); never for sessions, whose users
+        follow their conversations."""
+        from grid.loadgen.dataset import DATASETS
+
+        return self.closed_loop_start == "staggered" and not DATASETS[self.dataset].sessions
+
     def prompts_for(self, level: float) -> int:
         """Requests of the load point at ``level`` (streams, or req/s): ``num_prompts`` when set, else
         ``prompts_per_stream`` x the level, at least ``min_prompts``; an infinite rate (all at once) is a burst of
-        ``min_prompts``."""
+        ``min_prompts``. Sessions: ``sessions.num_sessions`` whole conversations when set, else whole conversations
+        enough for that count and one per user (``level`` of them)."""
+        from grid.loadgen.dataset import DATASETS
+
+        if DATASETS[self.dataset].sessions and self.dataset_path is None:
+            turns = self.sessions.turns
+            if self.sessions.num_sessions is not None:
+                return self.sessions.num_sessions * turns
+            n = self.num_prompts or max(self.min_prompts, int(round(self.prompts_per_stream * level)))
+            return max(-(-n // turns), int(level)) * turns
         if self.num_prompts is not None:
             return self.num_prompts
         if not math.isfinite(level):

@@ -45,6 +45,7 @@ class EventInfo:
     reasoning: str = ""
     usage_prompt: int | None = None
     usage_completion: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache
     finish_reason: str | None = None
     error: str | None = None  # a server-reported error (error class server_error)
     content_null: bool = False  # non-streamed: content was null/empty
@@ -164,7 +165,7 @@ class GenerateEndpoint(Endpoint):
         if prompt.input_ids is not None:
             body["input_ids"] = list(prompt.input_ids)
         else:
-            body["text"] = prompt.text
+            body["text"] = prompt.full_text
         body.update(self.extra_body)
         return body
 
@@ -186,6 +187,7 @@ class GenerateEndpoint(Endpoint):
             info.finish_reason = str(finish)
         info.usage_prompt = _int_or_none(meta.get("prompt_tokens"))
         info.usage_completion = _int_or_none(meta.get("completion_tokens"))
+        info.cached_tokens = _int_or_none(meta.get("cached_tokens"))
         return info, meta
 
     def parse_event(self, obj: dict, state: dict) -> EventInfo:
@@ -224,6 +226,9 @@ def _usage(obj: dict, info: EventInfo) -> None:
         raise ParseError("usage is not an object")
     info.usage_prompt = _int_or_none(usage.get("prompt_tokens"))
     info.usage_completion = _int_or_none(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):  # SGLang with --enable-cache-report, vLLM, the OpenAI API
+        info.cached_tokens = _int_or_none(details.get("cached_tokens"))
 
 
 class _OpenAIEndpoint(Endpoint):
@@ -306,7 +311,7 @@ class CompletionsEndpoint(_OpenAIEndpoint):
     def payload(self, prompt: Prompt, stream: bool) -> dict:
         body: dict[str, Any] = {
             "model": self.model,
-            "prompt": list(prompt.input_ids) if prompt.input_ids is not None else prompt.text,
+            "prompt": list(prompt.input_ids) if prompt.input_ids is not None else prompt.full_text,
             "max_tokens": prompt.output_len,
             "temperature": 0.0,
             "ignore_eos": self.ignore_eos,
@@ -330,11 +335,9 @@ class ChatEndpoint(_OpenAIEndpoint):
     accepts = frozenset({"text"})
 
     def payload(self, prompt: Prompt, stream: bool) -> dict:
-        if prompt.text is None:
-            raise ValueError("the chat api needs text prompts (grid.loadgen.dataset.PromptForm builds them for it)")
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": "user", "content": prompt.text}],
+            "messages": prompt.messages(),
             "max_completion_tokens": prompt.output_len,
             "temperature": 0.0,
             "ignore_eos": self.ignore_eos,
@@ -498,6 +501,8 @@ class StreamParser:
             rec.usage_prompt_tokens = info.usage_prompt
         if info.usage_completion is not None:
             rec.usage_completion_tokens = info.usage_completion
+        if info.cached_tokens is not None:
+            rec.cached_tokens = info.cached_tokens
         if info.finish_reason is not None:
             rec.finish_reason = info.finish_reason
         if info.error is not None:

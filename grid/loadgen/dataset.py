@@ -8,6 +8,9 @@
   ``output_length`` in tokens: the format of the Mooncake traces, kvcache-ai/Mooncake ``FAST25-release/traces``,
   which SGLang's bench_serving replays as ``--dataset-name mooncake``); the timestamps drive the arrivals of a
   ``trace`` load point, the lengths size random prompts.
+* ``session_file`` / ``generated_sessions`` / ``session_prompts``: multi-turn conversations (a JSONL file, one turn
+  per line: :data:`SESSION_KEYS`; or generated), each turn a prompt with its ``session``, ``turn`` and think time; the
+  runner sends a turn after the previous answer, with the history (grid/loadgen/runner.py).
 * ``shared_prefix_prompts``: groups of prompts that share a long prefix (bench_serving
   ``generated-shared-prefix``), for prefix-cache behaviour.
 
@@ -31,7 +34,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,7 @@ DATASET_FORMS: dict[str, frozenset[str]] = {
     "random_ids": frozenset({"token_ids"}),
     "sharegpt": frozenset({"text"}),
     "trace": frozenset({"token_ids", "text"}),
+    "sessions": frozenset({"text"}),  # each turn carries the history as text (the answers are text)
 }
 
 
@@ -348,6 +352,105 @@ def shared_prefix_prompts(
     return prompts
 
 
+# -- multi-turn sessions -------------------------------------------------------------------------------------------
+
+#: Keys of one line of a sessions file: ``session_id`` (any JSON string or number; a conversation's lines need not be
+#: adjacent, their order is the turn order), the new user message as ``text`` or as ``input_length`` (tokens: random
+#: words), ``output_length`` (tokens), and optionally ``delay_ms``: the user's think time before sending this turn,
+#: counted from the previous answer (AIPerf's multi-turn ``delay``). Other keys are ignored.
+SESSION_KEYS = ("session_id", "text | input_length", "output_length", "delay_ms (optional)")
+
+
+@dataclass(frozen=True)
+class SessionTurn:
+    """One turn of a recorded conversation: the new user message (``text``, or ``input_len`` random words), the
+    answer's length and the think time before it (ms)."""
+
+    session: str
+    input_len: int
+    output_len: int
+    text: str | None = None
+    delay_ms: float = 0.0
+
+
+@functools.lru_cache(maxsize=4)
+def _session_file(key: tuple[str, float, int]) -> tuple[tuple[SessionTurn, ...], ...]:
+    path = key[0]
+    by: dict[str, list[SessionTurn]] = {}
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError as err:
+                raise DatasetError(f"{path}: line {lineno} is not JSON ({err})") from None
+            if not isinstance(obj, dict):
+                raise DatasetError(f"{path}: line {lineno} is not a JSON object")
+            sid = obj.get("session_id")
+            if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+                raise DatasetError(f"{path}: line {lineno}: 'session_id' must be a string or an integer, got {sid!r} "
+                                   f"(each line needs {', '.join(SESSION_KEYS)})")
+            text = obj.get("text")
+            if text is not None and (not isinstance(text, str) or not text.strip()):
+                raise DatasetError(f"{path}: line {lineno}: 'text' must be a non-empty string, got {text!r}")
+            lengths = {}
+            for k in ("input_length", "output_length"):
+                v = obj.get(k)
+                if k == "input_length" and v is None and text is not None:
+                    continue
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1 or v != int(v):
+                    raise DatasetError(f"{path}: line {lineno}: '{k}' must be a whole number >= 1, got {v!r} "
+                                       f"(each line needs {', '.join(SESSION_KEYS)})")
+                lengths[k] = int(v)
+            delay = obj.get("delay_ms", 0)
+            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf:
+                raise DatasetError(f"{path}: line {lineno}: 'delay_ms' must be a number >= 0, got {delay!r}")
+            n_in = lengths.get("input_length") or _estimate_tokens(text or "")
+            by.setdefault(str(sid), []).append(SessionTurn(str(sid), n_in, lengths["output_length"], text,
+                                                           float(delay)))
+    if not by:
+        raise DatasetError(f"{path}: the file has no turns (each line needs {', '.join(SESSION_KEYS)})")
+    return tuple(tuple(turns) for turns in by.values())
+
+
+def session_file(path: str | Path) -> tuple[tuple[SessionTurn, ...], ...]:
+    """The conversations of a JSONL sessions file (keys: :data:`SESSION_KEYS`), each its turns in file order, in the
+    order each first appears. Raises ``DatasetError`` naming the line and key of the first bad line."""
+    return _session_file(_file_key(path))
+
+
+def session_prompts(conversations: Sequence[Sequence[SessionTurn]], num: int, seed: int) -> list[Prompt]:
+    """The turns of ``conversations`` as prompts (``session``, ``turn``, ``think_s`` set; ``text`` only the new
+    message, random words where the turn gives a length), whole conversations in order until ``num`` turns are
+    covered. Pure: same arguments, same prompts."""
+    rng = np.random.default_rng(seed)
+    prompts: list[Prompt] = []
+    for s, turns in enumerate(conversations):
+        if len(prompts) >= num:
+            break
+        for t, turn in enumerate(turns):
+            text = turn.text
+            if text is None:
+                text = " ".join(_WORDS[w] for w in rng.integers(0, len(_WORDS), size=turn.input_len))
+            prompts.append(Prompt(len(prompts), turn.input_len, turn.output_len, text=text, session=s, turn=t,
+                                  think_s=turn.delay_ms / 1000.0))
+    return prompts
+
+
+def generated_sessions(num_sessions: int, turns: int, input_len: int, output_len: int, think_time_s: float
+                       ) -> tuple[tuple[SessionTurn, ...], ...]:
+    """``num_sessions`` conversations of ``turns`` turns: each new message ``input_len`` tokens, each answer
+    ``output_len``, ``think_time_s`` between an answer and the next message. Raises ``ValueError`` for a count below
+    1 or a negative think time."""
+    if min(num_sessions, turns, input_len, output_len) < 1:
+        raise ValueError("num_sessions, turns, input_len and output_len must be >= 1")
+    if not 0 <= think_time_s < math.inf:
+        raise ValueError(f"think_time_s must be >= 0, got {think_time_s}")
+    return tuple(tuple(SessionTurn(str(s), input_len, output_len, None, think_time_s * 1000.0) for _ in range(turns))
+                 for s in range(num_sessions))
+
+
 # -- datasets by kind --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -363,6 +466,8 @@ class DatasetArgs:
     path: str | None = None
     as_text: bool = False
     form: PromptForm | None = None  # the run's prompt form (tokenizer, text or ids); random kinds build through it
+    turns: int = 1  # sessions: turns per generated conversation
+    think_time_s: float = 0.0  # sessions: think time between an answer and the next message (modelled s)
 
 
 @dataclass(frozen=True)
@@ -385,6 +490,7 @@ class DatasetKind:
     #: requested output) and the keys it comes from, known before any request; None where the data decide it
     #: (ShareGPT's lengths are estimates).
     longest: Callable[[int, int, str | None], tuple[int, str] | None] | None = None
+    sessions: bool = False  # multi-turn conversations: turns sent one after another's answer, with the history
 
 
 DATASETS: dict[str, DatasetKind] = {}
@@ -451,6 +557,23 @@ register_dataset(DatasetKind(
                 "its arrivals", longest=_longest_trace))
 
 
+def _build_sessions(a: DatasetArgs) -> Dataset:
+    if a.path:
+        conversations = session_file(a.path)
+    else:
+        conversations = generated_sessions(max(1, -(-a.num // a.turns)), a.turns, a.input_len, a.output_len,
+                                           a.think_time_s)
+    return Dataset(session_prompts(conversations, a.num, a.seed))
+
+
+register_dataset(DatasetKind(
+    "sessions", _build_sessions, check=session_file, sessions=True,
+    description="multi-turn conversations: load.dataset_path a JSONL file (one turn per line: session_id, text or "
+                "input_length, output_length, delay_ms), or without one generated from load.sessions (turns, "
+                "think_time_s) with messages of load.input_len and answers of load.output_len; each turn is sent "
+                "after the previous answer arrived, with the whole history"))
+
+
 def longest_request(dataset: str, input_len: int, output_len: int, path: str | None = None
                     ) -> tuple[int, str] | None:
     """The most tokens one request of the workload asks for (input plus requested output) and the keys that set it,
@@ -478,9 +601,9 @@ def check_dataset(name: str, path: str | None) -> None:
     kind = DATASETS[name]
     if kind.needs_path and not path:
         raise DatasetError(f"load.dataset_path: required with load.dataset={name} ({kind.description})")
-    if not kind.needs_path and path:
+    if path and kind.check is None:
         raise DatasetError(f"load.dataset_path: not used by load.dataset={name}; set load.dataset to one of "
-                           f"{sorted(k for k, v in DATASETS.items() if v.needs_path)} or drop it")
+                           f"{sorted(k for k, v in DATASETS.items() if v.check is not None)} or drop it")
     if path:
         if not os.path.isfile(path):
             raise DatasetError(f"load.dataset_path: {path} is not a file")

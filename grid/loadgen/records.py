@@ -81,6 +81,11 @@ class Prompt:
     Exactly one of ``input_ids`` (token ids) and ``text`` is set. ``input_len`` is the planned prompt length in
     tokens (exact for token ids, an estimate for text; the server's count, when reported, wins in the metrics).
     ``output_len`` is the requested maximum number of generated tokens (``max_new_tokens`` / ``max_tokens``).
+
+    A turn of a multi-turn session (``grid.loadgen.dataset`` kind ``sessions``) has ``session`` (its conversation),
+    ``turn`` (0-based) and ``think_s`` (modelled seconds the user waits after the previous answer before sending it);
+    ``text`` is then only the new user message, and the runner sends it with ``history``, the earlier (user message,
+    answer) pairs of the conversation.
     """
 
     index: int
@@ -88,12 +93,36 @@ class Prompt:
     output_len: int
     input_ids: tuple[int, ...] | None = None
     text: str | None = None
+    session: int | None = None
+    turn: int = 0
+    think_s: float = 0.0
+    history: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if (self.input_ids is None) == (self.text is None):
             raise ValueError("Prompt needs exactly one of input_ids and text")
         if self.output_len < 1:
             raise ValueError(f"Prompt.output_len must be >= 1, got {self.output_len}")
+        if self.history and self.text is None:
+            raise ValueError("a Prompt with history needs text (sessions are sent as text)")
+
+    @property
+    def full_text(self) -> str | None:
+        """The text a completion API gets: every earlier turn's message and answer, then this message, each on its
+        own line (``text`` alone without history)."""
+        if not self.history or self.text is None:
+            return self.text
+        return "".join(f"{user}\n{answer}\n" for user, answer in self.history) + self.text
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat API's messages: the history as user/assistant pairs, then this message. Raises ``ValueError``
+        for a token-id prompt."""
+        if self.text is None:
+            raise ValueError("the chat api needs text prompts (grid.loadgen.dataset.PromptForm builds them for it)")
+        out = []
+        for user, answer in self.history:
+            out += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        return out + [{"role": "user", "content": self.text}]
 
 
 @dataclass
@@ -112,6 +141,8 @@ class RequestRecord:
     max_tokens: int
     planned_input_len: int
     warmup: bool = False
+    session: int | None = None  # sessions: the conversation (Prompt.session) and the turn within it
+    turn: int = 0
     # --- timeline (perf_counter_ns; unix only for correlation) ---
     scheduled_perf_ns: int | None = None  # when it was due (open loop: t0 + offset; closed loop: worker ready)
     scheduled_offset_ns: int | None = None  # scheduled_perf_ns - window start (real ns)
@@ -133,6 +164,9 @@ class RequestRecord:
     finish_reason: str | None = None
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
+    #: prompt tokens the server reused from its prefix cache (SGLang ``meta_info.cached_tokens``; OpenAI
+    #: ``usage.prompt_tokens_details.cached_tokens``); None where the server does not say
+    cached_tokens: int | None = None
     input_tokens: int | None = None
     input_tokens_source: str | None = None  # "usage" | "planned"
     output_tokens: int | None = None

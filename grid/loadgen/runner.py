@@ -9,6 +9,10 @@
   for a request that looks stalled, from the watchdog), never between a read and its stamp.
 * Closed loop (``kind="concurrency"``): exactly ``value`` workers; each sends the next prompt when its previous
   request finishes. ``scheduled`` = the moment the worker was ready, so client queue time is ~0.
+* Sessions (prompts with a ``session``: ``grid.loadgen.dataset`` kind ``sessions``, closed loop only): each worker is
+  a user who plays one conversation after another, sending turn k+1 ``think_s`` (modelled) after turn k's answer
+  was parsed, with every earlier message and answer as its history (``Prompt.history``); ``num_prompts`` turns are
+  measured, in sending order. No steady-state wave: the users follow their conversations.
 * Open loop (``kind="rate"``): request i is due at ``t0 + offset_i / time_scale`` (offsets from
   ``grid.loadgen.arrivals``, modelled seconds). The dispatcher sleeps to each absolute deadline; when it is behind it
   sends at once and the lateness shows up as ``client_queue_ms``. ``kind="trace"`` is the same with the offsets a
@@ -177,6 +181,7 @@ class _Session:
         # than one request's parse (and a closed-loop worker sends its next request without waiting for it)
         self._parse_queue: asyncio.Queue[StreamParser] = asyncio.Queue()
         self._parse_task: asyncio.Task | None = None
+        self._parsed: dict[int, asyncio.Future] = {}  # request index -> set once its record is parsed (sessions)
 
     async def _parse_loop(self) -> None:
         while True:
@@ -203,6 +208,7 @@ class _Session:
         return RequestRecord(
             request_index=index, prompt_index=prompt.index, api=self.endpoint.name, stream=self.target.stream,
             max_tokens=prompt.output_len, planned_input_len=prompt.input_len, warmup=warmup,
+            session=prompt.session, turn=prompt.turn,
         )
 
     async def _io(self, rec: RequestRecord, body: bytes, box: list) -> None:
@@ -254,6 +260,16 @@ class _Session:
             rec.raw_reads.append((last, b"".join(d for _, d in ex.payload)))
         rec.end_perf_ns = clock()
 
+    async def request_parsed(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
+        """:meth:`request`, returning once the record is parsed (its text and token counts are known)."""
+        fut = self._parsed[rec.request_index] = asyncio.get_running_loop().create_future()
+        try:
+            await self.request(rec, prompt)
+            await fut
+        finally:
+            self._parsed.pop(rec.request_index, None)
+        return rec
+
     async def request(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
         parser = StreamParser(self.endpoint, rec)
         try:
@@ -291,6 +307,9 @@ class _Session:
             rec = parser.rec
             rec.raw_reads = []
             rec.fail("client_error", f"parser: {type(exc).__name__}: {exc}")
+        fut = self._parsed.get(rec.request_index)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
         if self.on_request_done is not None:
             try:
                 self.on_request_done(rec)
@@ -401,6 +420,8 @@ async def run_load_point(
                 tails = [(base + j, prompts[(base + j) % n]) for j in range(point.tail_prompts)]
                 records, more_warm, tail, t0, t1 = await _steady_loop(sess, wave, items, tails, workers)
                 warm += more_warm
+            elif closed and any(p.session is not None for p in prompts):
+                records = await _session_loop(sess, prompts, point.num_prompts, workers, t0, target.time_scale)
             elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
@@ -442,6 +463,54 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
             out.append(await sess.request(rec, prompt))
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
+    return out
+
+
+def sessions_of(prompts: list[Prompt]) -> list[list[Prompt]]:
+    """The conversations among ``prompts`` (those with a ``session``), each its turns in order, in the order each
+    conversation first appears. Pure."""
+    by: dict[int, list[Prompt]] = {}
+    for p in prompts:
+        if p.session is not None:
+            by.setdefault(p.session, []).append(p)
+    return [sorted(turns, key=lambda p: p.turn) for turns in by.values()]
+
+
+async def _session_loop(sess: _Session, prompts: list[Prompt], num: int, workers: int, t0: int,
+                        time_scale: float) -> list[RequestRecord]:
+    """Multi-turn sessions in a closed loop of ``workers`` users: each user takes the next conversation and sends
+    its turns one by one, turn k+1 ``think_s`` (modelled) after turn k's answer arrived, carrying the whole history
+    (every earlier message and answer); ``num`` turns are measured in all (request indices in order of sending). A
+    failed turn ends its conversation (its answer is unknown); the user takes the next one."""
+    out: list[RequestRecord] = []
+    queue = iter(sessions_of(prompts))
+    sent = [0]
+
+    async def user() -> None:
+        while sent[0] < num:
+            turns = next(queue, None)
+            if turns is None:
+                return
+            history: list[tuple[str, str]] = []
+            tokens_before = 0  # the history's tokens as the server counted them
+            for i, turn in enumerate(turns):
+                if sent[0] >= num:
+                    return
+                if i and turn.think_s > 0:
+                    await asyncio.sleep(turn.think_s / time_scale)
+                index = sent[0]
+                sent[0] += 1
+                prompt = dataclasses.replace(turn, history=tuple(history), input_len=tokens_before + turn.input_len)
+                rec = sess.new_record(index, prompt, False)
+                rec.scheduled_perf_ns = time.perf_counter_ns()
+                rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+                out.append(await sess.request_parsed(rec, prompt))
+                if rec.status != "ok":
+                    break
+                history.append((turn.text or "", rec.text))
+                tokens_before = (rec.input_tokens or prompt.input_len) + (rec.output_tokens or 0)
+
+    await asyncio.gather(*(user() for _ in range(workers)))
     return out
 
 

@@ -127,6 +127,11 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("total_output_tokens", "int64", "tokens", "sum of output tokens of ok requests (never the requested maximum)"),
     ("mean_input_tokens", "float64", "tokens", "mean input tokens of ok requests"),
     ("mean_output_tokens", "float64", "tokens", "mean output tokens of ok requests"),
+    ("total_cached_tokens", "int64", "tokens",
+     "prompt tokens the server found in its prefix cache, over ok requests that report it (SGLang meta_info."
+     "cached_tokens; OpenAI usage.prompt_tokens_details.cached_tokens); null: no request reported it"),
+    ("cache_hit_rate", "float64", "fraction",
+     "total_cached_tokens / the input tokens of the same requests (the prefix cache's hit rate as requests saw it)"),
     ("concurrency_mean", "float64", "requests",
      "sum of request lifetimes [send, end) / window (Little's law; steady_state: every request's lifetime clipped "
      "to the window)"),
@@ -356,6 +361,11 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     out["total_output_tokens"] = sum(out_toks) if out_toks else None
     out["mean_input_tokens"] = _mean(in_toks)
     out["mean_output_tokens"] = _mean(out_toks)
+    reported = [(r.cached_tokens, m.input_tokens) for r, m in ok
+                if r.cached_tokens is not None and m.input_tokens is not None]
+    out["total_cached_tokens"] = sum(c for c, _ in reported) if reported else None
+    seen = sum(n for _, n in reported)
+    out["cache_hit_rate"] = sum(c for c, _ in reported) / seen if reported and seen else None
     lifetimes = [(r.send_perf_ns, r.end_perf_ns) for r in records  # every one has both (checked above)
                  if r.send_perf_ns is not None and r.end_perf_ns is not None]
     out["concurrency_mean"] = sum(e - s for s, e in lifetimes) / window if records else None

@@ -11,7 +11,9 @@ calibration (a Bayesian update: the calibration so far is the prior, so each poi
 ``SearchPlan.recalibrate``). A resumed sweep fits every recorded point at the start (:func:`starting`).
 
 Only load points that count enter a calibration: status ``ok``, not host noise (grid/metrics/hostnoise.py); failed,
-partial and not-run points, and the configurations whose trial failed, never do (issue 23, item 4).
+partial and not-run points, and the configurations whose trial failed, never do (issue 23, item 4); nor do loads the
+twin's replay cannot forecast (sessions, grid/search/predict.py ``unforecastable_load``): their prompts grow with
+their history and hit the prefix cache, so they would teach the replay of independent prompts the wrong speed.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: list[Mappi
     ``load_points`` rows; configurations the twin refuses, and levels without a positive measured metric, are left
     out. ``source`` is ``<label> (<hash>) <kind> <level>``."""
     from grid.search.knowledge import twin_model
+    from grid.search.predict import unforecastable_load
 
     groups: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
     for r in rows:
-        if counts(r) and r["config_hash"] in plans and r.get("point_kind") in ("concurrency", "rate"):
+        if (counts(r) and r["config_hash"] in plans and r.get("point_kind") in ("concurrency", "rate")
+                and not unforecastable_load(plans[r["config_hash"]].load)):
             groups.setdefault((r["config_hash"], r["point_kind"], float(r["point_value"])), []).append(r)
     out = []
     perfs: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from grid.engines.base import engine_class
 from grid.search import SEARCHES
 from grid.search.knowledge import Known, assess
 from grid.search.policy import Budget, Candidate, Policy
-from grid.search.predict import Forecast, forecast
+from grid.search.predict import Forecast, forecast, unforecastable_load
 from grid.twin.perf import forecasts_need_calibration
 from grid.plan import TrialPlan
 
@@ -86,7 +86,9 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str, coef
                        gpu_s=gpu_seconds(spec, forecasts[p.config_hash]), settings=p.settings) for p in plans]
     s = spec.search
     budget = Budget(s.max_launches, max_gpu_s(s, cands))
-    policy = SEARCHES[s.kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
+    # a load the twin cannot forecast leaves nothing to rank or prune by
+    kind = "exhaustive" if any(unforecastable_load(p.load) for p in plans) else s.kind
+    policy = SEARCHES[kind].policy(cands, budget, higher_is_better=OBJECTIVES[spec.objective.kind].higher_is_better,
                                      try_known_failures=s.try_known_failures, twin_error=s.twin_error, spread=s.spread,
                                      seed=s.seed, tolerance=s.tolerance, risk=s.risk)
     return SearchPlan(plans, known, forecasts, policy, version=version)
@@ -204,11 +206,15 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     # recorded configurations of this sweep (the run directory may also hold others, e.g. of an earlier grid)
     recorded = [p.config_hash for p in sp.plans if p.config_hash in sp.recorded]
     which = f"launches left ({len(recorded)} recorded)" if recorded else "launches expected"
-    lines = [f"Plan ({spec.search.kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
+    unforecastable = next((why for p in sp.plans if (why := unforecastable_load(p.load))), None)
+    kind = "exhaustive" if unforecastable else spec.search.kind
+    lines = [f"Plan ({kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
     if (why := forecasts_need_calibration(spec.hardware)) and engine_class(spec.engine.kind).forecastable():
         lines.append(f"No cost estimate on {spec.hardware.name}: {why}")
+    elif unforecastable and engine_class(spec.engine.kind).forecastable():
+        lines.append(f"Exhaustive search, no cost estimate: {unforecastable}")
     elif engine_class(spec.engine.kind).forecastable():
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "

@@ -80,7 +80,7 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
     ttft = [r.ttft_s * 1000 for r in res.requests]
     e2e = [r.e2e_s * 1000 for r in res.requests]
     tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
-    steady = kind == "concurrency" and load.closed_loop_start == "staggered" and e2e
+    steady = kind == "concurrency" and load.steady and e2e
     return {"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
             "overhead_s": sum(e2e) / len(e2e) / 1000 if steady else 0.0,
             "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
@@ -94,7 +94,7 @@ def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
     (:func:`steady_point`); other points as the forecast does (:func:`_simulate_point`)."""
     import statistics
 
-    if kind == "concurrency" and load.closed_loop_start == "staggered" and int(level) > 0:
+    if kind == "concurrency" and load.steady and int(level) > 0:
         return steady_point(perf, load, int(level))
     row = _simulate_point(perf, load, kind, level)
     return {"ttft_ms": statistics.median(row["ttft_ms"]) if row["ttft_ms"] else math.nan,
@@ -186,6 +186,18 @@ def _model(spec: RunSpec, plan: TrialPlan, version: str, coefficients):
     return None if perf is None else calibrated(perf, coefficients)
 
 
+def unforecastable_load(load) -> str | None:
+    """Why the twin's offline replay cannot score this load (None: it can). Sessions: the replay sends independent
+    prompts of the configured lengths, while a conversation's turns grow with their history and reuse it through the
+    radix cache, which is what the settings of such a sweep change; those runs are measured, never forecast."""
+    from grid.loadgen.dataset import DATASETS
+
+    if DATASETS[load.dataset].sessions:
+        return (f"load.dataset={load.dataset}: the twin's forecasts replay independent prompts, not conversations "
+                "that reuse their history through the prefix cache; every configuration is measured")
+    return None
+
+
 def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) -> dict:
     """(point kind, level) -> ``grid.search.levels.LevelForecast`` of each concurrency level and request rate of
     ``plan`` (the objective's metric, e.g. output tok/s, and the modelled seconds of its point), by the twin
@@ -195,7 +207,7 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=N
     from grid.search.levels import LevelForecast
 
     perf = _model(spec, plan, version, coefficients)
-    if perf is None:
+    if perf is None or unforecastable_load(plan.load):
         return {}
     metric = OBJECTIVES[spec.objective.kind].metric
     load = plan.load
@@ -292,7 +304,7 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) ->
         return None
     startup = sum(perf.startup_phases_s().values())
     rows = _point_rows(spec, plan, perf)
-    value = score(spec, rows)
+    value = None if unforecastable_load(plan.load) else score(spec, rows)
     if spec.objective.kind == "max_capacity" and value is not None:
         # what the trial will run: the bisection from the twin's bracket, if the measurements came out as forecast
         rows = capacity_probes(spec, plan, perf, *capacity_bracket(spec, value),

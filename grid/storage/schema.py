@@ -23,14 +23,16 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 10  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 11  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
 # 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
 # cached_token in server_log (SGLang's CPU engine); 8: early_stop_objective, twin_behind_pct,
 # twin_delivery_lag_ms and client_lag_pct in load_points; 9: failed_context_exceeded in load_points; 10: speculative
 # decoding's acceptance: accept_len, accept_rate in server_log, spec_accept_* in server_metrics,
-# server_accept_len_mean and srv_spec_accept_length_mean in load_points
+# server_accept_len_mean and srv_spec_accept_length_mean in load_points; 11: prefix caching and sessions:
+# cached_tokens, session_index, turn_index in requests, total_cached_tokens, cache_hit_rate and
+# server_cache_hit_rate in load_points
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -97,6 +99,12 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("done_marker", "bool", "flag", "the [DONE] marker was received"),
     ("usage_prompt_tokens", "int64", "tokens", "prompt tokens reported by the server (usage / meta_info)"),
     ("usage_completion_tokens", "int64", "tokens", "final completion tokens reported by the server"),
+    ("cached_tokens", "int64", "tokens",
+     "prompt tokens the server reused from its prefix cache (SGLang meta_info.cached_tokens; OpenAI "
+     "usage.prompt_tokens_details.cached_tokens, which SGLang sends with --enable-cache-report); null: not reported"),
+    ("session_index", "int32", "", "load.dataset=sessions: the conversation this turn belongs to (null otherwise)"),
+    ("turn_index", "int32", "", "load.dataset=sessions: the turn within its conversation, 0-based (its prompt "
+     "carries every earlier turn's message and answer)"),
     ("max_tokens", "int32", "tokens", "requested maximum output tokens"),
     ("planned_input_len", "int32", "tokens", "prompt length planned by the dataset (estimate for text)"),
     ("input_tokens", "int64", "tokens", "prompt tokens: server usage, else planned"),
@@ -174,6 +182,9 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("server_accept_len_mean", "float64", "tokens",
      "speculative decoding's acceptance length (tokens per verify iteration, the bonus token included): mean accept "
      "len of the Decode batch lines logged during the load point (null: no speculative decoding)"),
+    ("server_cache_hit_rate", "float64", "fraction",
+     "prefix cache hit rate of the Prefill batch lines logged during the load point: sum #cached-token / sum "
+     "(#new-token + #cached-token) (null: no prefill line)"),
     ("server_info_json", "string", "json", "the server's /server_info after it became ready (version, "
      "max_total_num_tokens, resolved args)"),
     *NODE_COLUMNS,
@@ -294,6 +305,8 @@ def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, po
             "first_token_perf_ns": r.first_token_perf_ns, "first_content_perf_ns": r.first_content_perf_ns,
             "last_token_perf_ns": r.last_token_perf_ns, "done_marker": r.done_marker,
             "usage_prompt_tokens": r.usage_prompt_tokens, "usage_completion_tokens": r.usage_completion_tokens,
+            "cached_tokens": r.cached_tokens, "session_index": r.session,
+            "turn_index": r.turn if r.session is not None else None,
             "max_tokens": r.max_tokens, "planned_input_len": r.planned_input_len,
             "input_tokens": r.input_tokens, "input_tokens_source": r.input_tokens_source,
             "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source,

@@ -583,7 +583,8 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     spec, load, scale = trial.spec, trial.plan.load, trial.target.time_scale
     prompts = build_dataset(load.dataset, DatasetArgs(
         point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts, load.input_len,
-        load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form)).prompts
+        load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form,
+        turns=load.sessions.turns, think_time_s=load.sessions.think_time_s)).prompts
     log_offset = trial.server.log_size()
     row["started_unix_ns"] = time.time_ns()
     for sampler in samplers:

@@ -107,8 +107,11 @@ class ServerLogSampler(Sampler):
                                point_index=self.point_index)
         accept = [ln["accept_len"] for ln in lines if ln["kind"] == "decode"
                   and isinstance(ln.get("accept_len"), (int, float)) and ln["accept_len"] > 0]
+        prefill = [(ln.get("new_token") or 0, ln.get("cached_token") or 0) for ln in lines if ln["kind"] == "prefill"]
+        asked = sum(n + c for n, c in prefill)
         return rows, {"server_gen_tok_per_s_peak": peak, "server_running_at_peak": running,
-                      "server_accept_len_mean": sum(accept) / len(accept) if accept else None}
+                      "server_accept_len_mean": sum(accept) / len(accept) if accept else None,
+                      "server_cache_hit_rate": sum(c for _, c in prefill) / asked if asked else None}
 
 
 class PeriodicSampler(Sampler):

@@ -458,6 +458,7 @@ class TwinAPI(_TwinState):
             pieces.append(f"<|{m.get('role', 'user')}|>")
             c = m.get("content")
             pieces += textgen._PIECE_RE.findall(c if isinstance(c, str) else json.dumps(c))
+        pieces.append("<|assistant|>")  # the generation prompt: the answer follows it, as in the next turn's history
         req = self.submit(comp, prompt=pieces, prompt_tokens=n_in, max_new=max_new, rid=rid)
         cid = f"chatcmpl-{rid}"
         created = int(time.time())

@@ -10,96 +10,121 @@ history, so everything but the new user message and the previous answer's tail i
 together hold more tokens than the pool and LRU eviction starts dropping exactly the histories that come back next
 (round-robin access is LRU's worst case), and the hit rate collapses.
 
-:class:`RadixCache` is a token-level model of that tree (a trie over token ids; a node per token keeps the model
-simple and exact, the cost is memory per cached token, fine for the twin's working sets).
+:class:`RadixCache` is that tree: edges carry runs of tokens, a match that ends inside an edge splits it, eviction
+pops whole leaves from a heap by last access. The twin's server matches each prompt on arrival, holds the matched
+prefix while the request runs and caches prompt and output when it finishes (SGLang's ``cache_finished_req``).
 :func:`session_hit_rate` runs the multi-turn pattern through it: the hit rate against concurrency, tested with exact
 values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Hashable, Sequence
 
 
-@dataclass
 class _Node:
-    parent: _Node | None
-    token: int
-    children: dict[int, _Node] = field(default_factory=dict)
-    last_access: int = 0
-    locks: int = 0
+    __slots__ = ("parent", "key", "children", "last_access", "locks")
+
+    def __init__(self, parent: _Node | None, key: tuple, last_access: int = 0) -> None:
+        self.parent = parent
+        self.key = key  # the tokens on the edge from the parent
+        self.children: dict[Hashable, _Node] = {}
+        self.last_access = last_access
+        self.locks = 0
 
 
 class RadixCache:
     """Cached token prefixes within ``capacity_tokens`` (the KV pool's size in tokens), evicted least recently used
-    first, leaf by leaf, never a token a running request holds (:meth:`lock`). Raises ``ValueError`` for a negative
-    capacity."""
+    first, a whole leaf at a time as SGLang does (``evict`` frees ``len(leaf.value)`` tokens), never a token a running
+    request holds (:meth:`lock`). Tokens are any hashable values (ids, or the twin's text pieces). Raises
+    ``ValueError`` for a negative capacity."""
 
     def __init__(self, capacity_tokens: int) -> None:
         if capacity_tokens < 0:
             raise ValueError(f"capacity_tokens must be >= 0, got {capacity_tokens}")
         self.capacity = capacity_tokens
-        self.root = _Node(None, -1)
-        self.size = 0          # cached tokens (nodes below the root)
+        self.root = _Node(None, ())
+        self.size = 0          # cached tokens
         self.clock = 0         # logical time of the last access
         self.hit_tokens = 0    # tokens found cached over every match
         self.query_tokens = 0  # tokens asked for over every match
 
-    def _walk(self, tokens: Sequence[int]) -> list[_Node]:
-        node, path = self.root, []
-        for t in tokens:
-            node = node.children.get(t)  # type: ignore[assignment]
-            if node is None:
-                break
-            path.append(node)
-        return path
+    def _split(self, node: _Node, at: int) -> _Node:
+        """Cut ``node``'s edge after ``at`` tokens; returns the new upper part (SGLang ``_split_node``)."""
+        parent = node.parent
+        assert parent is not None
+        upper = _Node(parent, node.key[:at], node.last_access)
+        upper.locks = node.locks
+        parent.children[upper.key[0]] = upper
+        node.key = node.key[at:]
+        node.parent = upper
+        upper.children[node.key[0]] = node
+        return upper
 
-    def match(self, tokens: Sequence[int]) -> int:
+    def _walk(self, tokens: Sequence[Hashable]) -> tuple[list[_Node], int]:
+        """The nodes of the longest cached prefix of ``tokens`` (the last one split where the prefix ends) and its
+        length; every node on it is touched."""
+        self.clock += 1
+        node, path, i, n = self.root, [], 0, len(tokens)
+        while i < n:
+            child = node.children.get(tokens[i])
+            if child is None:
+                break
+            key = child.key
+            k = 1
+            while k < len(key) and i + k < n and key[k] == tokens[i + k]:
+                k += 1
+            if k < len(key):
+                child = self._split(child, k)
+            child.last_access = self.clock
+            path.append(child)
+            i += k
+            node = child
+        return path, i
+
+    def match(self, tokens: Sequence[Hashable]) -> int:
         """How many leading tokens of ``tokens`` are cached (their KV is reused); counts toward :attr:`hit_rate` and
         refreshes their last access."""
-        path = self._walk(tokens)
-        self.clock += 1
-        for n in path:
-            n.last_access = self.clock
-        self.hit_tokens += len(path)
+        _, hit = self._walk(tokens)
+        self.hit_tokens += hit
         self.query_tokens += len(tokens)
-        return len(path)
+        return hit
 
-    def insert(self, tokens: Sequence[int]) -> None:
+    def insert(self, tokens: Sequence[Hashable]) -> None:
         """Cache ``tokens`` (a finished request's prompt and output), then evict down to the capacity."""
-        self.clock += 1
-        node = self.root
-        for t in tokens:
-            child = node.children.get(t)
-            if child is None:
-                child = node.children[t] = _Node(node, t)
-                self.size += 1
-            child.last_access = self.clock
-            node = child
+        path, i = self._walk(tokens)
+        if i < len(tokens):
+            parent = path[-1] if path else self.root
+            leaf = _Node(parent, tuple(tokens[i:]), self.clock)
+            parent.children[leaf.key[0]] = leaf
+            self.size += len(leaf.key)
         self.evict(self.size - self.capacity)
 
-    def lock(self, tokens: Sequence[int], delta: int = 1) -> None:
-        """Hold (``delta`` 1) or release (-1) the cached prefix of ``tokens`` for a running request."""
-        for n in self._walk(tokens):
-            n.locks += delta
+    def lock(self, tokens: Sequence[Hashable], delta: int = 1) -> None:
+        """Hold (``delta`` 1) or release (-1) the cached prefix of ``tokens`` for a running request (SGLang
+        ``inc_lock_ref`` / ``dec_lock_ref``): a held node is never evicted."""
+        path, _ = self._walk(tokens)
+        for node in path:
+            node.locks += delta
 
     def evict(self, tokens: int) -> int:
-        """Drop at least ``tokens`` cached tokens, oldest unlocked leaves first; returns how many were dropped (fewer
-        when the rest is locked)."""
+        """Drop at least ``tokens`` cached tokens, least recently used unlocked leaves first (a parent left without
+        children becomes a leaf in turn); returns how many were dropped (fewer when the rest is locked)."""
+        if tokens <= 0:
+            return 0
+        heap = [(n.last_access, id(n), n) for n in self._nodes() if not n.children and n.locks == 0]
+        heapq.heapify(heap)
         dropped = 0
-        while dropped < tokens:
-            leaves = [n for n in self._nodes() if not n.children and n.locks == 0]
-            if not leaves:
-                break
-            victim = min(leaves, key=lambda n: n.last_access)
-            while victim is not self.root and not victim.children and victim.locks == 0 and dropped < tokens:
-                parent = victim.parent
-                assert parent is not None
-                del parent.children[victim.token]
-                self.size -= 1
-                dropped += 1
-                victim = parent
+        while dropped < tokens and heap:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[leaf.key[0]]
+            self.size -= len(leaf.key)
+            dropped += len(leaf.key)
+            if parent is not self.root and not parent.children and parent.locks == 0:
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
         return dropped
 
     def _nodes(self):
@@ -108,6 +133,11 @@ class RadixCache:
             n = stack.pop()
             yield n
             stack.extend(n.children.values())
+
+    def flush(self) -> None:
+        """Drop everything (SGLang's ``/flush_cache``); the hit counters stay."""
+        self.root = _Node(None, ())
+        self.size = 0
 
     @property
     def hit_rate(self) -> float:

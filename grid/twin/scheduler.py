@@ -24,8 +24,11 @@ Each ``step`` picks the next batch the way SGLang's scheduler loop does and retu
   the request admitted last is retracted (its KV freed, it returns to the front of the queue and is re-prefilled with
   its generated tokens as prefix), like SGLang's ``retract_decode``.
 * **Policies** (``--schedule-policy``): ``fcfs`` arrival order; ``lof`` longest max_new_tokens first; ``random``
-  (seeded); ``priority`` larger value first, then arrival; ``lpm`` and ``dfs-weight`` fall back to fcfs because the
-  twin does not model radix-tree prefix sharing (SGLang does the same when the radix cache is disabled).
+  (seeded); ``priority`` larger value first, then arrival; ``lpm`` longest cached prefix first (the radix cache's
+  match when the request arrived, grid/twin/radix.py), then arrival, and fcfs once more than
+  ``LPM_MAX_QUEUE`` requests wait (SGLang ``schedule_policy.py`` ``_determine_active_policy``: prefix matching of a
+  long queue costs too much); ``dfs-weight`` falls back to fcfs (the twin does not model its tree walk). Without the
+  radix cache every cached prefix is 0, so lpm orders as fcfs, as SGLang's does.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+#: lpm orders by cached prefix only while at most this many requests wait (0.5.23 ``schedule_policy.py``
+#: ``WAITING_QUEUE_PREFIX_MATCH_MAX``)
+LPM_MAX_QUEUE = 128
 
 
 @dataclass
@@ -180,6 +186,8 @@ class Scheduler:
 
     def _order(self) -> list[_State]:
         w = self.waiting
+        if self.policy == "lpm" and len(w) <= LPM_MAX_QUEUE:
+            return sorted(w, key=lambda s: (-s.req.cached_tokens, s.seq))
         if self.policy == "lof":
             return sorted(w, key=lambda s: (-s.req.max_new_tokens, s.seq))
         if self.policy == "priority":

@@ -37,7 +37,6 @@ import signal
 import sys
 import time
 import uuid
-from collections import OrderedDict
 
 from grid.loadgen.looplag import LoopLag
 from typing import Any
@@ -65,42 +64,55 @@ OOM_LINES = (
 
 
 # --- prefix cache ------------------------------------------------------------------------------------------------------
+#: SGLang's host-memory tier for the radix cache (``--enable-hierarchical-cache``): ``--hicache-ratio`` times the
+#: device pool unless ``--hicache-size`` (GB) is given; 2.0 is the option's default in 0.5.9-0.5.17 (the release
+#: catalogs); 0.5.18+ leave it None and resolve it to 2.0 at start-up (0.5.23 ``arg_groups/hicache_hook.py``
+#: ``_handle_hicache_ratio_default``; 1.2 in its ``buffer_only`` host-memory mode).
+HICACHE_RATIO_DEFAULT = 2.0
+
+
 class PrefixCache:
-    """A radix-cache stand-in: chained hashes of 16-token blocks, LRU-bounded by the KV capacity."""
+    """The radix cache of a running twin (:class:`grid.twin.radix.RadixCache` over the prompt's pieces): a prompt's
+    longest cached prefix is matched on arrival and held while the request runs; prompt and output are cached when it
+    finishes (SGLang ``cache_finished_req``), and the tree is cut back to the pool less what running requests hold
+    beyond their cached prefixes. ``host_tokens`` (hierarchical cache) adds a host-memory tier: evicted prefixes stay
+    findable there (loading them back is not modelled). Disabled (``--disable-radix-cache``): nothing is found."""
 
-    BLOCK = 16
+    def __init__(self, capacity_tokens: int, enabled: bool, host_tokens: int = 0) -> None:
+        from grid.twin.radix import RadixCache
 
-    def __init__(self, capacity_tokens: int, enabled: bool) -> None:
         self.enabled = enabled
-        self.max_blocks = max(1, capacity_tokens // self.BLOCK)
-        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.device_tokens = capacity_tokens
+        self.tree = RadixCache(capacity_tokens + host_tokens)
 
-    def match_and_insert(self, pieces: list) -> int:
+    def match(self, pieces: list) -> int:
+        """How many leading pieces of ``pieces`` are cached; they are held until :meth:`release`."""
         if not self.enabled:
             return 0
-        h = 0
-        hit = 0
-        missing = False
-        for i in range(0, len(pieces) - self.BLOCK + 1, self.BLOCK):
-            h = hash((h, tuple(pieces[i:i + self.BLOCK])))
-            if not missing and h in self.blocks:
-                hit += self.BLOCK
-                self.blocks.move_to_end(h)
-            else:
-                missing = True
-                self.blocks[h] = None
-        while len(self.blocks) > self.max_blocks:
-            self.blocks.popitem(last=False)
-        return min(hit, max(0, len(pieces) - 1))
+        hit = self.tree.match(pieces)
+        self.tree.lock(pieces[:hit])
+        return hit
+
+    def release(self, pieces: list, held: int, output: list | None, running_tokens: int) -> None:
+        """A request ended: unlock the ``held`` pieces :meth:`match` found, cache ``pieces + output`` (None: aborted,
+        nothing cached) and cut the tree to what the pool leaves beside ``running_tokens`` (KV that running requests
+        hold outside the tree)."""
+        if not self.enabled:
+            return
+        if held:
+            self.tree.lock(pieces[:held], -1)
+        if output is not None:
+            self.tree.insert(list(pieces) + list(output))
+        self.tree.evict(self.tree.size - max(0, self.tree.capacity - running_tokens))
 
     def flush(self) -> None:
-        self.blocks.clear()
+        self.tree.flush()
 
 
 # --- requests ----------------------------------------------------------------------------------------------------------
 class Req:
     __slots__ = ("rid", "comp", "prompt_tokens", "max_new", "cached", "n_out", "finished", "reason", "event",
-                 "t_arrive", "t_first", "t_last", "internal")
+                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held")
 
     def __init__(self, rid: str, comp: textgen.Completion, prompt_tokens: int, max_new: int, cached: int,
                  t_arrive: float, internal: bool = False) -> None:
@@ -117,6 +129,8 @@ class Req:
         self.t_first: float | None = None
         self.t_last: float | None = None
         self.internal = internal
+        self.pieces: list = []  # the prompt's pieces, the radix cache's key (PrefixCache)
+        self.held = 0  # leading pieces found cached and held while it runs
 
 
 class Twin(TwinAPI):
@@ -145,7 +159,7 @@ class Twin(TwinAPI):
         self.sched = Scheduler(perf)
         self.capacity = int(getattr(perf, "kv_capacity_tokens", 0) or 0)
         self.context_len = int(getattr(perf, "context_length", 0) or model.context_length)
-        self.cache = PrefixCache(self.capacity or 1 << 20, not args.disable_radix_cache)
+        self.cache = PrefixCache(self.capacity or 1 << 20, not args.disable_radix_cache, self._host_cache_tokens())
         self.metrics = TwinMetrics(args.served_model_name) if args.enable_metrics else None
         if self.metrics:
             self.metrics.max_total_num_tokens.set(self.capacity)
@@ -499,6 +513,19 @@ class Twin(TwinAPI):
         return self.exit_code
 
     # --- requests -------------------------------------------------------------------------------------------------------
+    def _host_cache_tokens(self) -> int:
+        """Tokens of the hierarchical cache's host tier (0 without ``--enable-hierarchical-cache``): ``--hicache-size``
+        GB per rank at the model's KV bytes per token when given, else ``--hicache-ratio`` (default
+        :data:`HICACHE_RATIO_DEFAULT`) times the device pool."""
+        if not getattr(self.args, "enable_hierarchical_cache", False) or not self.capacity:
+            return 0
+        size_gb = getattr(self.args, "hicache_size", 0) or 0
+        cell = getattr(self.perf, "_kv_cell_bytes", None)  # KV bytes per token per GPU (the host pool is per rank)
+        if size_gb > 0 and cell is not None and cell() > 0:
+            return int(size_gb * 1e9 / cell())
+        ratio = getattr(self.args, "hicache_ratio", None) or HICACHE_RATIO_DEFAULT
+        return int(self.capacity * ratio)
+
     def garbage(self) -> str | None:
         since = self.mnow() - self.first_decode_at if self.first_decode_at is not None else 0.0
         for f in self._garble_faults:
@@ -533,10 +560,12 @@ class Twin(TwinAPI):
         pieces = prompt if isinstance(prompt, list) else textgen._PIECE_RE.findall(prompt)
         n_in = prompt_tokens if prompt_tokens is not None else len(pieces)
         n_in = max(1, n_in)
-        cached = self.cache.match_and_insert(pieces)
+        held = self.cache.match(pieces)
+        cached = min(held, max(0, n_in - 1))  # the last prompt token is always computed
         rid = rid or self.new_rid()
         now = self.mnow()
         req = Req(rid, comp, n_in, max_new, cached, now, internal)
+        req.pieces, req.held = pieces, held
         self.reqs[rid] = req
         eos = comp.eos_after if comp.eos_after is not None and comp.eos_after < max_new else None
         treq = TwinRequest(rid=rid, input_tokens=n_in, max_new_tokens=max_new, eos_after=eos, priority=priority,
@@ -576,6 +605,9 @@ class Twin(TwinAPI):
         req.t_last = req.t_last or self.mnow()
         req.event.set()
         self.reqs.pop(req.rid, None)
+        output = None if reason == "abort" else textgen._PIECE_RE.findall(req.comp.text(0, req.n_out))
+        outside = self.sched.used_tokens() - sum(r.cached for r in self.reqs.values())
+        self.cache.release(req.pieces, req.held, output, max(0, outside))
         if not req.internal and self.ready and reason != "abort":
             self.served += 1
         if self.metrics and not req.internal:

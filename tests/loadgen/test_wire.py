@@ -234,8 +234,8 @@ def test_bad_trace_names_line_and_key(tmp_path, lines, message):
 
 
 def test_dataset_checks_name_the_key(tmp_path):
-    with pytest.raises(DatasetError, match=r"load.dataset: unknown kind 'alpaca'; allowed: \['random', 'random_ids', 'sharegpt', "
-                                           r"'trace'\]"):
+    with pytest.raises(DatasetError, match=r"load.dataset: unknown kind 'alpaca'; allowed: \['random', 'random_ids', 'sessions', "
+                                           r"'sharegpt', 'trace'\]"):
         check_dataset("alpaca", None)
     with pytest.raises(DatasetError, match="load.dataset_path: required with load.dataset=sharegpt"):
         check_dataset("sharegpt", None)

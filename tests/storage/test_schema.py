@@ -61,6 +61,7 @@ ORCHESTRATION = {
     "launch_unix_ns": pa.int64(), "ready_unix_ns": pa.int64(), "started_unix_ns": pa.int64(),
     "server_gen_tok_per_s_peak": pa.float64(), "server_running_at_peak": pa.int64(),
     "server_accept_len_mean": pa.float64(),
+    "server_cache_hit_rate": pa.float64(),
     "server_info_json": pa.string(), "probe_status": pa.string(),
     "node_id": pa.string(), "node_hostname": pa.string(), "gpu_uuids": pa.list_(pa.string()),
 }

@@ -6,24 +6,42 @@ import pytest
 from grid.twin.radix import RadixCache, session_hit_rate, session_tokens
 
 
-def test_longest_cached_prefix_and_lru_eviction_to_the_capacity():
+def test_longest_cached_prefix_and_whole_leaf_lru_eviction():
     cache = RadixCache(5)
     assert cache.match([1, 2, 3]) == 0
     cache.insert([1, 2, 3, 4])
-    assert cache.match([1, 2, 9]) == 2 and cache.size == 4
-    cache.insert([7, 8])                         # 6 tokens > 5: the least recently used leaf (4) goes
-    assert cache.size == 5 and cache.match([1, 2, 3, 4]) == 3 and cache.match([7, 8]) == 2
-    assert cache.hit_rate == pytest.approx((0 + 2 + 3 + 2) / (3 + 3 + 4 + 2))
+    assert cache.match([1, 2, 9]) == 2 and cache.size == 4   # the match splits the edge [1 2 3 4] after 2
+    cache.insert([7, 8])                         # 6 tokens > 5: the least recently used leaf, [3 4], goes whole
+    assert cache.size == 4 and cache.match([1, 2, 3, 4]) == 2 and cache.match([7, 8]) == 2
+    assert cache.hit_rate == (0 + 2 + 2 + 2) / (3 + 3 + 4 + 2)
+
+
+def test_a_parent_left_without_children_is_evicted_in_turn():
+    cache = RadixCache(100)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 5, 6])                   # [1 2] -> {[3 4], [5 6]}
+    assert cache.size == 6
+    assert cache.evict(5) == 6 and cache.size == 0   # [3 4], then [5 6], then the parent [1 2] itself
 
 
 def test_a_locked_prefix_is_never_evicted():
     cache = RadixCache(3)
     cache.insert([1, 2, 3])
     cache.lock([1, 2, 3])
-    cache.insert([4, 5])                         # nothing unlocked is old enough to make room but [4, 5] itself
-    assert cache.match([1, 2, 3]) == 3 and cache.size == 3 and cache.match([4, 5]) == 0
+    cache.insert([4, 5])                         # over the capacity, but only [4, 5] itself is unlocked
+    assert cache.size == 3 and cache.match([1, 2, 3]) == 3 and cache.match([4, 5]) == 0
     cache.lock([1, 2, 3], -1)
-    assert cache.evict(2) == 2 and cache.size == 1
+    assert cache.evict(2) == 3 and cache.size == 0
+
+
+def test_a_lock_survives_a_split():
+    cache = RadixCache(4)
+    cache.insert([1, 2, 3, 4])
+    cache.lock([1, 2, 3, 4])
+    assert cache.match([1, 2, 7]) == 2           # splits the locked edge: both halves stay held
+    assert cache.evict(4) == 0 and cache.size == 4
+    cache.lock([1, 2, 3, 4], -1)
+    assert cache.evict(1) == 2 and cache.match([1, 2, 3]) == 2
 
 
 def test_a_turn_carries_the_whole_history():
