@@ -543,6 +543,15 @@ RULES: list[Rule] = [
          "SGLang srt/mem_cache/memory_pool.py (the KV-cache copy speculative decoding needs); measured at start on "
          "a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
          reads=("speculative_algorithm",)),
+    # the hierarchical cache on a CPU: its host pool is pinned with cudaHostRegister (srt/mem_cache/pool_host/
+    # common.py _cuda_host_register, from base.py _allocate_host_buffer), which initialises CUDA; on a CPU host torch
+    # then raises its driver error (measured at start on SGLang 0.5.23 with the CPU setup of experiments/real_server).
+    Rule("cpu_hierarchical_cache", "0.5.23", None,
+         "RuntimeError: The NVIDIA driver on your system is too old",
+         lambda s, m: () if s.get("enable_hierarchical_cache") else None,
+         "SGLang srt/mem_cache/pool_host/common.py _cuda_host_register (the host KV pool HiCache pins); measured at "
+         "start on a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
+         reads=("enable_hierarchical_cache",)),
     # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
     # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
     Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",

@@ -261,7 +261,10 @@ class Scheduler:
             self._admit_seq += 1
             self.running.append(st)
         new_tokens = sum(t for _, t in batch)
-        cached = sum(st.prefilled for st, _ in batch)
+        cached = sum(st.prefilled for st, _ in batch)  # the keys this batch attends to beyond its new tokens
+        # #cached-token counts the prefix-cache hits of the requests admitted now; a chunked request's next chunk
+        # reports none (0.5.23 schedule_policy.py PrefillAdder.add_chunked_req: _update_prefill_budget(0, ...))
+        hit = sum(st.prefilled for st in admitted)
         dur = self.perf.prefill_step_s(new_tokens, cached, len(batch))
         emitted: dict[str, int] = {}
         for st, take in batch:
@@ -271,7 +274,7 @@ class Scheduler:
                 emitted[st.req.rid] = 1
                 self._maybe_finish(st, finished)
         return Step(
-            stats=self._stats("prefill", dur, len(admitted), new_tokens, cached, False),
+            stats=self._stats("prefill", dur, len(admitted), new_tokens, hit, False),
             emitted=emitted,
             finished=finished,
         )

@@ -43,17 +43,18 @@ def test_each_turn_follows_the_answer_and_finds_the_history_cached(tmp_path):
             # sent once the previous answer had arrived and the user had thought for 0.5 modelled s
             assert r.send_perf_ns - prev.end_perf_ns >= 0.5 / SCALE * 1e9
             # the prompt is the history (previous prompt + answer) and the new 32-token message; the history is
-            # found whole in the radix cache
+            # found in the radix cache but for the answer's last token, whose KV SGLang never computed (measured on
+            # SGLang 0.5.23: 95 of 64 + 32)
             assert r.input_tokens == prev.input_tokens + prev.output_tokens + 32
-            assert r.cached_tokens == prev.input_tokens + prev.output_tokens
-    assert "#cached-token: 48" in log
+            assert r.cached_tokens == prev.input_tokens + prev.output_tokens - 1
+    assert "#cached-token: 47" in log
 
 
 def test_without_the_radix_cache_nothing_is_found(tmp_path):
     res, log = run(tmp_path, ["--disable-radix-cache"])
     assert all(r.status == "ok" and r.cached_tokens == 0 for r in res.records)
     assert max(r.input_tokens for r in res.records) == 32 * 3 + 16 * 2
-    assert "#cached-token: 0" in log and "#cached-token: 48" not in log
+    assert "#cached-token: 0" in log and "#cached-token: 47" not in log
 
 
 def test_the_chat_api_reports_cached_tokens_only_with_the_cache_report(tmp_path):
@@ -62,7 +63,7 @@ def test_the_chat_api_reports_cached_tokens_only_with_the_cache_report(tmp_path)
     res, _ = run(tmp_path / "report", ["--enable-cache-report"], api="chat", sessions=2, users=2, turns=2)
     for first, second in by_session(res).values():
         # the first turn's messages and answer, as the next turn's history renders them, are all cached
-        assert first.cached_tokens is None and second.cached_tokens >= first.output_tokens + 32
+        assert first.cached_tokens is None and second.cached_tokens >= first.output_tokens - 1 + 32
 
 
 def test_the_hit_rate_falls_once_the_conversations_outgrow_the_pool(tmp_path):
@@ -71,8 +72,8 @@ def test_the_hit_rate_falls_once_the_conversations_outgrow_the_pool(tmp_path):
         assert all(r.status == "ok" for r in res.records)
         return sum(r.cached_tokens for r in res.records) / sum(r.input_tokens for r in res.records)
 
-    # 2 conversations of 4 turns hold 2 x 192 tokens: everything earlier is found (0 + 48 + 96 + 144 of
+    # 2 conversations of 4 turns hold 2 x 192 tokens: everything earlier is found (0 + 47 + 95 + 143 of
     # 32 + 80 + 128 + 176 tokens per conversation). 24 users' first answers fit the 1200-token pool (24 x 48), their
     # second do not (24 x 96 = 2304): from the third turn on LRU drops what comes back next
-    assert hit_rate(2, "two") == pytest.approx(288 / 416)
-    assert hit_rate(24, "many") < 0.6 * 288 / 416   # 0.36 measured: a leaf goes whole, its older prefix stays
+    assert hit_rate(2, "two") == pytest.approx(285 / 416)
+    assert hit_rate(24, "many") < 0.6 * 285 / 416   # 0.36 measured: a leaf goes whole, its older prefix stays
