@@ -163,7 +163,7 @@ def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, se
     """What ``summary.json`` holds (grid/search/summary.py): startups that never finished are costed with the twin's
     modelled startup, and each launch's pre-run estimate is the twin's forecast the plan summed."""
     from grid.search import summary
-    from grid.search.predict import forecast
+    from grid.search.predict import forecast, unforecastable_load
 
     launched = {r["config_hash"] for r in rows if r.get("trial_error_class") != "refused"}
     unready = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
@@ -174,7 +174,7 @@ def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, se
             f = forecast(spec, p, spec.version)
             if p.config_hash in unready:
                 modelled[p.config_hash] = f.startup_s if f else 0.0
-            if f is not None:
+            if f is not None and not unforecastable_load(p.load):  # the plan gave no estimate for those
                 estimated[p.config_hash] = f.gpu_s
     refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})
     return summary.summarize(
