@@ -51,10 +51,12 @@ def test_turns_find_their_history_until_the_pool_is_outgrown(sweep):
     # 2 users: 0 + 79 + 159 of 64 + 144 + 224 prompt tokens per conversation (each answer's last token uncached)
     assert on.loc[2.0, "cache_hit_rate"] == pytest.approx(238 / 432)
     assert on.loc[16.0, "cache_hit_rate"] < 0.8 * on.loc[2.0, "cache_hit_rate"]
-    assert on.loc[2.0, "server_cache_hit_rate"] == pytest.approx(238 / 432)
+    # the server's Prefill lines also count the point's warm-up request (64 tokens, nothing cached)
+    assert on.loc[2.0, "server_cache_hit_rate"] == pytest.approx(2 * 238 / (2 * 432 + 64))
     mine = rq[rq.config_hash == on.config_hash.iloc[0]]
     assert mine.cached_tokens.notna().all() and set(mine.turn_index) == {0, 1, 2}
-    assert (mine[mine.turn_index == 0].cached_tokens == 0).all()
+    # a first turn has no history; its random words may share a word or two with another conversation's start
+    assert (mine[mine.turn_index == 0].cached_tokens <= 2).all()
 
 
 def test_without_the_radix_cache_nothing_is_found(sweep):
