@@ -198,7 +198,8 @@ def test_unknown_key_names_the_closest_known_key(tmp_path):
     assert out.returncode == 2
     load_keys = ("arrival, burstiness, closed_loop_start, concurrency, dataset, dataset_path, input_len, "
                  "max_concurrency, min_prompts, num_prompts, output_len, prompts_per_stream, range_ratio, "
-                 "read_timeout_s, repeats, request_rate, seed, stall_timeout_s, tokenizer, trace_speed, warmup_requests")
+                 "read_timeout_s, repeats, request_rate, seed, sessions, stall_timeout_s, tokenizer, trace_speed, "
+                 "warmup_requests")
     assert out.stdout.strip().splitlines()[-1] == (
         f"Configuration error: load.concurency: unknown key; did you mean load.concurrency? (keys of load: {load_keys})")
     nothing_close = grid_run("+load.zzz=1", "dry_run=true", tmp_path=tmp_path)
@@ -208,7 +209,7 @@ def test_unknown_key_names_the_closest_known_key(tmp_path):
 
 LOAD_KEYS = ("arrival, burstiness, closed_loop_start, concurrency, dataset, dataset_path, input_len, max_concurrency, "
              "min_prompts, num_prompts, output_len, prompts_per_stream, range_ratio, read_timeout_s, repeats, "
-             "request_rate, seed, stall_timeout_s, tokenizer, trace_speed, warmup_requests")
+             "request_rate, seed, sessions, stall_timeout_s, tokenizer, trace_speed, warmup_requests")
 
 
 def test_misspelt_key_without_plus_is_refused_with_the_keys_allowed_there():
@@ -224,8 +225,9 @@ def test_misspelt_key_without_plus_is_refused_with_the_keys_allowed_there():
 
 def test_misspelt_group_value_is_refused_with_the_groups_choices():
     assert composition_error(["+sweep=nsa_backend"]) == (
-        "sweep=nsa_backend: no such sweep; did you mean sweep=nsa_backends? (choices: cpu_calibration, cpu_serving, cuda_graph, joint, "
-        "mem_fraction, moe_runner, nsa_backends, schedule_policy, seed_tuning, speculative, torch_compile, two_batch_overlap)")
+        "sweep=nsa_backend: no such sweep; did you mean sweep=nsa_backends? (choices: cpu_calibration, cpu_prefix_cache, cpu_serving, "
+        "cuda_graph, joint, mem_fraction, moe_runner, nsa_backends, prefix_cache, schedule_policy, seed_tuning, speculative, "
+        "torch_compile, two_batch_overlap)")
     assert composition_error(["objective=max_throughput"]) == (
         "objective=max_throughput: no such objective; did you mean objective=max_output_throughput? "
         "(choices: max_capacity, max_goodput, max_output_throughput, min_tpot)")

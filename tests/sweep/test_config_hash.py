@@ -53,8 +53,8 @@ def _other_values(value: Any, choices: tuple = ()) -> list[Any]:
         return [not value]
     if isinstance(value, int):
         return [value + 1, value - 1]
-    if isinstance(value, float):
-        return [value * 0.5, value + 1.0, value * 1.5]
+    if isinstance(value, float):  # (0.0 x 0.5 is no other value)
+        return [v for v in (value * 0.5, value + 1.0, value * 1.5) if v != value]
     if isinstance(value, str):
         return [value + "-changed", "0.5.10"]
     if value is None:
@@ -82,9 +82,9 @@ def _set(data: dict, path: tuple, value: Any) -> dict:
 def _variants(model_cls: type[BaseModel] | None, path: tuple, value: Any) -> list[Any]:
     choices = _literal_choices(model_cls, path[-1]) if model_cls is not None and len(path) == 1 else ()
     if model_cls is EngineSpec and path == ("kind",):  # a registered engine kind (grid/engines), not a Literal
-        from grid.engines.base import ENGINES, engine_class
+        from grid.engines.base import ENGINES, _import_engines
 
-        engine_class(value)
+        _import_engines()  # every kind (engine_class imports them only for a kind not yet registered)
         choices = tuple(sorted(ENGINES))
     if isinstance(value, list):
         return [[*value, *(value[-1:] or [1.0])], value[:-1]] if value else [[1.0], [1]]
