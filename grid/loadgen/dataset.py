@@ -34,7 +34,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,12 +264,9 @@ class TraceRequest:
 TRACE_KEYS = ("timestamp", "input_length", "output_length")
 
 
-@functools.lru_cache(maxsize=4)
-def _trace(key: tuple[str, float, int]) -> tuple[TraceRequest, ...]:
-    path = key[0]
-    out: list[TraceRequest] = []
-    first: float | None = None
-    prev = -math.inf
+def _jsonl_objects(path: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSONL file. Raises ``DatasetError`` naming the line that
+    is not JSON or not an object."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
@@ -280,21 +277,31 @@ def _trace(key: tuple[str, float, int]) -> tuple[TraceRequest, ...]:
                 raise DatasetError(f"{path}: line {lineno} is not JSON ({err})") from None
             if not isinstance(obj, dict):
                 raise DatasetError(f"{path}: line {lineno} is not a JSON object")
-            for k in TRACE_KEYS:
-                v = obj.get(k)
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise DatasetError(f"{path}: line {lineno}: '{k}' must be a number, got {v!r} "
-                                       f"(each line needs {', '.join(TRACE_KEYS)})")
-            ts = float(obj["timestamp"])
-            if ts < prev:
-                raise DatasetError(f"{path}: line {lineno}: 'timestamp' {obj['timestamp']} is earlier than the line "
-                                   "before (a trace lists requests in arrival order)")
-            for k in ("input_length", "output_length"):
-                if obj[k] < 1 or obj[k] != int(obj[k]):
-                    raise DatasetError(f"{path}: line {lineno}: '{k}' must be a whole number >= 1, got {obj[k]}")
-            prev = ts
-            first = ts if first is None else first
-            out.append(TraceRequest(ts - first, int(obj["input_length"]), int(obj["output_length"])))
+            yield lineno, obj
+
+
+@functools.lru_cache(maxsize=4)
+def _trace(key: tuple[str, float, int]) -> tuple[TraceRequest, ...]:
+    path = key[0]
+    out: list[TraceRequest] = []
+    first: float | None = None
+    prev = -math.inf
+    for lineno, obj in _jsonl_objects(path):
+        for k in TRACE_KEYS:
+            v = obj.get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise DatasetError(f"{path}: line {lineno}: '{k}' must be a number, got {v!r} "
+                                   f"(each line needs {', '.join(TRACE_KEYS)})")
+        ts = float(obj["timestamp"])
+        if ts < prev:
+            raise DatasetError(f"{path}: line {lineno}: 'timestamp' {obj['timestamp']} is earlier than the line "
+                               "before (a trace lists requests in arrival order)")
+        for k in ("input_length", "output_length"):
+            if obj[k] < 1 or obj[k] != int(obj[k]):
+                raise DatasetError(f"{path}: line {lineno}: '{k}' must be a whole number >= 1, got {obj[k]}")
+        prev = ts
+        first = ts if first is None else first
+        out.append(TraceRequest(ts - first, int(obj["input_length"]), int(obj["output_length"])))
     if not out:
         raise DatasetError(f"{path}: the trace has no requests")
     return tuple(out)
@@ -377,38 +384,29 @@ class SessionTurn:
 def _session_file(key: tuple[str, float, int]) -> tuple[tuple[SessionTurn, ...], ...]:
     path = key[0]
     by: dict[str, list[SessionTurn]] = {}
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
+    for lineno, obj in _jsonl_objects(path):
+        sid = obj.get("session_id")
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+            raise DatasetError(f"{path}: line {lineno}: 'session_id' must be a string or an integer, got {sid!r} "
+                               f"(each line needs {', '.join(SESSION_KEYS)})")
+        text = obj.get("text")
+        if text is not None and (not isinstance(text, str) or not text.strip()):
+            raise DatasetError(f"{path}: line {lineno}: 'text' must be a non-empty string, got {text!r}")
+        lengths = {}
+        for k in ("input_length", "output_length"):
+            v = obj.get(k)
+            if k == "input_length" and v is None and text is not None:
                 continue
-            try:
-                obj = json.loads(raw)
-            except ValueError as err:
-                raise DatasetError(f"{path}: line {lineno} is not JSON ({err})") from None
-            if not isinstance(obj, dict):
-                raise DatasetError(f"{path}: line {lineno} is not a JSON object")
-            sid = obj.get("session_id")
-            if isinstance(sid, bool) or not isinstance(sid, (str, int)):
-                raise DatasetError(f"{path}: line {lineno}: 'session_id' must be a string or an integer, got {sid!r} "
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1 or v != int(v):
+                raise DatasetError(f"{path}: line {lineno}: '{k}' must be a whole number >= 1, got {v!r} "
                                    f"(each line needs {', '.join(SESSION_KEYS)})")
-            text = obj.get("text")
-            if text is not None and (not isinstance(text, str) or not text.strip()):
-                raise DatasetError(f"{path}: line {lineno}: 'text' must be a non-empty string, got {text!r}")
-            lengths = {}
-            for k in ("input_length", "output_length"):
-                v = obj.get(k)
-                if k == "input_length" and v is None and text is not None:
-                    continue
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1 or v != int(v):
-                    raise DatasetError(f"{path}: line {lineno}: '{k}' must be a whole number >= 1, got {v!r} "
-                                       f"(each line needs {', '.join(SESSION_KEYS)})")
-                lengths[k] = int(v)
-            delay = obj.get("delay_ms", 0)
-            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf:
-                raise DatasetError(f"{path}: line {lineno}: 'delay_ms' must be a number >= 0, got {delay!r}")
-            n_in = lengths.get("input_length") or _estimate_tokens(text or "")
-            by.setdefault(str(sid), []).append(SessionTurn(str(sid), n_in, lengths["output_length"], text,
-                                                           float(delay)))
+            lengths[k] = int(v)
+        delay = obj.get("delay_ms", 0)
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf:
+            raise DatasetError(f"{path}: line {lineno}: 'delay_ms' must be a number >= 0, got {delay!r}")
+        n_in = lengths.get("input_length") or _estimate_tokens(text or "")
+        by.setdefault(str(sid), []).append(SessionTurn(str(sid), n_in, lengths["output_length"], text,
+                                                       float(delay)))
     if not by:
         raise DatasetError(f"{path}: the file has no turns (each line needs {', '.join(SESSION_KEYS)})")
     return tuple(tuple(turns) for turns in by.values())
