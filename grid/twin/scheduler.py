@@ -178,6 +178,10 @@ class Scheduler:
     def used_tokens(self) -> int:
         return sum(self._kv(st) for st in self.running)
 
+    def uncached_tokens(self) -> int:
+        """KV tokens the running requests hold beyond their prefix-cache hits (what the radix tree does not own)."""
+        return sum(max(0, self._kv(st) - st.req.cached_tokens) for st in self.running)
+
     @staticmethod
     def _kv(st: _State) -> int:
         if st.prefilled < st.prefix:

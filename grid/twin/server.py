@@ -609,8 +609,7 @@ class Twin(TwinAPI):
         # (cache_finished_req inserts the request's fill ids; measured on 0.5.23: a 64-token prompt answered with 32
         # tokens is found as 95 cached tokens of the next turn)
         output = None if reason == "abort" else textgen._PIECE_RE.findall(req.comp.text(0, req.n_out))[:-1]
-        outside = self.sched.used_tokens() - sum(r.cached for r in self.reqs.values())
-        self.cache.release(req.pieces, req.held, output, max(0, outside))
+        self.cache.release(req.pieces, req.held, output, self.sched.uncached_tokens())
         if not req.internal and self.ready and reason != "abort":
             self.served += 1
         if self.metrics and not req.internal:
