@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from grid.run import composition_error
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def grid_run(*args, tmp_path):
     return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={tmp_path}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120 * slack())
 
 
 def test_dry_run_prints_every_twin_command(tmp_path):

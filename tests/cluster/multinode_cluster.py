@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.timing import slack
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -46,7 +48,7 @@ class LocalCluster:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the cluster did not start (exit {self.proc.wait(30)})")
+            raise RuntimeError(f"the cluster did not start (exit {self.proc.wait(30 * slack())})")
         info = json.loads(line)
         self.address, self.node_ids = info["address"], info["nodes"]
         return self
@@ -59,7 +61,7 @@ class LocalCluster:
     def __exit__(self, *exc) -> None:
         self.proc.stdin.close()
         try:
-            self.proc.wait(120)
+            self.proc.wait(120 * slack())
         except subprocess.TimeoutExpired:
             self.proc.kill()
         import shutil

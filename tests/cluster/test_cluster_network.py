@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ def test_own_loopback_cluster_despite_held_port_and_other_clusters(tmp_path):
         while driver.poll() is None and time.monotonic() < deadline:
             seen.update(listeners(grid_processes(proc, tmp_path / "processes")))
             time.sleep(0.3)
-        out = driver.communicate(timeout=60)[0]
+        out = driver.communicate(timeout=60 * slack())[0]
     finally:
         if driver.poll() is None:
             driver.kill()

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from .test_cluster_network import ARGS
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -49,7 +50,8 @@ def test_a_dashboard_port_taken_after_the_check_moves_to_another_port(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="gr", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     env.pop("RAY_ADDRESS", None)
-    out = subprocess.run([sys.executable, "-c", RACE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    out = subprocess.run([sys.executable, "-c", RACE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=240 * slack())
     assert out.returncode == 0, out.stderr[-3000:]
     import json
 
@@ -79,7 +81,7 @@ def test_two_runs_started_in_the_same_second_both_complete(tmp_path):
                f"hydra.run.dir={tmp_path / name}"]
         runs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True))
-    outs = [r.communicate(timeout=600)[0] for r in runs]
+    outs = [r.communicate(timeout=600 * slack())[0] for r in runs]
     for name, run, out in zip("ab", runs, outs):
         assert run.returncode == 0, out[-4000:]
         assert "Traceback" not in out

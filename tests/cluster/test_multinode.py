@@ -18,6 +18,7 @@ from grid.server.process import free_port, group_alive
 from grid.status import read_status
 from tests.cluster.multinode_cluster import LocalCluster
 from tests.sweep.test_resume import wait_for
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -39,7 +40,8 @@ def grid_run(cluster, run_dir, *args, popen=False):
     env = {**cluster.env, "COLUMNS": "200"}
     if popen:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600 * slack())
 
 
 def _server_group(run_dir, config_hash):
@@ -79,7 +81,7 @@ def sweep(cluster, tmp_path_factory):
     seen = {"status": [], "tasks": [], "errors": []}
     watcher = threading.Thread(target=_watch, args=(cluster, run_dir, proc, seen))
     watcher.start()
-    out, _ = proc.communicate(timeout=600)
+    out, _ = proc.communicate(timeout=600 * slack())
     watcher.join()
     assert proc.returncode == 0, out[-4000:]
     return run_dir, out, seen
@@ -143,7 +145,7 @@ def test_running_trials_visible_while_the_sweep_runs(cluster, sweep):
     assert {(name.split(": ", 1)[1].rsplit(" @ ", 1)[0], node) for name, node in serving} <= ran_on
     # after the sweep: 4 done, nothing running or left, per node
     final = subprocess.run([sys.executable, "-m", "grid.status", str(run_dir)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=60)
+                           text=True, timeout=60 * slack())
     assert final.returncode == 0 and final.stdout.startswith("4 done, 0 running, 0 left of 4"), final.stdout
     assert final.stdout.count("  node ") == 2
 
@@ -164,11 +166,12 @@ def test_no_node_of_the_hardware_is_a_clear_error(cluster, tmp_path):
     assert not (tmp_path / "parquet" / "load_points").exists()
 
 
-def measuring_on(node_id, run_dir, proc, timeout_s=300):
+def measuring_on(node_id, run_dir, proc, timeout_s=300.0):
     """The running marker (grid/status.py) of the first trial seen measuring a load point on ``node_id``: its
     server's log shows the samplers' ``GET /grid/telemetry`` (the twin's GPU telemetry, polled only while a load
-    point runs). Raises ``AssertionError`` when none does within ``timeout_s`` or the driver ``proc`` ends first."""
-    deadline = time.monotonic() + timeout_s
+    point runs). Raises ``AssertionError`` when none does within ``timeout_s x slack()`` or the driver ``proc`` ends
+    first."""
+    deadline = time.monotonic() + timeout_s * slack()
     while proc.poll() is None and time.monotonic() < deadline:
         try:
             running = read_status(run_dir).running
@@ -189,7 +192,7 @@ def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
                         popen=True)
         victim = measuring_on(cluster.node_ids[1], tmp_path, proc)
         cluster.remove(1)  # its raylet and every process of the node, trial and server included
-        out, _ = proc.communicate(timeout=600)
+        out, _ = proc.communicate(timeout=600 * slack())
     (tmp_path / "driver.out").write_text(out)
     assert proc.returncode == 0, out[:6000]
     assert f"skipped (node_lost)[/] {victim['label']}" in out or f"skipped (node_lost) {victim['label']}" in out, out
@@ -219,10 +222,10 @@ def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
             victim_group = _server_group(tmp_path, victim["config_hash"])
             cluster.remove(1)  # its raylet and every process of the node, trial and server included
             lost_file = lp_dir / f"{victim['config_hash']}.parquet"
-            wait_for(lambda: lost_file.exists() or driver.poll() is not None, 120, "the lost trial's record")
+            wait_for(lambda: lost_file.exists() or driver.poll() is not None, 120 * slack(), "the lost trial's record")
             assert driver.poll() is None, driver.stdout.read()
             os.kill(driver.pid, signal.SIGKILL)
-            first, _ = driver.communicate(timeout=30)
+            first, _ = driver.communicate(timeout=30 * slack())
         finally:
             if driver.poll() is None:
                 driver.kill()
@@ -243,9 +246,10 @@ def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
         assert victim["label"] in status.left and {m["node_id"] for m in status.running} <= {left_node}
         assert len(status.left) + len(status.running) == 3 - kept.config_hash.nunique()  # running: interrupted
         # the lost node's server is gone with its node (watchdog), and the killed driver's servers with it
-        wait_for(lambda: not group_alive(victim_group), 60, "the lost node's server group to exit")
+        wait_for(lambda: not group_alive(victim_group), 60 * slack(), "the lost node's server group to exit")
         groups = [_server_group(tmp_path, s.name.split(".")[0]) for s in (tmp_path / "logs").glob("*.log.state")]
-        wait_for(lambda: not any(group_alive(g) for g in groups), 60, "the killed driver's server groups to exit")
+        wait_for(lambda: not any(group_alive(g) for g in groups), 60 * slack(),
+                 "the killed driver's server groups to exit")
 
         out = grid_run(cluster, tmp_path, *args)  # the same command, same run directory: resume
     (tmp_path / "driver2.out").write_text(out.stdout + out.stderr)

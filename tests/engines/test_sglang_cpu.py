@@ -45,6 +45,7 @@ from grid.releases.checks import RULES
 from grid.releases.flags import parse_version
 from grid.search.calibration import counts
 from grid.storage.parquet import read_table
+from tests.timing import slack
 
 pytestmark = pytest.mark.real_sglang
 
@@ -112,7 +113,7 @@ def sweep(tmp_path_factory):
             os.kill(first.pid, signal.SIGKILL)
             break
         time.sleep(0.5)
-    first.wait(timeout=60)
+    first.wait(timeout=60 * slack())
     # the servers die with their supervisors once the driver is gone
     leftover_deadline = time.monotonic() + 120
     while sglang_processes() and time.monotonic() < leftover_deadline:

@@ -18,6 +18,7 @@ import pytest
 from grid.releases.checks import RULES
 from grid.storage.parquet import read_table
 from tests.engines.test_sglang_cpu import ROOT, _env, _setup, sglang_processes
+from tests.timing import slack
 
 pytestmark = pytest.mark.real_sglang
 
@@ -30,7 +31,7 @@ def sessions(tmp_path_factory):
     out = subprocess.run([sys.executable, "-m", "grid.run", "+sweep=cpu_prefix_cache", "engine=sglang",
                           "hardware=cpu_host", "model=tiny_llama", f"model.path={model}", f"engine.python={python}",
                           "probe.enabled=false", "ray.dashboard=false", env_override, f"hydra.run.dir={run_dir}"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1800)
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1800 * slack())
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert not sglang_processes()
     lp = read_table(run_dir, "load_points").to_pandas()

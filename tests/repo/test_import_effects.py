@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,8 @@ def test_importing_the_driver_sets_no_environment_and_tables_need_no_sampler_imp
         "print(','.join(TABLES))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "TUNE_"))}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120 * slack())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "requests,server_log,accuracy,server_metrics,gpu_telemetry,load_points"
 

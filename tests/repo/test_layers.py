@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.timing import slack
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -29,7 +30,7 @@ def test_every_import_contract_is_kept():
     # loggers of the modules other tests already imported
     code = ("import sys; from importlinter.cli import lint_imports; "
             "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300 * slack())
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     kept = re.findall(r"^(.+) KEPT$", out, re.MULTILINE)

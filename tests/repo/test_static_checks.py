@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import slack
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,7 +23,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     if importlib.util.find_spec(module) is None:
         pytest.fail(f"{module} is not installed: pip install -e '.[dev]'")
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600 * slack())
 
 
 def test_ruff_finds_nothing():

@@ -3,11 +3,12 @@ alone; a run that goes ahead writes it (tests/sweep/test_sweep_ray.py)."""
 
 import subprocess
 import sys
+from tests.timing import slack
 
 
 def grid_run(run_dir, *overrides):
     return subprocess.run([sys.executable, "-m", "grid.run", *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300 * slack())
 
 
 def test_dry_run_keeps_the_resolved_config(tmp_path):

@@ -17,6 +17,7 @@ from grid.storage.parquet import read_table
 from grid.sweep.space import expand
 from grid.twin.calibrate import Calibration, Coefficients, Outlier, calibrated, fit
 from tests.config.test_configs import spec_for
+from tests.timing import slack
 
 SWEEP = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=cal", "+sweep.grid.max_running_requests=[64,8]",
          "load.concurrency=[1,16]", "load.input_len=256", "load.output_len=64", "load.min_prompts=16"]
@@ -120,7 +121,7 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
 
     def grid_run(args, run_dir):
         return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=root,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600 * slack())
 
     first = grid_run([*SWEEP, "search=exhaustive", "search.early_stop=false", "ray.dashboard=false",
                       "engine.time_scale=5"], tmp_path / "a")

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.timing import slack
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
@@ -25,7 +27,7 @@ SWEEP = [
 
 def grid_run(args, run_dir):
     return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
+                          capture_output=True, text=True, timeout=600 * slack(), env={**__import__("os").environ,
                                                                              "COLUMNS": "200"})
 
 

@@ -22,6 +22,7 @@ from tests.sweep.test_measure import spec_for
 from grid.engines.base import get_engine
 from grid.loadgen.dataset import longest_request
 from grid.plan import TrialPlan
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,7 +165,7 @@ def _grid_run(tmp_path: Path, url: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "grid.run", "engine=openai", f"engine.base_url={url}", "engine.api=completions",
          "load.input_len=256", "load.output_len=64", "load.concurrency=[2]", "load.min_prompts=4",
          "probe.enabled=false", "accuracy.enabled=false", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300 * slack())
 
 
 def _rows(tmp_path: Path) -> list[dict]:

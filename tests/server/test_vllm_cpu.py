@@ -29,6 +29,7 @@ import pytest
 
 from grid.server.probe import probe
 from grid.storage.parquet import read_table
+from tests.timing import slack
 
 pytestmark = pytest.mark.real_server
 
@@ -47,7 +48,7 @@ def _vllm_python() -> str:
     if not Path(python).exists():
         pytest.skip(f"GRID_VLLM_PYTHON={python} does not exist")
     check = subprocess.run([python, "-c", "import vllm, transformers, tokenizers, torch"], capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=300 * slack())
     if check.returncode != 0:
         pytest.skip(f"GRID_VLLM_PYTHON={python} cannot import vllm/transformers/torch: {check.stderr[-300:]}")
     return python
@@ -97,13 +98,13 @@ def vllm_server(tmp_path_factory):
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            proc.wait(timeout=60 * slack())
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            proc.wait(timeout=30)
+            proc.wait(timeout=30 * slack())
 
 
 def _grid(run_dir: Path, url: str, *overrides: str, output_len: int = 64) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ import pytest
 from grid.compose import compose_spec
 from grid.server.process import group_alive
 from grid.sweep.driver import plan_run
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -74,7 +75,7 @@ def test_sigkill_driver_then_resume(tmp_path, printed):
     assert len(groups) == 6
     wait_for(lambda: not any(group_alive(g) for g in groups), 60, "the killed run's server groups to exit")
 
-    out = subprocess.run(command(tmp_path), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(command(tmp_path), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600 * slack())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     plan = printed.plan_line(out.stdout)
     assert (plan["configurations"], plan["recorded"], plan["to_run"]) == (10, 5, 5)
@@ -106,7 +107,7 @@ def test_ctrl_c_exits_130_keeps_what_completed_and_resumes(tmp_path):
                  "2 recorded trials")
         assert driver.poll() is None, driver.stdout.read()
         os.kill(driver.pid, signal.SIGINT)
-        out, _ = driver.communicate(timeout=120)
+        out, _ = driver.communicate(timeout=120 * slack())
     finally:
         if driver.poll() is None:
             driver.kill()

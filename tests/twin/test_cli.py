@@ -9,6 +9,7 @@ import pytest
 
 from grid.config.specs import DsaSpec, ModelSpec
 from grid.twin import cli
+from tests.timing import slack
 
 VERSIONS = ["0.5.9", "0.5.13", "0.5.14", "0.5.20", "0.5.22", "0.5.23"]
 
@@ -107,7 +108,7 @@ def test_dp_attention_rewritten_on_0522():
 
 def test_unknown_flag_exits_2_in_subprocess():
     proc = subprocess.run([sys.executable, "-m", "grid.twin", "--model-path", "/m", "--no-such-flag"],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30 * slack())
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == "launch_server.py: error: unrecognized arguments: --no-such-flag"
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.timing import slack
+
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -48,7 +50,8 @@ def test_killed_server_actor_is_replaced_and_the_configuration_rerun(tmp_path):
             if killed is None and "point 0 (" in line:  # the first trial measured its first load point
                 # a second driver joins grid's cluster; it is on 127.0.0.1 only (grid/cluster/local.py)
                 killed = subprocess.run([sys.executable, "-c", KILL, gcs], env={
-                    **env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}, capture_output=True, text=True, timeout=120)
+                    **env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}, capture_output=True, text=True,
+                    timeout=120 * slack())
             if time.monotonic() > deadline:
                 break
         driver.wait(60)

@@ -14,6 +14,7 @@ from grid.storage.schema import load_point_row
 from grid.sweep.space import expand
 
 from tests.sweep.faults.faultkit import make_spec
+from tests.timing import slack
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.faults
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.faults
 
 def grid_run(*args, run_dir):
     return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120 * slack())
 
 
 def test_empty_search_space_exits_2_before_launch(tmp_path):
