@@ -493,11 +493,14 @@ async def _session_loop(sess: _Session, prompts: list[Prompt], num: int, workers
                 return
             history: list[tuple[str, str]] = []
             tokens_before = 0  # the history's tokens as the server counted them
+            answered_ns = 0  # when the previous turn's answer ended (perf clock)
             for i, turn in enumerate(turns):
                 if sent[0] >= num:
                     return
-                if i and turn.think_s > 0:
-                    await asyncio.sleep(turn.think_s / time_scale)
+                if i and turn.think_s > 0:  # absolute deadline from the answer; uvloop may wake a little early
+                    due = answered_ns + int(turn.think_s / time_scale * 1e9)
+                    while (now := time.perf_counter_ns()) < due:
+                        await asyncio.sleep((due - now) / 1e9)
                 index = sent[0]
                 sent[0] += 1
                 prompt = dataclasses.replace(turn, history=tuple(history), input_len=tokens_before + turn.input_len)
@@ -507,6 +510,7 @@ async def _session_loop(sess: _Session, prompts: list[Prompt], num: int, workers
                 out.append(await sess.request_parsed(rec, prompt))
                 if rec.status != "ok":
                     break
+                answered_ns = rec.end_perf_ns or time.perf_counter_ns()
                 history.append((turn.text or "", rec.text))
                 tokens_before = (rec.input_tokens or prompt.input_len) + (rec.output_tokens or 0)
 

@@ -62,10 +62,11 @@ class RadixCache:
         upper.children[node.key[0]] = node
         return upper
 
-    def _walk(self, tokens: Sequence[Hashable]) -> tuple[list[_Node], int]:
+    def _walk(self, tokens: Sequence[Hashable], touch: bool = True) -> tuple[list[_Node], int]:
         """The nodes of the longest cached prefix of ``tokens`` (the last one split where the prefix ends) and its
-        length; every node on it is touched."""
-        self.clock += 1
+        length; with ``touch`` every node on it counts as accessed now."""
+        if touch:
+            self.clock += 1
         node, path, i, n = self.root, [], 0, len(tokens)
         while i < n:
             child = node.children.get(tokens[i])
@@ -77,7 +78,8 @@ class RadixCache:
                 k += 1
             if k < len(key):
                 child = self._split(child, k)
-            child.last_access = self.clock
+            if touch:
+                child.last_access = self.clock
             path.append(child)
             i += k
             node = child
@@ -103,8 +105,9 @@ class RadixCache:
 
     def lock(self, tokens: Sequence[Hashable], delta: int = 1) -> None:
         """Hold (``delta`` 1) or release (-1) the cached prefix of ``tokens`` for a running request (SGLang
-        ``inc_lock_ref`` / ``dec_lock_ref``): a held node is never evicted."""
-        path, _ = self._walk(tokens)
+        ``inc_lock_ref`` / ``dec_lock_ref``): a held node is never evicted. Its last access stays as it was: only a
+        match or an insert counts as an access (SGLang's lock-reference walk leaves ``last_access_time`` alone)."""
+        path, _ = self._walk(tokens, touch=False)
         for node in path:
             node.locks += delta
 

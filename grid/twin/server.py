@@ -74,8 +74,8 @@ HICACHE_RATIO_DEFAULT = 2.0
 class PrefixCache:
     """The radix cache of a running twin (:class:`grid.twin.radix.RadixCache` over the prompt's pieces): a prompt's
     longest cached prefix is matched on arrival and held while the request runs; prompt and output are cached when it
-    finishes (SGLang ``cache_finished_req``: the output less its last token), and the tree is cut back to the pool less what running requests hold
-    beyond their cached prefixes. ``host_tokens`` (hierarchical cache) adds a host-memory tier: evicted prefixes stay
+    finishes (SGLang ``cache_finished_req``: the output less its last token), and the tree is cut back to the pool
+    less what running requests hold beyond their cached prefixes. ``host_tokens`` (hierarchical cache) adds a host-memory tier: evicted prefixes stay
     findable there (loading them back is not modelled). Disabled (``--disable-radix-cache``): nothing is found."""
 
     def __init__(self, capacity_tokens: int, enabled: bool, host_tokens: int = 0) -> None:
@@ -520,9 +520,9 @@ class Twin(TwinAPI):
         if not getattr(self.args, "enable_hierarchical_cache", False) or not self.capacity:
             return 0
         size_gb = getattr(self.args, "hicache_size", 0) or 0
-        cell = getattr(self.perf, "_kv_cell_bytes", None)  # KV bytes per token per GPU (the host pool is per rank)
-        if size_gb > 0 and cell is not None and cell() > 0:
-            return int(size_gb * 1e9 / cell())
+        cell = getattr(self.perf, "kv_cell_bytes", 0)  # KV bytes per token per GPU (the host pool is per rank)
+        if size_gb > 0 and cell > 0:
+            return int(size_gb * 1e9 / cell)
         ratio = getattr(self.args, "hicache_ratio", None) or HICACHE_RATIO_DEFAULT
         return int(self.capacity * ratio)
 

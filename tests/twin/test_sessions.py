@@ -1,6 +1,8 @@
 """Multi-turn sessions against the twin's radix cache, through grid's load runner (issue 24 item 4): each turn is
 sent after the previous answer, with the whole history, and the twin finds that history in its cache."""
 
+import re
+
 import pytest
 
 from grid.loadgen.dataset import generated_sessions, session_prompts
@@ -47,7 +49,9 @@ def test_each_turn_follows_the_answer_and_finds_the_history_cached(tmp_path):
             # SGLang 0.5.23: 95 of 64 + 32)
             assert r.input_tokens == prev.input_tokens + prev.output_tokens + 32
             assert r.cached_tokens == prev.input_tokens + prev.output_tokens - 1
-    assert "#cached-token: 47" in log
+    # the Prefill batch lines count every request's hit once, however arrivals were batched (a second turn alone
+    # prints 47: 32 + 16 - 1)
+    assert sum(map(int, re.findall(r"#cached-token: (\d+)", log))) == sum(r.cached_tokens for r in res.records) > 0
 
 
 def test_without_the_radix_cache_nothing_is_found(tmp_path):
