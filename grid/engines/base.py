@@ -130,23 +130,26 @@ class Engine(ABC):
         return m, f"the model's context length ({m} tokens, model.context_length of {self.spec.model.name})"
 
     def context_refusal(self, trial: TrialPlan) -> str | None:
-        """Why every request of ``trial``'s workload would be refused for its length: the longest request
-        (grid.loadgen.dataset ``longest_request``: input plus requested output) above :meth:`context_limit`, as
-        SGLang (tokenizer_manager: input + max_new_tokens > context length) and vLLM refuse it with HTTP 400. The
-        message names the load keys and the limit. None: it fits, or a length is not known before the run."""
+        """Why requests of ``trial``'s workload would be refused for their length: the longest request
+        (grid.loadgen.dataset ``longest_request``: input plus requested output; a conversation's last turn with its
+        history) above :meth:`context_limit`, as SGLang (tokenizer_manager: input + max_new_tokens > context length)
+        and vLLM refuse it with HTTP 400. The message names the load keys, which requests it hits and the limit.
+        None: it fits, or a length is not known before the run."""
         from grid.loadgen.dataset import DatasetError, longest_request
 
         load = trial.load
         try:
-            longest = longest_request(load.dataset, load.input_len, load.output_len, load.dataset_path)
+            longest = longest_request(load.dataset, load.input_len, load.output_len, load.dataset_path,
+                                      load.sessions.turns)
         except DatasetError:
-            return None  # an unreadable trace is reported by the dataset check, before this
+            return None  # an unreadable file is reported by the dataset check, before this
         limit = self.context_limit(trial)
-        if longest is None or limit is None or longest[0] <= limit[0]:
+        if longest is None or limit is None or longest.tokens <= limit[0]:
             return None
-        return (f"the workload does not fit the context: {longest[1]} = {longest[0]} tokens per request, above "
-                f"{limit[1]}; the server would refuse every request (HTTP 400) before any token. Lower "
-                f"load.input_len or load.output_len{self.context_hint(trial)}")
+        per = " per request" if longest.which == "every request" else ""
+        return (f"the workload does not fit the context: {longest.what} = {longest.tokens} tokens{per}, "
+                f"above {limit[1]}; the server would refuse {longest.which} (HTTP 400) before any token. Lower "
+                f"{longest.lower}{self.context_hint(trial)}")
 
     def context_hint(self, trial: TrialPlan) -> str:
         """What else the user can change when the workload does not fit (a launched server: its context length)."""

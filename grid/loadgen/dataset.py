@@ -475,6 +475,17 @@ class Dataset:
 
 
 @dataclass(frozen=True)
+class Longest:
+    """The longest request of a workload, known before it runs: ``tokens`` (input plus requested output), ``what``
+    sets it (the keys and their values), which requests reach it (``which``) and what to lower (``lower``)."""
+
+    tokens: int
+    what: str
+    which: str = "every request"
+    lower: str = "load.input_len or load.output_len"
+
+
+@dataclass(frozen=True)
 class DatasetKind:
     """A registered dataset: ``build`` makes the prompts; ``check(path)`` validates a file (raises DatasetError)."""
 
@@ -484,10 +495,9 @@ class DatasetKind:
     check: Callable[[str], object] | None = None
     arrivals: bool = False  # the dataset carries arrival times (trace load points replay them)
     description: str = ""
-    #: ``(input_len, output_len, path) -> (tokens, what)``: the most tokens one request asks for (input plus
-    #: requested output) and the keys it comes from, known before any request; None where the data decide it
-    #: (ShareGPT's lengths are estimates).
-    longest: Callable[[int, int, str | None], tuple[int, str] | None] | None = None
+    #: ``(input_len, output_len, path, turns) -> Longest``: the most tokens one request asks for (input plus
+    #: requested output), known before any request; None where the data decide it (ShareGPT's lengths are estimates).
+    longest: Callable[[int, int, str | None, int], Longest | None] | None = None
     sessions: bool = False  # multi-turn conversations: turns sent one after another's answer, with the history
 
 
@@ -525,17 +535,37 @@ def _build_random(a: DatasetArgs) -> Dataset:
                                   as_text=a.as_text))
 
 
-def _longest_random(input_len: int, output_len: int, path: str | None) -> tuple[int, str]:
-    return input_len + output_len, f"load.input_len ({input_len}) + load.output_len ({output_len})"
+def _longest_random(input_len: int, output_len: int, path: str | None, turns: int) -> Longest:
+    return Longest(input_len + output_len, f"load.input_len ({input_len}) + load.output_len ({output_len})")
 
 
-def _longest_trace(input_len: int, output_len: int, path: str | None) -> tuple[int, str] | None:
+def _longest_trace(input_len: int, output_len: int, path: str | None, turns: int) -> Longest | None:
     reqs = trace_requests(path) if path else ()
     if not reqs:
         return None
     r = max(reqs, key=lambda q: q.input_len + q.output_len)
-    return (r.input_len + r.output_len,
-            f"the longest request of load.dataset_path ({r.input_len} input + {r.output_len} output tokens)")
+    return Longest(r.input_len + r.output_len,
+                   f"the longest request of load.dataset_path ({r.input_len} input + {r.output_len} output tokens)",
+                   "it", "the lengths in load.dataset_path")
+
+
+def _longest_session(input_len: int, output_len: int, path: str | None, turns: int) -> Longest | None:
+    """A conversation's last turn carries every earlier message and answer: its prompt is the sum of all but its own
+    answer, so it asks for the sum of every message and answer (answers run to ``output_len``: grid sends
+    ``ignore_eos``). Chat templates add a few tokens more, so this is a floor on what the server counts. None for a
+    file with text turns (their lengths are estimates)."""
+    if path is None:
+        return Longest(turns * (input_len + output_len),
+                       f"the last turn of a conversation of load.sessions.turns ({turns}), with its history: {turns} "
+                       f"x (load.input_len ({input_len}) + load.output_len ({output_len}))",
+                       "that turn of every conversation", "load.input_len, load.output_len or load.sessions.turns")
+    conversations = session_file(path)
+    if any(t.text is not None for c in conversations for t in c):
+        return None
+    longest = max(conversations, key=lambda c: sum(t.input_len + t.output_len for t in c))
+    return Longest(sum(t.input_len + t.output_len for t in longest),
+                   f"the last turn of conversation {longest[0].session!r} of load.dataset_path ({len(longest)} "
+                   "turns), with its history", "it", "the conversations in load.dataset_path")
 
 
 register_dataset(DatasetKind(
@@ -565,22 +595,23 @@ def _build_sessions(a: DatasetArgs) -> Dataset:
 
 
 register_dataset(DatasetKind(
-    "sessions", _build_sessions, check=session_file, sessions=True,
+    "sessions", _build_sessions, check=session_file, sessions=True, longest=_longest_session,
     description="multi-turn conversations: load.dataset_path a JSONL file (one turn per line: session_id, text or "
                 "input_length, output_length, delay_ms), or without one generated from load.sessions (turns, "
                 "think_time_s) with messages of load.input_len and answers of load.output_len; each turn is sent "
                 "after the previous answer arrived, with the whole history"))
 
 
-def longest_request(dataset: str, input_len: int, output_len: int, path: str | None = None
-                    ) -> tuple[int, str] | None:
-    """The most tokens one request of the workload asks for (input plus requested output) and the keys that set it,
-    as ``(tokens, "load.input_len (256) + load.output_len (64)")``; None for a dataset whose lengths only its data
-    decide, or an unknown kind. Raises ``DatasetError`` for a trace file that cannot be read."""
+def longest_request(dataset: str, input_len: int, output_len: int, path: str | None = None, turns: int = 1
+                    ) -> Longest | None:
+    """The most tokens one request of the workload asks for (input plus requested output), with the keys that set
+    it, e.g. ``Longest(320, "load.input_len (256) + load.output_len (64)")``; ``turns``: turns per generated
+    conversation (sessions). None for a dataset whose lengths only its data decide, or an unknown kind. Raises
+    ``DatasetError`` for a trace or sessions file that cannot be read."""
     kind = DATASETS.get(dataset)
     if kind is None or kind.longest is None:
         return None
-    return kind.longest(input_len, output_len, path)
+    return kind.longest(input_len, output_len, path, turns)
 
 
 def get_dataset(name: str) -> DatasetKind:

@@ -20,7 +20,7 @@ import pytest
 from tests.sweep.test_measure import spec_for
 
 from grid.engines.base import get_engine
-from grid.loadgen.dataset import longest_request
+from grid.loadgen.dataset import Longest, longest_request
 from grid.plan import TrialPlan
 from tests.timing import slack
 
@@ -118,14 +118,46 @@ def _plan(spec, settings=None) -> TrialPlan:
 
 @pytest.mark.unit
 def test_the_longest_request_is_known_for_random_workloads_and_traces(tmp_path):
-    assert longest_request("random", 256, 64) == (320, "load.input_len (256) + load.output_len (64)")
-    assert longest_request("random_ids", 10, 5) == (15, "load.input_len (10) + load.output_len (5)")
+    assert longest_request("random", 256, 64) == Longest(320, "load.input_len (256) + load.output_len (64)")
+    assert longest_request("random_ids", 10, 5) == Longest(15, "load.input_len (10) + load.output_len (5)")
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 100, "output_length": 20}\n'
                      '{"timestamp": 5, "input_length": 900, "output_length": 50}\n')
-    assert longest_request("trace", 1, 1, str(trace)) == (
-        950, "the longest request of load.dataset_path (900 input + 50 output tokens)")
+    assert longest_request("trace", 1, 1, str(trace)) == Longest(
+        950, "the longest request of load.dataset_path (900 input + 50 output tokens)", "it",
+        "the lengths in load.dataset_path")
     assert longest_request("sharegpt", 256, 64, "x.json") is None  # the data decide, and their lengths are estimates
+
+
+@pytest.mark.unit
+def test_a_conversations_last_turn_carries_its_history(tmp_path):
+    # generated: 3 turns of 256 + 64; the third turn's prompt is 2 x (256 + 64) + 256, and it asks for 64 more
+    longest = longest_request("sessions", 256, 64, None, turns=3)
+    assert longest is not None and longest.tokens == 960 and "load.sessions.turns (3)" in longest.what
+    assert longest.which == "that turn of every conversation" and "load.sessions.turns" in longest.lower
+    conv = tmp_path / "s.jsonl"
+    conv.write_text('{"session_id": "a", "input_length": 100, "output_length": 20}\n'
+                    '{"session_id": "b", "input_length": 400, "output_length": 10}\n'
+                    '{"session_id": "a", "input_length": 300, "output_length": 40, "delay_ms": 5}\n')
+    longest = longest_request("sessions", 1, 1, str(conv))
+    assert longest is not None and longest.tokens == 100 + 20 + 300 + 40  # a's second turn (b's only one: 410)
+    assert longest.what == "the last turn of conversation 'a' of load.dataset_path (2 turns), with its history"
+    conv.write_text('{"session_id": "a", "text": "hello there", "output_length": 20}\n')
+    assert longest_request("sessions", 1, 1, str(conv)) is None  # a text turn's length is an estimate
+
+
+@pytest.mark.unit
+def test_conversations_that_outgrow_the_context_are_refused_before_launch(tmp_path):
+    spec = spec_for(tmp_path, "load.dataset=sessions", "load.sessions.turns=4", "load.input_len=256",
+                    "load.output_len=64")
+    engine = get_engine(spec)
+    assert engine.refuse(_plan(spec, {"context_length": 1280})) is None  # 4 x 320: the last turn just fits
+    assert engine.refuse(_plan(spec, {"context_length": 1279})) == (
+        "the workload does not fit the context: the last turn of a conversation of load.sessions.turns (4), with its "
+        "history: 4 x (load.input_len (256) + load.output_len (64)) = 1280 tokens, above server.context_length "
+        "(1279); the server would refuse that turn of every conversation (HTTP 400) before any token. Lower "
+        "load.input_len, load.output_len or load.sessions.turns, or raise server.context_length (the model serves "
+        f"{spec.model.context_length} tokens)")
 
 
 @pytest.mark.unit
