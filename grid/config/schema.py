@@ -296,6 +296,12 @@ class ObjectiveSpec(_Spec):
                                     "stops when its bracket is within this fraction of its lower end")
     capacity_max_probes: int = Field(10, ge=2, description="max_capacity: probes (load points) per configuration at "
                                      "most")
+    host_noise_max_pct: float = Field(20.0, gt=0, description="a load point on which the load generator's event loop "
+                                      "ran late, or the twin fell behind its own clock, by more than this share of "
+                                      "its real time (%) is host noise: not counted, measured again on resume "
+                                      "(default: grid.metrics.hostnoise.HOST_NOISE_MAX_PCT); each point records the "
+                                      "bound it was judged by. Raise it only where the numbers do not matter (a "
+                                      "pipeline check on a busy machine): the report names the points it let count")
 
 
 class AccuracySpec(_Spec):

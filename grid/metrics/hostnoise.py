@@ -20,9 +20,28 @@ from typing import Any
 HOST_NOISE_MAX_PCT = 20.0
 
 
+def lost_pct(row: Mapping[str, Any]) -> float:
+    """The share of a load point's real time (%) the host took from it: the larger of ``client_lag_pct`` and
+    ``twin_behind_pct`` (0 where neither was recorded)."""
+    return max(row.get("twin_behind_pct") or 0.0, row.get("client_lag_pct") or 0.0)
+
+
+def noise_bound(row: Mapping[str, Any]) -> float:
+    """The bound (%) ``row`` is judged by: its ``host_noise_max_pct`` (``objective.host_noise_max_pct`` when it was
+    measured), else :data:`HOST_NOISE_MAX_PCT` (rows recorded before the column)."""
+    bound = row.get("host_noise_max_pct")
+    return HOST_NOISE_MAX_PCT if bound is None or bound != bound else float(bound)
+
+
 def host_noise(row: Mapping[str, Any]) -> bool:
-    """Whether a measured load point is host noise (:data:`HOST_NOISE_MAX_PCT`)."""
-    return max(row.get("twin_behind_pct") or 0.0, row.get("client_lag_pct") or 0.0) > HOST_NOISE_MAX_PCT
+    """Whether a measured load point is host noise: it lost more than :func:`noise_bound` of its real time."""
+    return lost_pct(row) > noise_bound(row)
+
+
+def counted_noise(row: Mapping[str, Any]) -> bool:
+    """Whether a load point lost more than :data:`HOST_NOISE_MAX_PCT` but counts, because a raised
+    ``objective.host_noise_max_pct`` let it (the report names such points)."""
+    return HOST_NOISE_MAX_PCT < lost_pct(row) <= noise_bound(row)
 
 
 def noise_text(row: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
-from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, host_noise, noise_text
+from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, counted_noise, host_noise, lost_pct, noise_bound, noise_text
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
 from grid.plan import level_name
 from grid.server.logparse import error_headline
@@ -107,17 +107,33 @@ def unmeasured_note(rows: Iterable[Mapping[str, Any]], objective) -> str | None:
 
 
 def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
-    """The caveat for load points measured while the host was too busy (:func:`host_noise`), or None (pure)."""
-    noisy = [r for r in rows if r.get("status") in ("ok", "partial") and host_noise(r)]
-    if not noisy:
-        return None
-    configs = {r["config_hash"] for r in noisy}
-    worst = max(max(r.get("twin_behind_pct") or 0.0, r.get("client_lag_pct") or 0.0) for r in noisy)
-    return (f"The host was too busy while measuring {len(noisy)} load point{'s' if len(noisy) != 1 else ''} of "
-            f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}: the load generator's event loop ran "
-            f"late or the twin fell behind its own clock by more than {HOST_NOISE_MAX_PCT:g}% of the point's time (up "
-            f"to {worst:.1f}%), so those points are host noise and are not counted. Run the same command again on a "
-            "quieter machine (or, on the twin, with a smaller engine.time_scale) to measure them again.")
+    """The caveat for load points measured while the host was too busy (:func:`host_noise`, by each point's bound),
+    and for those a raised ``objective.host_noise_max_pct`` let count; None when there are neither (pure)."""
+    measured = [r for r in rows if r.get("status") in ("ok", "partial")]
+    noisy = [r for r in measured if host_noise(r)]
+    counted = [r for r in measured if counted_noise(r)]
+    notes = []
+    if noisy:
+        bounds = sorted({noise_bound(r) for r in noisy})
+        notes.append(
+            f"The host was too busy while measuring {len(noisy)} load point{'s' if len(noisy) != 1 else ''} of "
+            f"{_configs(noisy)}: the load generator's event loop ran late or the twin fell behind its own clock by "
+            f"more than {' / '.join(f'{b:g}%' for b in bounds)} of the point's time (up to "
+            f"{max(map(lost_pct, noisy)):.1f}%), so those points are host noise and are not counted. Run the same "
+            "command again on a quieter machine (or, on the twin, with a smaller engine.time_scale) to measure them "
+            "again.")
+    if counted:
+        notes.append(
+            f"{len(counted)} load point{'s' if len(counted) != 1 else ''} of {_configs(counted)} lost more than "
+            f"{HOST_NOISE_MAX_PCT:g}% of {'their' if len(counted) != 1 else 'its'} time to the host (up to "
+            f"{max(map(lost_pct, counted)):.1f}%) and count only because objective.host_noise_max_pct was raised to "
+            f"{max(map(noise_bound, counted)):g}: their latencies and throughput carry that delay; do not quote them.")
+    return " ".join(notes) or None
+
+
+def _configs(rows: list[Mapping[str, Any]]) -> str:
+    n = len({r["config_hash"] for r in rows})
+    return f"{n} configuration{'s' if n != 1 else ''}"
 
 
 def _pct_label(percentile: float) -> str:

@@ -141,8 +141,8 @@ class Policy:
         if len(self.noisy) < HOST_BUSY_STREAK:
             return None
         return (f"the host is too busy to measure: every load point of the last {len(self.noisy)} configurations was "
-                "host noise (the load generator or the twin lost more than "
-                f"{HOST_NOISE_MAX_PCT:g}% of each point's time); run again on a quieter machine, and the "
+                "host noise (the load generator or the twin lost more than objective.host_noise_max_pct, "
+                f"default {HOST_NOISE_MAX_PCT:g}%, of each point's time); run again on a quieter machine, and the "
                 "configurations left will be measured then")
 
     def best(self) -> float | None:

@@ -597,6 +597,7 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     real_s = (time.perf_counter_ns() - t0_perf_ns) / 1e9
     if outcome.real_s > 0:
         row["client_lag_pct"] = round(outcome.loop_late_s / outcome.real_s * 100, 3)
+    row["host_noise_max_pct"] = spec.objective.host_noise_max_pct
     after = _twin_clock(trial) if clock is not None else None
     if clock is not None and after is not None and real_s > 0:
         # the scheduler's slip and its loop's lateness overlap when the host starves it: the larger of the two

@@ -38,7 +38,7 @@ from grid.server.statuses import TRIAL_CLASSES, TrialStatus
 #: The load-point columns the selection reads (the first row of each configuration's file; ``early_stop_objective``
 #: from every row: the objectives early stopping judged its skipped points by).
 COLUMNS = ["config_hash", "label", "trial_status", "trial_error_class", "probe_status", "early_stop_objective",
-           "status", "twin_behind_pct", "client_lag_pct"]
+           "status", "twin_behind_pct", "client_lag_pct", "host_noise_max_pct"]
 SUPERSEDED = "_superseded"
 
 

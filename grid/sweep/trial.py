@@ -31,7 +31,8 @@ ACTOR_LOST_ATTEMPTS = 2  # attempts per trial when the node's actor is lost (the
 
 REPORTED = ("point_index", "point_kind", "point_value", "repeat_index", "status", "output_tok_per_s", "total_tok_per_s",
             "ttft_median_ms",
-            "tpot_median_ms", "e2e_median_ms", "completed", "failed", "twin_behind_pct", "client_lag_pct")
+            "tpot_median_ms", "e2e_median_ms", "completed", "failed", "twin_behind_pct", "client_lag_pct",
+            "host_noise_max_pct")
 
 
 def _metrics(row: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ says so, and a resume measures the configuration again."""
 import pytest
 
 from grid.config.schema import ObjectiveSpec
-from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, host_noise
+from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, counted_noise, host_noise
 from grid.report.select import behind_note, rank
 from grid.sweep import rerun
 
@@ -41,6 +41,23 @@ def test_points_the_twin_fell_behind_on_are_not_counted():
 
 
 @pytest.mark.unit
+def test_each_point_is_judged_by_the_bound_it_was_measured_under():
+    assert ObjectiveSpec().host_noise_max_pct == HOST_NOISE_MAX_PCT  # the setting's default is the documented bound
+    raised = {"client_lag_pct": 60.0, "host_noise_max_pct": 1000.0}  # a pipeline check on a busy machine
+    assert not host_noise(raised) and counted_noise(raised)
+    assert host_noise({"client_lag_pct": 12.0, "host_noise_max_pct": 10.0})
+    assert not counted_noise({"client_lag_pct": 12.0})
+    assert host_noise({"client_lag_pct": 25.0, "host_noise_max_pct": None})  # recorded before the column: 20%
+    rows = [point("a", "graphs", 8, 100.0, 0.8), {**point("b", "no graphs", 8, 120.0, 0.5), **raised},
+            {**point("b", "no graphs", 48, 300.0, 0.5), "client_lag_pct": 75.5, "host_noise_max_pct": 1000.0}]
+    assert [(v.label, v.outcome) for v in rank(rows, ObjectiveSpec())] == [("no graphs", "best"), ("graphs", "lost")]
+    assert behind_note(rows) == (
+        "2 load points of 1 configuration lost more than 20% of their time to the host (up to 75.5%) and count only "
+        "because objective.host_noise_max_pct was raised to 1000: their latencies and throughput carry that delay; do "
+        "not quote them.")
+
+
+@pytest.mark.unit
 def test_a_resume_measures_host_noise_again(tmp_path):
     spec = spec_for(tmp_path)
     recorded = [{"config_hash": "aaaa", "label": "a", "trial_status": "ok", "host_noise": True},
@@ -55,6 +72,10 @@ def test_a_twin_that_cannot_keep_its_clock_says_so(tmp_path):
     _, rows, reported = run_one(spec_for(tmp_path / "fast", "load.concurrency=[16]", "engine.time_scale=2000"))
     assert rows[0]["twin_behind_pct"] > HOST_NOISE_MAX_PCT and rows[0]["twin_delivery_lag_ms"] > 0
     assert reported[0]["twin_behind_pct"] == rows[0]["twin_behind_pct"]
-    _, rows, _ = run_one(spec_for(tmp_path / "slow", "load.concurrency=[1]", "engine.time_scale=10"))
+    assert rows[0]["host_noise_max_pct"] == reported[0]["host_noise_max_pct"] == HOST_NOISE_MAX_PCT
+    assert host_noise(reported[0])  # the console's progress line says "host noise, not counted"
+    _, rows, _ = run_one(spec_for(tmp_path / "slow", "load.concurrency=[1]", "engine.time_scale=10",
+                                  "objective.host_noise_max_pct=1000"))
+    assert rows[0]["host_noise_max_pct"] == 1000.0  # each point records the bound it is judged by
     assert rows[0]["twin_behind_pct"] >= 0 and rows[0]["twin_delivery_lag_ms"] >= 0   # recorded on every twin point
     assert rows[0]["client_lag_pct"] >= 0                                              # and on every point
