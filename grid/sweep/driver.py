@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grid.config.schema import RunSpec
 from grid.engines.base import engine_class, get_engine
@@ -316,11 +316,17 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
         for round_ in range(NODE_LOST_ROUNDS + 1):  # the first pass, then the configurations whose node was lost
             lost = NodeLossCallback(spec, plans, console)
             progress = _progress(plan, plans, console)
+            # Tune keeps one trial pending at a time behind a custom searcher unless max_concurrent_trials is set
+            # (ray.tune.execution.tune_controller _get_max_pending_trials): trials then start one after another,
+            # and where a trial's start takes longer than its measurement (a busy head node) nodes sit idle
+            concurrent: dict[str, Any] = {}
+            if "search_alg" in search["tune"]:
+                concurrent["max_concurrent_trials"] = len(nodes)
             tuner = tune.Tuner(
                 trainable,
                 param_space=search["param_space"],
                 tune_config=tune.TuneConfig(
-                    **search["tune"],
+                    **search["tune"], **concurrent,
                     trial_name_creator=lambda t: f"{spec.name}:{plans[t.config['config_hash']].label}",
                     trial_dirname_creator=lambda t: t.config["config_hash"]),
                 run_config=tune.RunConfig(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{round_}",
