@@ -562,8 +562,9 @@ def _longest_session(input_len: int, output_len: int, path: str | None, turns: i
     conversations = session_file(path)
     if any(t.text is not None for c in conversations for t in c):
         return None
-    longest = max(conversations, key=lambda c: sum(t.input_len + t.output_len for t in c))
-    return Longest(sum(t.input_len + t.output_len for t in longest),
+    tokens, longest = max(((sum(t.input_len + t.output_len for t in c), c) for c in conversations),
+                          key=lambda pair: pair[0])
+    return Longest(tokens,
                    f"the last turn of conversation {longest[0].session!r} of load.dataset_path ({len(longest)} "
                    "turns), with its history", "it", "the conversations in load.dataset_path")
 

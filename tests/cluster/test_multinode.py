@@ -31,8 +31,8 @@ WORKERS = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}},
 SWEEP = ["+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
          "sweep.grid.mem_fraction_static=[0.85,0.88,0.9,0.92]", "load.concurrency=[1,4]", "load.input_len=64",
          "load.output_len=64", "ray.dashboard=false",
-         # the twin's clock slows with the host's load (20 on a quiet host): on a host loaded to 4x its cores a trial
-         # took ~2 min to start and 37 s to measure at a fixed 20, so the two nodes' trials never overlapped
+         # the twin's clock slows with the host's load (20 on a quiet host). Under 4x load trials start ~2 min apart;
+         # they overlap because Tune may start one per node (grid/sweep/driver.py max_concurrent_trials)
          "engine.time_scale=auto",
          "load.min_prompts=8",  # orchestration, not tails (tests/config/test_tails.py): 8 requests per point
          # orchestration, not numbers: a host loaded to several runnable threads per core (issue 26 item 8) makes

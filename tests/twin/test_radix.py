@@ -69,3 +69,15 @@ def test_without_a_pool_nothing_is_found():
     assert session_hit_rate(4, 4, 10, 10, capacity_tokens=0) == 0.0
     with pytest.raises(ValueError, match="must be >= 1"):
         session_hit_rate(0, 4, 10, 10, 400)
+
+
+def test_holding_a_prefix_is_not_an_access():
+    # SGLang's lock references leave last_access_time alone: a prefix held and released after another was cached
+    # is still the least recently used one, and goes first
+    cache = RadixCache(4)
+    cache.insert([1, 2])
+    cache.insert([3, 4])
+    cache.lock([1, 2])
+    cache.lock([1, 2], -1)
+    cache.insert([5, 6])
+    assert cache.match([1, 2]) == 0 and cache.match([3, 4]) == 2
