@@ -146,9 +146,9 @@ class Engine(ABC):
         limit = self.context_limit(trial)
         if longest is None or limit is None or longest.tokens <= limit[0]:
             return None
-        per = " per request" if longest.which == "every request" else ""
+        per, which = (" per request", "every request") if longest.which is None else ("", longest.which)
         return (f"the workload does not fit the context: {longest.what} = {longest.tokens} tokens{per}, "
-                f"above {limit[1]}; the server would refuse {longest.which} (HTTP 400) before any token. Lower "
+                f"above {limit[1]}; the server would refuse {which} (HTTP 400) before any token. Lower "
                 f"{longest.lower}{self.context_hint(trial)}")
 
     def context_hint(self, trial: TrialPlan) -> str:

@@ -477,11 +477,12 @@ class Dataset:
 @dataclass(frozen=True)
 class Longest:
     """The longest request of a workload, known before it runs: ``tokens`` (input plus requested output), ``what``
-    sets it (the keys and their values), which requests reach it (``which``) and what to lower (``lower``)."""
+    sets it (the keys and their values), which requests reach it (``which``; None: every request asks for exactly
+    ``tokens``) and what to lower (``lower``)."""
 
     tokens: int
     what: str
-    which: str = "every request"
+    which: str | None = None
     lower: str = "load.input_len or load.output_len"
 
 
