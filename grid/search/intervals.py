@@ -44,7 +44,7 @@ def intervals(candidates: list[Any], measured: Mapping[str, float | None], highe
     is fitted on the candidates measured with a positive score; a lower-is-better score is modelled on its
     reciprocal, as the search does. The interval is for a measurement (the repeat spread ``spread`` included); a
     measured configuration's comes from the model fitted with its own residual among the others (in sample)."""
-    from grid.search.residuals import fit, flag_count, one_hot
+    from grid.search.residuals import fit, flag_count, one_hot, residual_points
 
     sign = 1.0 if higher_is_better else -1.0
     x, cols = one_hot([c.settings or {} for c in candidates])
@@ -52,19 +52,13 @@ def intervals(candidates: list[Any], measured: Mapping[str, float | None], highe
     forecasts = {c.config_hash: c.forecast for c in candidates
                  if not c.refused and c.forecast is not None and c.forecast > 0
                  and (not c.known_to_fail or measured.get(c.config_hash) is not None)}
-    pts = sorted((rows[h], sign * (math.log(v) - math.log(forecasts[h])))
-                 for h, v in measured.items() if v is not None and v > 0 and h in forecasts)
+    pts = residual_points(measured, forecasts, rows, higher_is_better)
     model = fit(x[[i for i, _ in pts]], np.array([y for _, y in pts]), flag_count(cols), twin_error, spread)
     hashes = list(forecasts)
     if not hashes:
         return {}
-    xs = x[[rows[h] for h in hashes]]
-    mean, second = np.zeros(len(hashes)), np.zeros(len(hashes))
-    for weight, post in model.parts:
-        part_mean, part_sd = post.latent(xs)
-        mean += weight * part_mean
-        second += weight * (part_sd * part_sd + part_mean * part_mean)
-    sd = np.sqrt(np.maximum(second - mean * mean, 0.0) + spread ** 2)
+    mean, sd = model.latent(x[[rows[h] for h in hashes]])
+    sd = np.sqrt(sd * sd + spread ** 2)
     out = {}
     for h, mu, sigma in zip(hashes, mean.tolist(), sd.tolist()):
         f = forecasts[h]

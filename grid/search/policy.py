@@ -316,11 +316,10 @@ class TwinGuided(ForecastOrdered):
 
     def model(self):
         """The residual model fitted on every configuration measured with a score and a forecast (cached)."""
-        from grid.search.residuals import fit
+        from grid.search.residuals import fit, residual_points
 
-        pts = sorted((self.row[h], self._log(v) - self._log(self.by_hash[h].forecast))
-                     for h, v in self.measured.items()
-                     if v is not None and v > 0 and h in self.row and (self.by_hash[h].forecast or 0) > 0)
+        forecasts = {c.config_hash: c.forecast for c in self.candidates if c.forecast is not None}
+        pts = residual_points(self.measured, forecasts, self.row, self.higher_is_better)
         key = tuple(pts)
         if self._fitted is None or self._fitted[0] != key:
             import numpy as np

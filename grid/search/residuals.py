@@ -22,6 +22,7 @@ The posterior of a configuration not launched is normal in log space: the foreca
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,6 +161,16 @@ class Mixture:
 
     parts: tuple[tuple[float, Posterior], ...]
 
+    def latent(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, sd) of log(true / forecast) for configurations ``x`` (n, p) not launched: the moments of the
+        mixture (the weighted means, and the weighted second moments less the mean squared)."""
+        mean, second = np.zeros(len(x)), np.zeros(len(x))
+        for weight, post in self.parts:
+            part_mean, part_sd = post.latent(x)
+            mean += weight * part_mean
+            second += weight * (part_sd * part_sd + part_mean * part_mean)
+        return mean, np.sqrt(np.maximum(second - mean * mean, 0.0))
+
     def expected_improvement(self, x: np.ndarray, log_forecast: np.ndarray, best: float) -> np.ndarray:
         """Expected improvement (log space) of configurations ``x`` (n, p) over ``best``, averaged over the parts."""
         out = np.zeros(len(x))
@@ -188,6 +199,18 @@ class Mixture:
 #: cost time). Relative, not absolute: with nothing measured the 108 parts of :data:`HYPER_GRID` weigh 1/108 each and
 #: all stay.
 MIN_WEIGHT = 0.01
+
+
+def residual_points(measured: Mapping[str, float | None], forecasts: Mapping[str, float], row: Mapping[str, int],
+                    higher_is_better: bool) -> list[tuple[int, float]]:
+    """``(design row, residual)`` of every configuration measured with a positive score and a positive forecast,
+    sorted: the residual is log(measured / forecast), of the reciprocals for a lower-is-better score (the search
+    models that score on its reciprocal). ``measured``: hash -> score (None: failed or no SLO met); ``forecasts``:
+    hash -> forecast (those not positive are left out); ``row``: hash -> row of the design matrix."""
+    sign = 1.0 if higher_is_better else -1.0
+    return sorted((row[h], sign * (math.log(v) - math.log(forecasts[h])))
+                  for h, v in measured.items()
+                  if v is not None and v > 0 and h in row and forecasts.get(h, 0.0) > 0)
 
 
 def fit(x: np.ndarray, y: np.ndarray, k: int, twin_error: float, spread: float) -> Mixture:
