@@ -57,7 +57,7 @@ def test_sigkill_driver_then_resume(tmp_path, printed):
         # 1 failed (first: a known failure, try_known_failures) + 4 completed recorded, and the 6th configuration launching: its supervisor has written the
         # group's state (the log file alone is opened before the supervisor starts)
         wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 5 and len(list(logs.glob("*.log.state"))) >= 6
-                 or driver.poll() is not None, 300, "5 recorded trials and a 6th launching")
+                 or driver.poll() is not None, 300 * slack(), "5 recorded trials and a 6th launching")
         assert driver.poll() is None, driver.stdout.read()
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(30)
@@ -73,7 +73,7 @@ def test_sigkill_driver_then_resume(tmp_path, printed):
     for state in logs.glob("*.log.state"):
         groups.append(int(state.read_text().split('"pgid": ')[1].split(",")[0]))
     assert len(groups) == 6
-    wait_for(lambda: not any(group_alive(g) for g in groups), 60, "the killed run's server groups to exit")
+    wait_for(lambda: not any(group_alive(g) for g in groups), 60 * slack(), "the killed run's server groups to exit")
 
     out = subprocess.run(command(tmp_path), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600 * slack())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -103,7 +103,7 @@ def test_ctrl_c_exits_130_keeps_what_completed_and_resumes(tmp_path):
     driver = subprocess.Popen(command(tmp_path), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 2 or driver.poll() is not None, 300,
+        wait_for(lambda: len(list(lp_dir.glob("*.parquet"))) >= 2 or driver.poll() is not None, 300 * slack(),
                  "2 recorded trials")
         assert driver.poll() is None, driver.stdout.read()
         os.kill(driver.pid, signal.SIGINT)
