@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from grid.search.residuals import (HYPER_GRID, Posterior, cdf, erfc, expected_improvement, fit, flag_count,
-                                   log_cdf, log_evidence, one_hot, p_any_beats, posterior)
+from grid.search.residuals import (HYPER_GRID, Mixture, Posterior, cdf, erfc, expected_improvement, fit,
+                                   flag_count, log_cdf, log_evidence, one_hot, p_any_beats, posterior,
+                                   residual_points)
 
 
 def test_erfc_and_normal_cdf_match_the_standard_library():
@@ -78,3 +79,25 @@ def test_log_evidence_in_weight_space_equals_the_direct_normal_density():
     sign, logdet = np.linalg.slogdet(k)
     direct = -0.5 * y @ np.linalg.solve(k, y) - 0.5 * logdet - 6 * math.log(2 * math.pi)
     assert log_evidence(x, y, d, 0.03, 0.01) == pytest.approx(direct, abs=1e-8)
+
+
+def test_residual_points_keep_positive_scores_with_positive_forecasts_in_row_order():
+    measured = {"a": 2.0, "b": None, "c": 0.0, "d": 6.0, "e": 3.0, "z": 1.0}
+    forecasts = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 2.0, "e": 0.0, "z": 1.0}
+    row = {"a": 1, "b": 0, "c": 2, "d": 0, "e": 3}  # z has no design row
+    higher, lower = residual_points(measured, forecasts, row, True), residual_points(measured, forecasts, row, False)
+    assert [r for r, _ in higher] == [r for r, _ in lower] == [0, 1]
+    assert [y for _, y in higher] == pytest.approx([math.log(3.0), math.log(2.0)])
+    # a lower-is-better score is modelled on its reciprocal: log(forecast / measured)
+    assert [y for _, y in lower] == pytest.approx([-math.log(3.0), -math.log(2.0)])
+
+
+def test_mixture_latent_is_the_mixtures_mean_and_sd():
+    x = np.array([[1.0]])
+    low = Posterior(np.array([0.0]), np.array([[0.0]]), 0.1, 1.0, 0.0)   # mean 0.0, sd 0.1
+    high = Posterior(np.array([0.2]), np.array([[0.0]]), 0.1, 1.0, 0.0)  # mean 0.2, sd 0.1
+    mean, sd = Mixture(((1.0, high),)).latent(x)
+    assert (mean[0], sd[0]) == pytest.approx((0.2, 0.1))
+    # 0.25 x 0.0 + 0.75 x 0.2 = 0.15; second moment 0.25 x 0.01 + 0.75 x (0.01 + 0.04) = 0.04; var 0.04 - 0.0225
+    mean, sd = Mixture(((0.25, low), (0.75, high))).latent(x)
+    assert (mean[0], sd[0]) == pytest.approx((0.15, math.sqrt(0.0175)))
