@@ -22,7 +22,10 @@ ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=lost", "+sweep.gri
         "load.concurrency=[1]", "load.repeats=3", "load.min_prompts=2", "load.input_len=16", "load.output_len=256",
         "engine.time_scale=2", "engine.startup_time_scale=50", "engine.stop_grace_s=3", "ray.dashboard=false",
         "ray.num_cpus=2",
-        "search=exhaustive"]  # every configuration runs (the default search skips hopeless ones)
+        "search=exhaustive",  # every configuration runs (the default search skips hopeless ones)
+        # recovery, not numbers: on a host loaded to several runnable threads per core (issue 26 item 8) every point
+        # is host noise and the exhaustive search stops launching; here every point counts
+        "objective.host_noise_max_pct=1000"]
 
 KILL = """
 import sys, ray
@@ -42,7 +45,7 @@ def test_killed_server_actor_is_replaced_and_the_configuration_rerun(tmp_path):
     driver = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, gcs, killed = [], None, None
     try:
-        deadline = time.monotonic() + 400
+        deadline = time.monotonic() + 400 * slack()
         for line in driver.stdout:
             lines.append(line)
             if "GCS at " in line:
@@ -54,7 +57,7 @@ def test_killed_server_actor_is_replaced_and_the_configuration_rerun(tmp_path):
                     timeout=120 * slack())
             if time.monotonic() > deadline:
                 break
-        driver.wait(60)
+        driver.wait(60 * slack())
     finally:
         if driver.poll() is None:
             driver.kill()
