@@ -50,7 +50,7 @@ from tests.timing import slack
 pytestmark = pytest.mark.real_sglang
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 1800          # real seconds for the whole sweep (about 6 minutes on 2 idle cores)
+RUN_TIMEOUT_S = 1800          # real seconds for the whole sweep on a quiet host (about 6 minutes on 2 idle cores)
 SGLANG_PROCESS = re.compile(r"sglang\.launch_server|sglang::(?:scheduler|detokenizer)")
 
 
@@ -86,7 +86,10 @@ def _command(run_dir: Path, python: str, model: str, lib: str, *extra: str) -> l
     env_override = f"+engine.env={{LD_LIBRARY_PATH:{lib}}}" if lib else "engine.env={}"
     return [sys.executable, "-m", "grid.run", "+sweep=cpu_serving", "engine=sglang", "hardware=cpu_host",
             "model=tiny_llama", f"model.path={model}", f"engine.python={python}", "probe.enabled=false",
-            "search=exhaustive", env_override, f"hydra.run.dir={run_dir}", *extra]
+            "search=exhaustive", env_override, f"hydra.run.dir={run_dir}",
+            # verdicts, tables and resume, not numbers: on a host loaded to several runnable threads per core (issue
+            # 26 item 8) every point is host noise and the search stops launching; here every point counts
+            "objective.host_noise_max_pct=1000", *extra]
 
 
 def _env() -> dict[str, str]:
@@ -103,7 +106,7 @@ def sweep(tmp_path_factory):
     # 1. start, wait until the first configuration is recorded and the next one is being measured, SIGKILL the driver
     first = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    deadline = time.monotonic() + RUN_TIMEOUT_S * slack()
     killed_after: list[str] = []
     while time.monotonic() < deadline and first.poll() is None:
         recorded = list((run_dir / "parquet" / "load_points").glob("*.parquet"))
@@ -115,12 +118,12 @@ def sweep(tmp_path_factory):
         time.sleep(0.5)
     first.wait(timeout=60 * slack())
     # the servers die with their supervisors once the driver is gone
-    leftover_deadline = time.monotonic() + 120
+    leftover_deadline = time.monotonic() + 120 * slack()
     while sglang_processes() and time.monotonic() < leftover_deadline:
         time.sleep(1.0)
     left_after_kill = sglang_processes()
     # 2. the same command again: resumes
-    second = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    second = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S * slack())
     return {"run_dir": run_dir, "version": _version(python), "killed_after": killed_after,
             "left_after_kill": left_after_kill, "left_after_run": sglang_processes(), "second": second}
 
