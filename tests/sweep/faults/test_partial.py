@@ -70,9 +70,8 @@ def test_single_point_with_resets_is_never_ok(tmp_path, trial):
 def test_429_under_load_on_a_healthy_server_stays_partial(tmp_path, trial):
     # one admitted request at a time: of 4 requests from 2 workers, the first is served; while it runs, the other
     # worker's three requests are refused with 429 at once. The check request afterwards is served: healthy.
-    # the verdict's reason is checked, not the numbers: a loaded host's noise must not replace it
+    # the verdict's reason is checked, not the numbers (faultkit.BASE: a loaded host's noise does not replace it)
     spec = make_spec(tmp_path, "load.concurrency=[2]", "load.output_len=2048", "objective.slo.e2e_ms=1e9",
-                     "objective.host_noise_max_pct=1000",
                      faults=[{"kind": "overload_status", "max_running": 1, "status": 429}])
     plan, rows, session = trial(spec)
     row = rows[0]
@@ -129,9 +128,11 @@ def test_nccl_error_then_exit_is_nccl_error(tmp_path, trial):
 # 5: timeouts that contradict the measurement -------------------------------------------------------------------------
 def test_stall_timeout_below_ttft_is_said_before_and_after(tmp_path, trial):
     # 8192-token prompts need ~0.3 modelled s to the first token on one H100 (2 x 8B x 8192 = 131 TFLOP at about half
-    # of the 989 TFLOP/s dense BF16 peak, plus attention and the front end); stall_timeout 0.2 s is shorter
+    # of the 989 TFLOP/s dense BF16 peak, plus attention and the front end); stall_timeout 0.2 s is shorter. The clock
+    # runs at x1 so that the 0.1 s between the timeout and the first token is 0.1 real s: at x10 (10 ms) a late
+    # event loop on a host loaded to 4x its cores read a token before the timer fired (issue 26)
     spec = make_spec(tmp_path, "load.concurrency=[1]", "load.input_len=8192", "load.output_len=16",
-                     "load.stall_timeout_s=0.2", "engine.time_scale=10")
+                     "load.stall_timeout_s=0.2", "engine.time_scale=1")
     plans = expand(spec)
     ttft_s = first_wave_ttft_s(spec, plans[0], "0.5.9", 1)
     assert 0.25 < ttft_s < 0.45
