@@ -26,6 +26,15 @@ occupied``), or the dashboard process, which is given no retries for a port name
 (ray/dashboard/http_server_head.py: ``Exception: Failed to find a valid port for dashboard after 0 retries``, re-raised
 by ``ray.init`` with the dashboard's log). ``start_ray`` then shuts the half-started cluster down and starts again on
 another free port, up to ``DASHBOARD_PORT_ATTEMPTS`` times, saying so.
+
+Ray runs every worker process (tasks and actors: grid's server actor, the Tune trial that runs the load generator,
+and what they start, the server included) at niceness 15 (``worker_niceness``, ray-project/ray#24928; the driver stays
+at 0, ray-project/ray#33287). On a machine where anything else runs, the server and the load generator then get a
+sliver of the CPU: measured on 2 cores with 8 CPU-burning processes, a twin trial that takes 3 s on an idle machine
+took over 2 minutes, and every load point was host noise. On a GPU node the server's scheduler and kernel launches are
+CPU work too. grid's job therefore sets ``RAY_worker_niceness=0`` in its runtime environment (as Ray's own job
+supervisor does, ray-project/ray#34727), for its local cluster and for a joined one alike: its workers run at the
+priority of the command that started the sweep.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ from grid.server.process import free_port, port_is_free
 LOOPBACK = "127.0.0.1"
 LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 OBJECT_STORE_BYTES = 200 * 1024**2  # grid moves only small rows through Ray's object store
+#: The job's runtime environment: its workers at niceness 0, not Ray's default 15 (module docstring).
+RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 
 @dataclass
@@ -62,7 +73,8 @@ def ray_init_args(ray: RaySpec, namespace: str, node_resource: str, hardware: st
     The local cluster's node offers one ``node_resource`` slot and, with ``hardware`` (a conf/hardware name), the
     resource that declares it (grid.cluster.node.hw_resource)."""
     kwargs: dict = dict(namespace=namespace, log_to_driver=False, logging_level=logging.WARNING,
-                        include_dashboard=ray.dashboard, configure_logging=True)
+                        include_dashboard=ray.dashboard, configure_logging=True,
+                        runtime_env={"env_vars": dict(RUNTIME_ENV["env_vars"])})
     notes: list[str] = []
     if ray.address is not None:
         kwargs["address"] = ray.address

@@ -27,6 +27,20 @@ ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1]", "load.r
         "engine.stop_grace_s=3", "ray.num_cpus=2"]
 
 
+def niceness(procs) -> dict[str, int]:
+    """Niceness by process name of the processes that do a trial's work: Ray's workers for grid's actors and Tune's
+    trials, and the server and its watchdog (not Ray's idle pool, started before any job)."""
+    out = {}
+    for p in procs:
+        try:
+            name = " ".join(p.cmdline()[:3]) or p.name()
+            if name.startswith("ray::") and not name.startswith("ray::IDLE") or "grid." in name:
+                out[name] = p.nice()
+        except psutil.Error:
+            continue
+    return out
+
+
 def listeners(procs) -> dict[tuple[str, int], str]:
     out = {}
     for p in procs:
@@ -67,11 +81,14 @@ def test_own_loopback_cluster_despite_held_port_and_other_clusters(tmp_path):
     cmd = [sys.executable, "-m", "grid.run", *ARGS, f"ray.dashboard_port={held}", f"hydra.run.dir={tmp_path}"]
     driver = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: dict[tuple[str, int], str] = {}
+    nice: dict[str, int] = {}
     try:
         proc = psutil.Process(driver.pid)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 300 * slack()
         while driver.poll() is None and time.monotonic() < deadline:
-            seen.update(listeners(grid_processes(proc, tmp_path / "processes")))
+            procs = grid_processes(proc, tmp_path / "processes")
+            seen.update(listeners(procs))
+            nice.update(niceness(procs))
             time.sleep(0.3)
         out = driver.communicate(timeout=60 * slack())[0]
     finally:
@@ -95,3 +112,8 @@ def test_own_loopback_cluster_despite_held_port_and_other_clusters(tmp_path):
     assert server_port in ports                                    # the twin was seen listening
     assert {ip for ip, _ in seen} <= LOOPBACK, {k: v for k, v in seen.items() if k[0] not in LOOPBACK}
     assert list((tmp_path / "processes").glob("*.json")) == []     # every server group stopped and unrecorded
+    # the server actor, the trial (the load generator) and the twin run at the driver's priority, not Ray's
+    # worker niceness 15: at 15 they got a sliver of a busy host's CPU (grid/cluster/local.py)
+    assert any(n.startswith("ray::ServerActor") for n in nice) and any("grid.twin" in n for n in nice), nice
+    assert any("train" in n for n in nice), nice
+    assert set(nice.values()) == {0}, nice

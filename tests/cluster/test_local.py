@@ -17,6 +17,8 @@ def test_default_starts_own_local_cluster_on_loopback(monkeypatch):
     assert init.kwargs["_node_ip_address"] == "127.0.0.1" and init.env == {LOOPBACK_SWITCH: "0"}
     assert init.kwargs["num_cpus"] == 3 and init.kwargs["resources"] == {"grid_node": 1}
     assert "dashboard_port" not in init.kwargs and init.notes == []
+    # the job's workers (server actor, trials, the servers they start) at niceness 0, not Ray's 15
+    assert init.kwargs["runtime_env"] == {"env_vars": {"RAY_worker_niceness": "0"}}
 
 
 def test_ray_address_env_is_ignored_and_said(monkeypatch):
@@ -32,6 +34,7 @@ def test_joining_a_cluster_is_ray_address(monkeypatch):
     init = ray_init_args(RaySpec(address="auto"), "grid", "grid_node")
     assert not init.local and init.kwargs["address"] == "auto" and init.env == {}
     assert not {"num_cpus", "resources", "_node_ip_address", "dashboard_port"} & set(init.kwargs)
+    assert init.kwargs["runtime_env"] == {"env_vars": {"RAY_worker_niceness": "0"}}  # a joined cluster's too
 
 
 def test_held_dashboard_port_moves_to_a_free_one(monkeypatch):
