@@ -28,6 +28,12 @@ launches at time scale 20, best prefill=tilelang decode=trtllm in a named tie; b
 quiet 416 s, 6 launches, all six within 0.3% at concurrency 160 (482.5 / 481.8 / 481.8 / 481.6 / 481 / 481 tok/s)
 and reported as a tie; busy 801 s at time scale 8.0-8.3, 2 launches, all 7 comparable points flagged (45-90% late;
 output tok/s -1.5% to +6.1%), stopped, no best.
+
+With grid's Ray workers at niceness 0 (2026-12-04; before, Ray ran the server actor, the trial's load generator and
+the twin at its worker niceness 15, so 4 burners at 0 took nearly all the CPU; grid/cluster/local.py): main job
+quiet 312 s, busy 572 s (time scale 8.7-19.4), 4 launches each, the same best (prefill=trtllm decode=tilelang);
+9 comparable points, none flagged (load generator 0.4-4.9% late, twin 0.2-1.3% behind), output tok/s within 0.7%
+of quiet at every point; 5 agree within the quiet repeat spread, 4 differ by 0.0-0.7% against a spread of 0.0-0.2%.
 """
 
 from __future__ import annotations
