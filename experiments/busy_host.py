@@ -34,6 +34,9 @@ the twin at its worker niceness 15, so 4 burners at 0 took nearly all the CPU; g
 quiet 312 s, busy 572 s (time scale 8.7-19.4), 4 launches each, the same best (prefill=trtllm decode=tilelang);
 9 comparable points, none flagged (load generator 0.4-4.9% late, twin 0.2-1.3% behind), output tok/s within 0.7%
 of quiet at every point; 5 agree within the quiet repeat spread, 4 differ by 0.0-0.7% against a spread of 0.0-0.2%.
+``+sweep=cuda_graph``: quiet 392 s, busy 737 s, 6 launches each; 19 comparable points (one repeat each: no spread),
+none flagged (load generator 0.4-7.0% late, twin 0.1-2.6% behind), output tok/s -0.2% to +1.6% against quiet; both
+runs report a tie within 1% at concurrency 160 (quiet: 5 others with the first-named, busy: 6).
 """
 
 from __future__ import annotations
