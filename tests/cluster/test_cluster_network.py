@@ -34,7 +34,7 @@ def niceness(procs) -> dict[str, int]:
     for p in procs:
         try:
             name = " ".join(p.cmdline()[:3]) or p.name()
-            if name.startswith("ray::") and not name.startswith("ray::IDLE") or "grid." in name:
+            if (name.startswith("ray::") and not name.startswith("ray::IDLE")) or "grid." in name:
                 out[name] = p.nice()
         except psutil.Error:
             continue
