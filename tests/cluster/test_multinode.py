@@ -18,7 +18,7 @@ from grid.server.process import free_port, group_alive
 from grid.status import read_status
 from tests.cluster.multinode_cluster import LocalCluster
 from tests.sweep.test_resume import wait_for
-from tests.timing import slack
+from tests.timing import COUNT_HOST_NOISE, slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -35,9 +35,7 @@ SWEEP = ["+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
          # they overlap because Tune may start one per node (grid/sweep/driver.py max_concurrent_trials)
          "engine.time_scale=auto",
          "load.min_prompts=8",  # orchestration, not tails (tests/config/test_tails.py): 8 requests per point
-         # orchestration, not numbers: a host loaded to several runnable threads per core (issue 26 item 8) makes
-         # every point host noise, and the search would stop launching; here every point counts (report notes them)
-         "objective.host_noise_max_pct=1000"]
+         COUNT_HOST_NOISE]
 
 
 def grid_run(cluster, run_dir, *args, popen=False):

@@ -45,7 +45,7 @@ from grid.releases.checks import RULES
 from grid.releases.flags import parse_version
 from grid.search.calibration import counts
 from grid.storage.parquet import read_table
-from tests.timing import slack
+from tests.timing import COUNT_HOST_NOISE, slack
 
 pytestmark = pytest.mark.real_sglang
 
@@ -87,9 +87,7 @@ def _command(run_dir: Path, python: str, model: str, lib: str, *extra: str) -> l
     return [sys.executable, "-m", "grid.run", "+sweep=cpu_serving", "engine=sglang", "hardware=cpu_host",
             "model=tiny_llama", f"model.path={model}", f"engine.python={python}", "probe.enabled=false",
             "search=exhaustive", env_override, f"hydra.run.dir={run_dir}",
-            # verdicts, tables and resume, not numbers: on a host loaded to several runnable threads per core (issue
-            # 26 item 8) every point is host noise and the search stops launching; here every point counts
-            "objective.host_noise_max_pct=1000", *extra]
+            COUNT_HOST_NOISE, *extra]
 
 
 def _env() -> dict[str, str]:

@@ -18,7 +18,7 @@ import pytest
 from grid.releases.checks import RULES
 from grid.storage.parquet import read_table
 from tests.engines.test_sglang_cpu import ROOT, _env, _setup, sglang_processes
-from tests.timing import slack
+from tests.timing import COUNT_HOST_NOISE, slack
 
 pytestmark = pytest.mark.real_sglang
 
@@ -31,9 +31,7 @@ def sessions(tmp_path_factory):
     out = subprocess.run([sys.executable, "-m", "grid.run", "+sweep=cpu_prefix_cache", "engine=sglang",
                           "hardware=cpu_host", "model=tiny_llama", f"model.path={model}", f"engine.python={python}",
                           "probe.enabled=false", "ray.dashboard=false", env_override, f"hydra.run.dir={run_dir}",
-                          # cached tokens, not timings: on a host loaded to several runnable threads per core (issue
-                          # 26 item 8) every point is host noise and the search stops launching; here all count
-                          "objective.host_noise_max_pct=1000"],
+                          COUNT_HOST_NOISE],
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1800 * slack())
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert not sglang_processes()

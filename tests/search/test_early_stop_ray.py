@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.timing import slack
+from tests.timing import COUNT_HOST_NOISE, slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -22,9 +22,7 @@ SWEEP = [
     "load.concurrency=[1,4,16]", "load.input_len=64", "load.output_len=32", "search=exhaustive",
     "ray.dashboard=false", "engine.time_scale=5",
     "load.min_prompts=8",  # early stopping, not tails (tests/config/test_tails.py): 8 requests per point
-    # on a host loaded to several runnable threads per core (issue 26 item 8) every point is host noise and no best
-    # is named; the slow twin clock above keeps the values near the forecasts there, so every point counts here
-    "objective.host_noise_max_pct=1000",
+    COUNT_HOST_NOISE,
 ]
 
 

@@ -19,7 +19,7 @@ import pytest
 from grid.compose import compose_spec
 from grid.server.process import group_alive
 from grid.sweep.driver import plan_run
-from tests.timing import slack
+from tests.timing import COUNT_HOST_NOISE, slack
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -30,9 +30,7 @@ ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=resume",
         "engine.time_scale=20", "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3",
         "search=exhaustive",  # every configuration runs (the default search skips hopeless ones)
         "search.try_known_failures=true",  # 0.10 (the failure table: weights do not fit) runs first, not last
-        # resume, not numbers: on a host loaded to several runnable threads per core (issue 26 item 8) every point is
-        # host noise, the exhaustive search stops launching and a resume measures them again; here every point counts
-        "objective.host_noise_max_pct=1000"]
+        COUNT_HOST_NOISE]
 
 
 def command(run_dir, *extra):

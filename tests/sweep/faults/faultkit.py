@@ -9,6 +9,7 @@ from grid.server.handle import LaunchResult
 from grid.server.session import ServerSession
 from grid.sweep.measure import measure_trial
 from grid.sweep.space import expand
+from tests.timing import COUNT_HOST_NOISE
 
 
 # Small and fast: Llama 3.1 8B on one H100, serving clock x50, startup clock x20 (60 modelled s = 3 real s).
@@ -17,9 +18,7 @@ BASE = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,2,3]", "lo
         "load.stall_timeout_s=20", "engine.stop_grace_s=3",
         # the fault timelines below are laid out in modelled seconds for closed loops whose workers start at once
         "load.closed_loop_start=together",
-        # verdicts, not numbers: on a host loaded to several runnable threads per core (issue 26 item 8) a point is
-        # host noise (not counted, measured again on resume); here every point counts
-        "objective.host_noise_max_pct=1000"]
+        COUNT_HOST_NOISE]
 
 
 def make_spec(run_dir, *overrides, faults=None):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.timing import slack
+from tests.timing import COUNT_HOST_NOISE, slack
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -23,9 +23,7 @@ ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=lost", "+sweep.gri
         "engine.time_scale=2", "engine.startup_time_scale=50", "engine.stop_grace_s=3", "ray.dashboard=false",
         "ray.num_cpus=2",
         "search=exhaustive",  # every configuration runs (the default search skips hopeless ones)
-        # recovery, not numbers: on a host loaded to several runnable threads per core (issue 26 item 8) every point
-        # is host noise and the exhaustive search stops launching; here every point counts
-        "objective.host_noise_max_pct=1000"]
+        COUNT_HOST_NOISE]
 
 KILL = """
 import sys, ray
