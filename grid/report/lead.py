@@ -5,8 +5,8 @@ The sweep's base is the configuration that leaves every swept setting where SGLa
 given (grid.releases.flags.release_default): the server a user gets without tuning those settings. A sweep whose
 every configuration sets a swept flag that SGLang otherwise picks itself at start-up has no base; the report says so.
 A lead is *confident* when the 95% confidence intervals of the two scores do not overlap (grid.report.select.is_tie:
-two repeats or more of the level), a tie when they do; with one repeat the spread is not measured and the report
-says how to measure it.
+two repeats or more of the level) and it is larger than the share of the points' time the host took, a tie when
+either fails; with one repeat the spread is not measured and the report says how to measure it.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _versus(best: Verdict, other: Verdict, obj: Objective) -> str:
     mine, theirs = fmt_scores(best.score, other.score)
     where = f" at {level_name(other.best_point)}" if other.best_point and obj.metric != "point_value" else ""
     delta = (other.score - best.score) / best.score * 100 if best.score else 0.0
-    tied, why = is_tie(other.interval, best.interval, delta, obj.unit)
+    tied, why = is_tie(other.interval, best.interval, delta, obj.unit, max(other.host_pct, best.host_pct))
     if tied:
         confidence = f"not a confident lead: {why}"
     elif why:

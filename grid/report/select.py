@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
-from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, counted_noise, host_noise, lost_pct, noise_bound, noise_text
+from grid.metrics.hostnoise import (HOST_NOISE_MAX_PCT, HOST_PERTURBED_PCT, counted_noise, host_error_pct, host_noise,
+                                    lost_pct, noise_bound, noise_text, perturbed)
 from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
 from grid.plan import level_name
 from grid.server.logparse import error_headline
@@ -51,6 +52,9 @@ OBJECTIVES: dict[str, Objective] = {}
 # output tok/s at the default time scale). With load.repeats >= 2 ties are decided by confidence intervals instead
 # (grid/metrics/confidence.py).
 TIE_PERCENT = 1.0
+# How :func:`is_tie` begins its reason for a tie that only the host's share of the points' time explains
+# (grid.metrics.hostnoise.host_error_pct).
+HOST_TIE = "a tie within the host's share of the points' time"
 
 
 
@@ -128,6 +132,17 @@ def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
             f"{HOST_NOISE_MAX_PCT:g}% of {'their' if len(counted) != 1 else 'its'} time to the host (up to "
             f"{max(map(lost_pct, counted)):.1f}%) and count only because objective.host_noise_max_pct was raised to "
             f"{max(map(noise_bound, counted)):g}: their latencies and throughput carry that delay; do not quote them.")
+    shaken = [r for r in measured if perturbed(r) and not counted_noise(r)]
+    if shaken:
+        low, high = f"{min(map(lost_pct, shaken)):.1f}%", f"{max(map(lost_pct, shaken)):.1f}%"
+        one = len(shaken) == 1
+        notes.append(
+            f"{len(shaken)} load point{'' if one else 's'} of {_configs(shaken)} lost "
+            f"{low if low == high else f'{low[:-1]}-{high}'} of {'its' if one else 'their'} time to the host (the "
+            f"load generator running late or the twin behind its clock; over {HOST_PERTURBED_PCT:g}%): "
+            f"{'it counts' if one else 'they count'}, but {'its' if one else 'their'} throughput may be off by about "
+            "as much and latencies by more, so a lead no larger than the loss of the points it rests on is reported "
+            "as a tie.")
     return " ".join(notes) or None
 
 
@@ -227,6 +242,7 @@ class Verdict:
     best_point: dict | None = None
     rows: list[dict] = field(default_factory=list)
     interval: Interval | None = None   # the score's repeats at the best level (None: not scored)
+    host_pct: float = 0.0              # how far (%) the host may have moved the score (hostnoise.host_error_pct)
 
 
 def _score(v: Verdict) -> float:
@@ -370,19 +386,28 @@ def spread_text(iv: Interval | None, unit: str) -> str:
             f"{CONFIDENCE * 100:g}% CI {fmt_score(iv.ci_low)} .. {fmt_score(iv.ci_high)}")  # type: ignore[arg-type]
 
 
-def is_tie(mine: Interval | None, best: Interval | None, delta_percent: float, unit: str) -> tuple[bool, str]:
+def is_tie(mine: Interval | None, best: Interval | None, delta_percent: float, unit: str,
+           host_pct: float = 0.0) -> tuple[bool, str]:
     """(tied, why) for a configuration scoring ``mine`` against the best's ``best`` (pure). With both spreads
     measured (two repeats or more): tied when the confidence intervals of the means overlap. Otherwise: tied when
     ``|delta_percent|`` (its score vs the best's, in percent) is below ``TIE_PERCENT``, said to be a default
-    (``why`` is "" for a loss by that rule: the report states the rule once, :func:`spread_text`)."""
+    (``why`` is "" for a loss by that rule: the report states the rule once, :func:`spread_text`). Either way also
+    tied when ``|delta_percent|`` is below ``host_pct``: the share (%) the host may have moved either score
+    (grid.metrics.hostnoise.host_error_pct of the levels the two scores rest on; 0: nothing lost)."""
+    by_host = abs(delta_percent) < host_pct
+    host_why = f"{HOST_TIE} (the host took up to {host_pct:.1f}% of it, so the values may be off by about as much)"
     if mine is not None and best is not None and mine.measured and best.measured:
         ci = (f"{CONFIDENCE * 100:g}% CI {fmt_score(mine.ci_low)} .. {fmt_score(mine.ci_high)} vs "  # type: ignore
               f"{fmt_score(best.ci_low)} .. {fmt_score(best.ci_high)} {unit}")  # type: ignore[arg-type]
         if overlaps(mine, best):
             return True, f"tied within the measured spread ({ci} overlap)"
+        if by_host:
+            return True, f"{host_why}; {ci} do not overlap"
         return False, f"outside the measured spread ({ci})"
     if abs(delta_percent) < TIE_PERCENT:
         return True, f"a tie (within the default {TIE_PERCENT:g}%; spread not measured: load.repeats=1)"
+    if by_host:
+        return True, host_why
     return False, ""
 
 
@@ -504,12 +529,15 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             better = best_iv is None or (iv.mean > best_iv.mean if obj.higher_is_better else iv.mean < best_iv.mean)
             if better:
                 best, best_iv = agg, iv
+        host_pct = 0.0 if best is None else host_error_pct(
+            [r for r in eligible if (r.get("point_kind"), r["point_value"]) == (best.get("point_kind"),
+                                                                                best["point_value"])])
         if best is None or best_iv is None:
             head = "no load point met the SLOs" if slo_missed else "no eligible load point"
             verdicts.append(Verdict(h, first["label"], "no_eligible_point", None,
                                     f"{head}: " + "; ".join(misses), None, group))
         else:
-            verdicts.append(Verdict(h, first["label"], "lost", best_iv.mean, "", best, group, best_iv))
+            verdicts.append(Verdict(h, first["label"], "lost", best_iv.mean, "", best, group, best_iv, host_pct))
             excluded[h] = misses
     if max_accuracy_drop is not None:
         _, _, gated = accuracy_gate(rows, max_accuracy_drop)
@@ -529,25 +557,30 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             f" at {level_name(_best_point(top))}" if obj.metric != "point_value" else "")  # capacity: the level itself
         if top.interval is not None and top.interval.measured:
             top.reason += f" ({spread_text(top.interval, obj.unit)})"
-        ties = 0
+        ties: list[str] = []   # why each tied configuration is tied
         for v in scored[1:]:
             delta = (_score(v) - _score(top)) / _score(top) * 100 if top.score else 0.0
             mine, theirs = fmt_scores(_score(v), _score(top))
             where = f" at {level_name(_best_point(v))}" if obj.metric != "point_value" else ""
             v.reason = (f"{mine} {obj.unit}{where} vs best {theirs} "
                         f"({fmt_delta(delta)})")
-            tied, why = is_tie(v.interval, top.interval, delta, obj.unit)
+            tied, why = is_tie(v.interval, top.interval, delta, obj.unit, max(v.host_pct, top.host_pct))
             if tied:
-                ties += 1
+                ties.append(why)
             if why:
                 v.reason += f": {why}"
             if excluded.get(v.config_hash):
                 v.reason += "; not counted: " + "; ".join(excluded[v.config_hash])
         if ties:
-            within = ("within the measured spread (confidence intervals overlap)"
-                      if top.interval is not None and top.interval.measured else
-                      f"within the default {TIE_PERCENT:g}% (spread not measured)")
-            top.reason += (f"; {ties} other configuration{'s' if ties > 1 else ''} {within}: "
+            rules = []
+            if any(not why.startswith(HOST_TIE) for why in ties):
+                rules.append("within the measured spread (confidence intervals overlap)"
+                             if top.interval is not None and top.interval.measured else
+                             f"within the default {TIE_PERCENT:g}% (spread not measured)")
+            if any(why.startswith(HOST_TIE) for why in ties):
+                rules.append("within the share of the points' time the host took")
+            n = len(ties)
+            top.reason += (f"; {n} other configuration{'s' if n > 1 else ''} {' or '.join(rules)}: "
                            "a tie, any of them will do")
         if excluded.get(top.config_hash):
             top.reason += "; not counted: " + "; ".join(excluded[top.config_hash])

@@ -5,8 +5,9 @@ Speculative decoding buys per-request speed at low concurrency and costs through
 "best configuration" over the sweep hides the answer. For every concurrency level (and request rate) measured, two
 winners are named: by output throughput (``output_tok_per_s``) and by per-request speed (output tok/s per user,
 ``1000 / tpot_median_ms``), each against the best configuration without speculative decoding. Ties within the measured
-spread (grid.report.select ``is_tie``: overlapping 95% intervals with repeats, else the default tie percentage) go
-to the simpler setting: off first, then fewer draft tokens, fewer steps, smaller top-k.
+spread (grid.report.select ``is_tie``: overlapping 95% intervals with repeats, else the default tie percentage; or a
+difference no larger than the share of the points' time the host took) go to the simpler setting: off first, then
+fewer draft tokens, fewer steps, smaller top-k.
 
 The recommendation is one setting when one wins (or ties) at every level; otherwise the per-level winners, as a
 schedule by batch size where the release switches the step count itself (``--speculative-adaptive``, SGLang
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grid.metrics.confidence import Interval
-from grid.metrics.hostnoise import host_noise
+from grid.metrics.hostnoise import host_error_pct, host_noise
 from grid.releases.flags import SPECULATIVE_MAX_RUNNING_REQUESTS, SPECULATIVE_SETTINGS, is_speculative
 from grid.report.select import fmt_delta, fmt_score, is_tie, level_scores
 
@@ -71,6 +72,7 @@ class Entry:
     value: float
     interval: Interval
     accept_length: float | None
+    host_pct: float = 0.0   # how far (%) the host may have moved the value (grid.metrics.hostnoise.host_error_pct)
 
     @property
     def speculative(self) -> bool:
@@ -118,8 +120,10 @@ def _entries(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Mapping[s
     out: dict[tuple[str, float], list[Entry]] = {}
     for h, rs in by_config.items():
         for row, iv in level_scores(rs, rs, metric):
+            level = (row.get("point_kind"), row["point_value"])
+            lost = host_error_pct([r for r in rs if (r.get("point_kind"), r["point_value"]) == level])
             out.setdefault((row.get("point_kind") or "concurrency", float(row["point_value"])), []).append(
-                Entry(h, settings[h], float(row[metric]), iv, accept_length(row)))
+                Entry(h, settings[h], float(row[metric]), iv, accept_length(row), lost))
     return out
 
 
@@ -133,7 +137,7 @@ def pick(entries: Sequence[Entry], unit: str) -> tuple[Entry, str]:
         if e is fastest:
             return e, ""
         delta = (e.value / fastest.value - 1.0) * 100.0 if fastest.value else 0.0
-        tied, why = is_tie(e.interval, fastest.interval, delta, unit)
+        tied, why = is_tie(e.interval, fastest.interval, delta, unit, max(e.host_pct, fastest.host_pct))
         if tied:
             return e, (f"{setting_text(fastest.settings)} scored {fmt_score(fastest.value)} {unit} "
                        f"({fmt_delta(-delta)}), {why}: the simpler {setting_text(e.settings)} wins")

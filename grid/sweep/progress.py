@@ -7,7 +7,7 @@ import time
 from ray import tune
 
 from grid.plan import level_name
-from grid.metrics.hostnoise import host_noise, noise_text
+from grid.metrics.hostnoise import host_noise, lost_pct, noise_text, perturbed
 
 
 def _fmt(v, unit: str = "", nd: int = 1) -> str:
@@ -113,7 +113,9 @@ class ProgressCallback(tune.Callback):
             f"   point {result.get('point_index')} ({level_name(result)}{_repeat(result)}): {result.get('status')}  "
             f"out {_fmt(result.get('output_tok_per_s'), ' tok/s')}  TTFT p50 {_fmt(result.get('ttft_median_ms'), ' ms', 0)}"
             f"  TPOT p50 {_fmt(result.get('tpot_median_ms'), ' ms')}"
-            + (f"  (host noise, not counted: {noise_text(result)})" if host_noise(result) else ""),
+            + (f"  (host noise, not counted: {noise_text(result)})" if host_noise(result) else
+               f"  (the host took {lost_pct(result):.1f}% of its time: values may be off by about as much)"
+               if perturbed(result) else ""),
             highlight=False)
 
     def _finished(self, trial) -> None:

@@ -5,7 +5,8 @@ says so, and a resume measures the configuration again."""
 import pytest
 
 from grid.config.schema import ObjectiveSpec
-from grid.metrics.hostnoise import HOST_NOISE_MAX_PCT, counted_noise, host_noise
+from grid.metrics.hostnoise import (HOST_NOISE_MAX_PCT, HOST_PERTURBED_PCT, counted_noise, host_error_pct, host_noise,
+                                    perturbed)
 from grid.report.select import behind_note, rank
 from grid.sweep import rerun
 
@@ -55,6 +56,65 @@ def test_each_point_is_judged_by_the_bound_it_was_measured_under():
         "2 load points of 1 configuration lost more than 20% of their time to the host (up to 75.5%) and count only "
         "because objective.host_noise_max_pct was raised to 1000: their latencies and throughput carry that delay; do "
         "not quote them.")
+
+
+@pytest.mark.unit
+def test_a_point_the_host_took_a_little_from_counts_with_its_loss_as_its_error():
+    assert HOST_PERTURBED_PCT == 1.0
+    assert not perturbed({"twin_behind_pct": 1.0}) and perturbed({"client_lag_pct": 1.01})
+    assert perturbed({"client_lag_pct": 20.0}) and not perturbed({"client_lag_pct": 20.01})  # beyond: host noise
+    assert not perturbed({}) and not perturbed({"twin_behind_pct": None, "client_lag_pct": 0.4})
+    assert host_error_pct([{"client_lag_pct": 0.9}, {"client_lag_pct": 4.9, "twin_behind_pct": 1.3}]) == 4.9
+    assert host_error_pct([{"client_lag_pct": 0.9}, {"twin_behind_pct": 0.4}]) == 0.9   # not named, but counted
+    assert host_error_pct([{"client_lag_pct": 0.9}, {"client_lag_pct": 35.0}]) == 0.9   # host noise does not count
+    assert host_error_pct([]) == 0.0
+    # one repeat: B leads A by 3%, more than the default 1% tie, but B's point lost 4% of its time to the host
+    rows = [point("a", "A", 8, 100.0, 0.3), {**point("b", "B", 8, 103.0, 0.5), "client_lag_pct": 4.0},
+            point("c", "C", 8, 90.0, 0.2)]
+    v = rank(rows, ObjectiveSpec())
+    assert [(x.label, x.outcome, x.host_pct) for x in v] == [("B", "best", 4.0), ("A", "lost", 0.3),
+                                                            ("C", "lost", 0.2)]
+    assert v[1].reason == ("100 tok/s at concurrency 8 vs best 103 (-2.9%): a tie within the host's share of the "
+                           "points' time (the host took up to 4.0% of it, so the values may be off by about as much)")
+    assert v[2].reason == "90.0 tok/s at concurrency 8 vs best 103 (-12.6%)"   # a lead larger than the host's share
+    assert v[0].reason.endswith("; 1 other configuration within the share of the points' time the host took: a tie, "
+                                "any of them will do")
+    assert behind_note(rows) == (
+        "1 load point of 1 configuration lost 4.0% of its time to the host (the load generator running late or the "
+        "twin behind its clock; over 1%): it counts, but its throughput may be off by about as much and latencies by "
+        "more, so a lead no larger than the loss of the points it rests on is reported as a tie.")
+    assert behind_note([*rows, {**point("a", "A", 48, 200.0, 1.5)}]).startswith(
+        "2 load points of 2 configurations lost 1.5-4.0% of their time to the host (the load generator running late "
+        "or the twin behind its clock; over 1%): they count, but their throughput")
+    quiet = [{**r, "client_lag_pct": 0.9} for r in rows]   # a lead larger than the loss stands
+    assert [x.reason for x in rank(quiet, ObjectiveSpec())][1] == "100 tok/s at concurrency 8 vs best 103 (-2.9%)"
+    assert behind_note(quiet) is None
+
+
+@pytest.mark.unit
+def test_a_lead_outside_the_measured_spread_but_inside_the_hosts_share_is_a_tie():
+    from grid.report.lead import lead_lines
+    from grid.report.select import OBJECTIVES
+
+    def reps(h, label, values, lag):
+        return [{**point(h, label, 64, x, 0.2), "point_index": i, "repeat_index": i, "client_lag_pct": lag}
+                for i, x in enumerate(values)]
+
+    # A: 100, 100.5, 101 (95% CI 99.3 .. 101.7); B: 103, 103.5, 104 (102.3 .. 104.7): apart by 3%
+    busy = reps("a", "A", (100.0, 100.5, 101.0), 0.5) + reps("b", "B", (103.0, 103.5, 104.0), 3.5)
+    v = rank(busy, ObjectiveSpec())
+    assert [x.label for x in v] == ["B", "A"] and v[0].host_pct == 3.5
+    assert v[1].reason == ("100 tok/s at concurrency 64 vs best 104 (-2.9%): a tie within the host's share of the "
+                           "points' time (the host took up to 3.5% of it, so the values may be off by about as much); "
+                           "95% CI 99.3 .. 102 vs 102 .. 105 tok/s do not overlap")
+    assert lead_lines(v, OBJECTIVES[ObjectiveSpec().kind], None)[0].startswith(
+        "Lead over the runner-up `A`: +3.0% (104 vs 100 tok/s at concurrency 64); not a confident lead: a tie within "
+        "the host's share")
+    # the same values on a quiet host: a confident lead
+    quiet = [{**r, "client_lag_pct": 0.5} for r in busy]
+    v = rank(quiet, ObjectiveSpec())
+    assert v[1].reason.endswith("outside the measured spread (95% CI 99.3 .. 102 vs 102 .. 105 tok/s)")
+    assert "; confident: outside the measured spread" in lead_lines(v, OBJECTIVES[ObjectiveSpec().kind], None)[0]
 
 
 @pytest.mark.unit
