@@ -25,8 +25,8 @@ HOST_NOISE_MAX_PCT = 20.0
 # Every counted load point states its loss as its error: each time the client measured may carry up to that share
 # of delay, so its throughput may be off by about as much, and the report calls a lead no larger than it a tie.
 # Above this share a point is also named (the report's caveats, the progress line). Measured on a 2-core machine
-# (experiments/busy_host.py, main job): quiet, 0.02-1.8% (the twin at time scale 20 keeping 64 streams busy is work
-# on the same cores); with two CPU burners per core 0.2-7.1%, output tok/s within 0.2% of the quiet run. At 1%, the
+# (experiments/busy_host.py, main job): quiet, 0.03-1.8% (the twin at time scale 20 keeping 64 streams busy is work
+# on the same cores); with two CPU burners per core 0.7-7.1%, output tok/s within 0.2% of the quiet run. At 1%, the
 # report's default tie (grid.report.select.TIE_PERCENT), a loss below it is inside what the report already calls a
 # tie with one repeat.
 HOST_PERTURBED_PCT = 1.0
