@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 from grid.server.process import free_port, group_alive
 from grid.status import read_status
 from tests.cluster.multinode_cluster import LocalCluster
+from tests.cluster.test_cluster_network import niceness
 from tests.sweep.test_resume import wait_for
 from tests.timing import COUNT_HOST_NOISE, slack
 
@@ -61,10 +63,12 @@ def cluster():
 
 
 def _watch(cluster, run_dir, proc, seen):
-    """While the sweep runs: the status command's view and the RUNNING tasks of Ray's state API, every 0.5 s."""
+    """While the sweep runs: the status command's view, the RUNNING tasks of Ray's state API and the niceness of
+    the processes doing the trials' work, every 0.5 s."""
     from ray.util.state import list_tasks
 
     while proc.poll() is None:
+        seen["nice"].update(niceness(psutil.process_iter()))
         try:
             seen["status"].append(read_status(run_dir))
         except FileNotFoundError:
@@ -82,7 +86,7 @@ def _watch(cluster, run_dir, proc, seen):
 def sweep(cluster, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("multinode")
     proc = grid_run(cluster, run_dir, popen=True)
-    seen = {"status": [], "tasks": [], "errors": []}
+    seen = {"status": [], "tasks": [], "errors": [], "nice": {}}
     watcher = threading.Thread(target=_watch, args=(cluster, run_dir, proc, seen))
     watcher.start()
     out, _ = proc.communicate(timeout=600 * slack())
@@ -111,6 +115,16 @@ def test_two_trials_at_once_on_two_nodes(cluster, sweep):
     assert port(a.cmd) != port(b.cmd)
     assert _server_group(run_dir, a.Index) != _server_group(run_dir, b.Index)
     assert "Node " in out and "grid_node slot" in out
+
+
+def test_the_joined_clusters_workers_run_at_the_drivers_priority(sweep):
+    # Ray starts a cluster's workers at niceness 15; grid's job asks for 0 in its runtime environment, on a cluster
+    # it joins as on its own (grid/cluster/local.py WORKER_ENV): at 15 a busy host left them a sliver of the CPU
+    nice = sweep[2]["nice"]
+    work = {n: v for n, v in nice.items() if n.startswith("ray::ServerActor") or "train" in n or "grid.twin" in n}
+    assert any(n.startswith("ray::ServerActor") for n in work) and any("grid.twin" in n for n in work), nice
+    assert any("train" in n for n in work), nice
+    assert set(work.values()) == {0}, work
 
 
 def test_every_table_names_the_node(cluster, sweep):
