@@ -91,7 +91,10 @@ def levels(run_dir: Path) -> pd.DataFrame:
     may have moved the values by: grid.metrics.hostnoise.host_error_pct; 0 for a quiet point)."""
     lp = pd.read_parquet(run_dir / "parquet" / "load_points")
     lp = lp[lp.status == "ok"]
-    rows = {k: g.to_dict("records") for k, g in lp.groupby(["label", "point_value"])}
+    rows: dict[tuple, list[dict]] = {}   # read with pyarrow: a missing value stays None (pandas makes it NaN)
+    for r in pq.read_table(run_dir / "parquet" / "load_points").to_pylist():
+        if r["status"] == "ok":
+            rows.setdefault((r["label"], r["point_value"]), []).append(r)
     out = lp.groupby(["label", "point_value"]).agg(
         out=("output_tok_per_s", "mean"), out_min=("output_tok_per_s", "min"), out_max=("output_tok_per_s", "max"),
         ttft=("ttft_median_ms", "mean"), behind=("twin_behind_pct", "max"), client=("client_lag_pct", "max"),
@@ -107,7 +110,8 @@ def ranking(run_dir: Path) -> tuple[str, set[str]]:
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best is None:
         return "(none)", set()
-    return best.label, {best.label} | {v.label for v in verdicts if v.outcome == "lost" and "tie" in v.reason}
+    tied = {v.label for v in verdicts if v.outcome == "lost" and "tie" in v.reason.split("; not counted:")[0]}
+    return best.label, {best.label} | tied
 
 
 def best(run_dir: Path) -> str:

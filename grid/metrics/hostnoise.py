@@ -5,14 +5,14 @@ grid/loadgen/looplag.py), and the twin's when it falls behind its own clock (``t
 either lost more than :data:`HOST_NOISE_MAX_PCT` of its real time is host noise: the report does not count it, a
 resume measures it again (grid/sweep/rerun.py), and the search stops after configurations measured only so
 (grid/search/policy.py). A point that lost less counts with its loss as its error: its throughput may be off by about
-that share, a lead no larger than the loss of the points it rests on is reported as a tie (grid/report/select.py
+that share, a lead smaller than the loss of the points it rests on is reported as a tie (grid/report/select.py
 ``is_tie``), and the report names the points that lost more than :data:`HOST_PERTURBED_PCT`. Pure functions over
 ``load_points`` rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # A load point is host noise when the load generator's own event loop (load_points.client_lag_pct, any engine) or
@@ -23,12 +23,12 @@ from typing import Any
 HOST_NOISE_MAX_PCT = 20.0
 
 # Every counted load point states its loss as its error: each time the client measured may carry up to that share
-# of delay, so its throughput may be off by about as much, and the report calls a lead no larger than it a tie.
-# Above this share a point is also named (the report's caveats, the progress line). Measured on a 2-core machine
-# (experiments/busy_host.py, main job): quiet, 0.03-1.8% (the twin at time scale 20 keeping 64 streams busy is work
-# on the same cores); with two CPU burners per core 0.7-7.1%, output tok/s within 0.2% of the quiet run. At 1%, the
-# report's default tie (grid.report.select.TIE_PERCENT), a loss below it is inside what the report already calls a
-# tie with one repeat.
+# of delay, so its throughput may be off by about as much (a latency, a short interval, by more), and the report calls
+# a lead smaller than it a tie. Above this share a point is also named (the report's caveats, the progress line).
+# Measured on a 2-core machine (experiments/busy_host.py, main job): quiet, 0.03-1.8% (the twin at time scale 20
+# keeping 64 streams busy is work on the same cores); with two CPU burners per core 0.7-7.1%, output tok/s within
+# 0.22% of the quiet run. 1% is the report's default tie (grid.report.select.TIE_PERCENT): with one repeat a smaller
+# loss never decides a tie; with repeats it can, unnamed here (the tie's reason gives the loss).
 HOST_PERTURBED_PCT = 1.0
 
 
@@ -62,7 +62,7 @@ def perturbed(row: Mapping[str, Any]) -> bool:
     return HOST_PERTURBED_PCT < lost_pct(row) <= noise_bound(row)
 
 
-def host_error_pct(rows: list[Mapping[str, Any]]) -> float:
+def host_error_pct(rows: Sequence[Mapping[str, Any]]) -> float:
     """The share (%) by which a throughput resting on ``rows`` (the repeats of one level) may be off because of the
     host: the largest :func:`lost_pct` among those that count (0.0 for none)."""
     return max((lost_pct(r) for r in rows if not host_noise(r)), default=0.0)

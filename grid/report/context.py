@@ -77,12 +77,14 @@ def window_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 def repeats_line(repeats: int) -> str:
     """How often each load point was measured, and so how ties are decided (grid/report/select.py)."""
+    host = ("; so is a lead smaller than the share of the points' time the host took (load_points.client_lag_pct, "
+            "twin_behind_pct)")
     if repeats < 2:
         return (f"Repeats: 1 per load point: the spread is not measured, so scores within the default "
-                f"{TIE_PERCENT:g}% of the best count as ties (set load.repeats=3 to measure it)")
+                f"{TIE_PERCENT:g}% of the best count as ties (set load.repeats=3 to measure it){host}")
     return (f"Repeats: {repeats} per load point; a score is the mean over its repeats, and two configurations "
             f"whose {CONFIDENCE * 100:g}% confidence intervals of that mean overlap are tied within the measured "
-            "spread")
+            f"spread{host}")
 
 
 def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list | None = None) -> list[str]:

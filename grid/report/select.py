@@ -132,7 +132,7 @@ def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
             f"{HOST_NOISE_MAX_PCT:g}% of {'their' if len(counted) != 1 else 'its'} time to the host (up to "
             f"{max(map(lost_pct, counted)):.1f}%) and count only because objective.host_noise_max_pct was raised to "
             f"{max(map(noise_bound, counted)):g}: their latencies and throughput carry that delay; do not quote them.")
-    shaken = [r for r in measured if perturbed(r) and not counted_noise(r)]
+    shaken = [r for r in measured if r.get("status") == "ok" and perturbed(r) and not counted_noise(r)]
     if shaken:
         low, high = f"{min(map(lost_pct, shaken)):.1f}%", f"{max(map(lost_pct, shaken)):.1f}%"
         one = len(shaken) == 1
@@ -141,7 +141,7 @@ def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
             f"{low if low == high else f'{low[:-1]}-{high}'} of {'its' if one else 'their'} time to the host (the "
             f"load generator running late or the twin behind its clock; over {HOST_PERTURBED_PCT:g}%): "
             f"{'it counts' if one else 'they count'}, but {'its' if one else 'their'} throughput may be off by about "
-            "as much and latencies by more, so a lead no larger than the loss of the points it rests on is reported "
+            "as much and latencies by more, so a lead smaller than the loss of the points it rests on is reported "
             "as a tie.")
     return " ".join(notes) or None
 
@@ -393,7 +393,8 @@ def is_tie(mine: Interval | None, best: Interval | None, delta_percent: float, u
     ``|delta_percent|`` (its score vs the best's, in percent) is below ``TIE_PERCENT``, said to be a default
     (``why`` is "" for a loss by that rule: the report states the rule once, :func:`spread_text`). Either way also
     tied when ``|delta_percent|`` is below ``host_pct``: the share (%) the host may have moved either score
-    (grid.metrics.hostnoise.host_error_pct of the levels the two scores rest on; 0: nothing lost)."""
+    (grid.metrics.hostnoise.host_error_pct of the load points the two scores rest on; 0: nothing lost). That share
+    bounds a throughput's error; a latency score may be off by more, which this does not widen."""
     by_host = abs(delta_percent) < host_pct
     host_why = f"{HOST_TIE} (the host took up to {host_pct:.1f}% of it, so the values may be off by about as much)"
     if mine is not None and best is not None and mine.measured and best.measured:
@@ -529,9 +530,13 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             better = best_iv is None or (iv.mean > best_iv.mean if obj.higher_is_better else iv.mean < best_iv.mean)
             if better:
                 best, best_iv = agg, iv
-        host_pct = 0.0 if best is None else host_error_pct(
-            [r for r in eligible if (r.get("point_kind"), r["point_value"]) == (best.get("point_kind"),
-                                                                                best["point_value"])])
+        # how far the host may have moved the score: a measured score rests on its level's repeats; a capacity (a
+        # rate set, not measured) on every probe's pass or fail, the failing ones above it included
+        decided_by = ([r for r in obj.points(group) if r["status"] in ("ok", "partial")]
+                      if obj.metric == "point_value" else
+                      [r for r in eligible if best is not None and (r.get("point_kind"), r["point_value"])
+                       == (best.get("point_kind"), best["point_value"])])
+        host_pct = host_error_pct(decided_by)
         if best is None or best_iv is None:
             head = "no load point met the SLOs" if slo_missed else "no eligible load point"
             verdicts.append(Verdict(h, first["label"], "no_eligible_point", None,

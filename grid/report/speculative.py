@@ -6,7 +6,7 @@ Speculative decoding buys per-request speed at low concurrency and costs through
 winners are named: by output throughput (``output_tok_per_s``) and by per-request speed (output tok/s per user,
 ``1000 / tpot_median_ms``), each against the best configuration without speculative decoding. Ties within the measured
 spread (grid.report.select ``is_tie``: overlapping 95% intervals with repeats, else the default tie percentage; or a
-difference no larger than the share of the points' time the host took) go to the simpler setting: off first, then
+difference smaller than the share of the points' time the host took) go to the simpler setting: off first, then
 fewer draft tokens, fewer steps, smaller top-k.
 
 The recommendation is one setting when one wins (or ties) at every level; otherwise the per-level winners, as a

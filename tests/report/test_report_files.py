@@ -51,7 +51,8 @@ def test_report_md_says_what_was_measured_and_why(recorded_run):
         "first measured send to last measured end, every stream busy throughout (tail requests kept the load on, then "
         "were cancelled); throughputs count tokens by arrival inside the window",
         "- Repeats: 1 per load point: the spread is not measured, so scores within the default 1% of the best "
-        "count as ties (set load.repeats=3 to measure it)",
+        "count as ties (set load.repeats=3 to measure it); so is a lead smaller than the share of the points' time "
+        "the host took (load_points.client_lag_pct, twin_behind_pct)",
         "- Measured windows: 6 closed-loop points measured in steady state, window 30 s, 2-5 warm-up requests per "
         "point before it, 1-4 tail requests per point after the measured ones (modelled time)",
         "- Requests measured per load point: 4",

@@ -82,7 +82,7 @@ def test_a_point_the_host_took_a_little_from_counts_with_its_loss_as_its_error()
     assert behind_note(rows) == (
         "1 load point of 1 configuration lost 4.0% of its time to the host (the load generator running late or the "
         "twin behind its clock; over 1%): it counts, but its throughput may be off by about as much and latencies by "
-        "more, so a lead no larger than the loss of the points it rests on is reported as a tie.")
+        "more, so a lead smaller than the loss of the points it rests on is reported as a tie.")
     assert behind_note([*rows, {**point("a", "A", 48, 200.0, 1.5)}]).startswith(
         "2 load points of 2 configurations lost 1.5-4.0% of their time to the host (the load generator running late "
         "or the twin behind its clock; over 1%): they count, but their throughput")
@@ -115,6 +115,50 @@ def test_a_lead_outside_the_measured_spread_but_inside_the_hosts_share_is_a_tie(
     v = rank(quiet, ObjectiveSpec())
     assert v[1].reason.endswith("outside the measured spread (95% CI 99.3 .. 102 vs 102 .. 105 tok/s)")
     assert "; confident: outside the measured spread" in lead_lines(v, OBJECTIVES[ObjectiveSpec().kind], None)[0]
+
+
+@pytest.mark.unit
+def test_the_hosts_share_widens_ties_strictly_and_for_a_capacity_by_every_probe():
+    from grid.config.schema import SLOSpec
+    from grid.report.select import is_tie
+    from tests.report.test_select_edges import pt
+
+    assert is_tie(None, None, -2.99, "tok/s", 3.0)[0] and not is_tie(None, None, -3.0, "tok/s", 3.0)[0]
+    assert not is_tie(None, None, -2.0, "tok/s")[0]   # no loss given: the default 1% alone
+    # a capacity is a rate set, not measured: the probe that failed decides it as much as the one that passed.
+    # A: 10 req/s held the SLO, 10.5 missed it while the host took 15%; B: 10.3 held it on a quiet host
+    slo = SLOSpec(tpot_ms=8.0)
+    rows = [{**pt("a", 0, 10.0, 500.0, kind="rate", tpot=7.5), "client_lag_pct": 0.2},
+            {**pt("a", 1, 10.5, 520.0, kind="rate", tpot=8.4), "client_lag_pct": 15.0},
+            {**pt("b", 0, 10.3, 510.0, kind="rate", tpot=7.9), "client_lag_pct": 0.2}]
+    best, lost = rank(rows, ObjectiveSpec(kind="max_capacity", slo=slo))
+    assert (best.label, best.score, best.host_pct, lost.label, lost.host_pct) == ("B", 10.3, 0.2, "A", 15.0)
+    assert lost.reason.startswith("10.0 req/s vs best 10.3 (-2.9%): a tie within the host's share of the points' "
+                                  "time (the host took up to 15.0% of it")
+
+
+@pytest.mark.unit
+def test_the_progress_line_and_the_speculative_picks_use_the_hosts_share():
+    import io
+
+    from rich.console import Console
+
+    from grid.metrics.confidence import interval
+    from grid.report.speculative import Entry, pick
+    from grid.sweep.progress import ProgressCallback
+
+    out = io.StringIO()
+    reporter = ProgressCallback({}, 1, Console(file=out, width=300))
+    reporter.on_trial_result(0, [], None, {**point("a", "A", 8, 100.0, 0.3), "client_lag_pct": 4.2})
+    reporter.on_trial_result(0, [], None, {**point("a", "A", 16, 180.0, 0.3), "client_lag_pct": 0.9})
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("(the host took 4.2% of its time: values may be off by about as much)")
+    assert "host" not in lines[1]
+    # speculative decoding on (3% faster) against off: a tie when the host took more than 3% of either point
+    off = Entry("off", {}, 100.0, interval([100.0]), None, 0.5)
+    on = Entry("on", {"speculative_algorithm": "EAGLE"}, 103.0, interval([103.0]), 2.1, 3.5)
+    assert pick([off, on], "tok/s")[0] is off
+    assert pick([off, Entry("on", on.settings, 103.0, on.interval, 2.1, 0.5)], "tok/s")[0].config_hash == "on"
 
 
 @pytest.mark.unit
