@@ -52,9 +52,6 @@ OBJECTIVES: dict[str, Objective] = {}
 # output tok/s at the default time scale). With load.repeats >= 2 ties are decided by confidence intervals instead
 # (grid/metrics/confidence.py).
 TIE_PERCENT = 1.0
-# How :func:`is_tie` begins its reason for a tie that only the host's share of the points' time explains
-# (grid.metrics.hostnoise.host_error_pct).
-HOST_TIE = "a tie within the host's share of the points' time"
 
 
 
@@ -356,10 +353,10 @@ def _repeat_text(row: Mapping[str, Any]) -> str:
 
 
 def level_scores(rows: Iterable[Mapping[str, Any]], eligible: Sequence[Mapping[str, Any]],
-                 metric: str) -> list[tuple[dict, Interval]]:
+                 metric: str) -> list[tuple[dict, Interval, list[Mapping[str, Any]]]]:
     """Per load level (``point_kind``, ``point_value``) of ``rows`` whose every repeat is in ``eligible``: a copy of
-    its first repeat's row with ``metric`` replaced by the mean over the repeats, and the repeats' :class:`Interval`
-    (pure). A level with a repeat that is not eligible does not count: its score would rest on the lucky repeats.
+    its first repeat's row with ``metric`` replaced by the mean over the repeats, the repeats' :class:`Interval`, and
+    the repeats' rows (pure). A level with a repeat that is not eligible does not count: its score would rest on the lucky repeats.
     Repeats are the rows of one level (``repeat_index`` 0, 1, ...; rows of runs before repeat_index existed that
     list a level twice count as repeats too)."""
     ok = {id(r) for r in eligible}
@@ -372,7 +369,7 @@ def level_scores(rows: Iterable[Mapping[str, Any]], eligible: Sequence[Mapping[s
             continue
         reps = sorted(reps, key=lambda r: (r.get("repeat_index") or 0, r["point_index"]))
         iv = interval([r[metric] for r in reps])
-        out.append(({**reps[0], metric: iv.mean}, iv))
+        out.append(({**reps[0], metric: iv.mean}, iv, reps))
     return out
 
 
@@ -396,7 +393,8 @@ def is_tie(mine: Interval | None, best: Interval | None, delta_percent: float, u
     (grid.metrics.hostnoise.host_error_pct of the load points the two scores rest on; 0: nothing lost). That share
     bounds a throughput's error; a latency score may be off by more, which this does not widen."""
     by_host = abs(delta_percent) < host_pct
-    host_why = f"{HOST_TIE} (the host took up to {host_pct:.1f}% of it, so the values may be off by about as much)"
+    host_why = (f"a tie within the host's share of the points' time (the host took up to {host_pct:.1f}% of it, so "
+                "the values may be off by about as much)")
     if mine is not None and best is not None and mine.measured and best.measured:
         ci = (f"{CONFIDENCE * 100:g}% CI {fmt_score(mine.ci_low)} .. {fmt_score(mine.ci_high)} vs "  # type: ignore
               f"{fmt_score(best.ci_low)} .. {fmt_score(best.ci_high)} {unit}")  # type: ignore[arg-type]
@@ -526,17 +524,15 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
                    for judged, levels in unmeasured.items()]
         best: dict | None = None
         best_iv: Interval | None = None
-        for agg, iv in level_scores(obj.points(group), eligible, obj.metric):
+        best_reps: list[Mapping[str, Any]] = []
+        for agg, iv, reps in level_scores(obj.points(group), eligible, obj.metric):
             better = best_iv is None or (iv.mean > best_iv.mean if obj.higher_is_better else iv.mean < best_iv.mean)
             if better:
-                best, best_iv = agg, iv
+                best, best_iv, best_reps = agg, iv, reps
         # how far the host may have moved the score: a measured score rests on its level's repeats; a capacity (a
         # rate set, not measured) on every probe's pass or fail, the failing ones above it included
-        decided_by = ([r for r in obj.points(group) if r["status"] in ("ok", "partial")]
-                      if obj.metric == "point_value" else
-                      [r for r in eligible if best is not None and (r.get("point_kind"), r["point_value"])
-                       == (best.get("point_kind"), best["point_value"])])
-        host_pct = host_error_pct(decided_by)
+        host_pct = host_error_pct([r for r in obj.points(group) if r["status"] in ("ok", "partial")]
+                                  if obj.metric == "point_value" else best_reps)
         if best is None or best_iv is None:
             head = "no load point met the SLOs" if slo_missed else "no eligible load point"
             verdicts.append(Verdict(h, first["label"], "no_eligible_point", None,
@@ -562,7 +558,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             f" at {level_name(_best_point(top))}" if obj.metric != "point_value" else "")  # capacity: the level itself
         if top.interval is not None and top.interval.measured:
             top.reason += f" ({spread_text(top.interval, obj.unit)})"
-        ties: list[str] = []   # why each tied configuration is tied
+        ties: list[str] = []   # which rule tied each tied configuration: "spread" or "host"
         for v in scored[1:]:
             delta = (_score(v) - _score(top)) / _score(top) * 100 if top.score else 0.0
             mine, theirs = fmt_scores(_score(v), _score(top))
@@ -570,26 +566,26 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             v.reason = (f"{mine} {obj.unit}{where} vs best {theirs} "
                         f"({fmt_delta(delta)})")
             tied, why = is_tie(v.interval, top.interval, delta, obj.unit, max(v.host_pct, top.host_pct))
-            if tied:
-                ties.append(why)
+            if tied:   # by the spread or the default, or only by the host's share
+                ties.append("spread" if is_tie(v.interval, top.interval, delta, obj.unit)[0] else "host")
             if why:
                 v.reason += f": {why}"
             if excluded.get(v.config_hash):
                 v.reason += "; not counted: " + "; ".join(excluded[v.config_hash])
         if ties:
             rules = []
-            if any(not why.startswith(HOST_TIE) for why in ties):
+            if "spread" in ties:
                 rules.append("within the measured spread (confidence intervals overlap)"
                              if top.interval is not None and top.interval.measured else
                              f"within the default {TIE_PERCENT:g}% (spread not measured)")
-            if any(why.startswith(HOST_TIE) for why in ties):
+            if "host" in ties:
                 rules.append("within the share of the points' time the host took")
             n = len(ties)
             top.reason += (f"; {n} other configuration{'s' if n > 1 else ''} {' or '.join(rules)}: "
                            "a tie, any of them will do")
         if excluded.get(top.config_hash):
             top.reason += "; not counted: " + "; ".join(excluded[top.config_hash])
-        levels = [agg for agg, _ in level_scores(obj.points(top.rows), [r for r in top.rows if r["status"] == "ok"
+        levels = [agg for agg, _, _ in level_scores(obj.points(top.rows), [r for r in top.rows if r["status"] == "ok"
                                                                         and r.get(obj.metric) is not None],
                                                  obj.metric)]
         peak = _best_point(top)

@@ -119,11 +119,9 @@ def _entries(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Mapping[s
                 by_config.setdefault(r["config_hash"], []).append({**r, metric: value})
     out: dict[tuple[str, float], list[Entry]] = {}
     for h, rs in by_config.items():
-        for row, iv in level_scores(rs, rs, metric):
-            level = (row.get("point_kind"), row["point_value"])
-            lost = host_error_pct([r for r in rs if (r.get("point_kind"), r["point_value"]) == level])
+        for row, iv, reps in level_scores(rs, rs, metric):
             out.setdefault((row.get("point_kind") or "concurrency", float(row["point_value"])), []).append(
-                Entry(h, settings[h], float(row[metric]), iv, accept_length(row), lost))
+                Entry(h, settings[h], float(row[metric]), iv, accept_length(row), host_error_pct(reps)))
     return out
 
 

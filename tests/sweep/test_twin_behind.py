@@ -86,6 +86,9 @@ def test_a_point_the_host_took_a_little_from_counts_with_its_loss_as_its_error()
     assert behind_note([*rows, {**point("a", "A", 48, 200.0, 1.5)}]).startswith(
         "2 load points of 2 configurations lost 1.5-4.0% of their time to the host (the load generator running late "
         "or the twin behind its clock; over 1%): they count, but their throughput")
+    both = rank([*rows, point("d", "D", 8, 102.5, 0.2)], ObjectiveSpec())   # D within the default 1% of B
+    assert both[0].reason.endswith("; 2 other configurations within the default 1% (spread not measured) or within "
+                                   "the share of the points' time the host took: a tie, any of them will do")
     quiet = [{**r, "client_lag_pct": 0.9} for r in rows]   # a lead larger than the loss stands
     assert [x.reason for x in rank(quiet, ObjectiveSpec())][1] == "100 tok/s at concurrency 8 vs best 103 (-2.9%)"
     assert behind_note(quiet) is None
