@@ -15,6 +15,7 @@ from grid.config.schema import RunSpec
 from grid.plan import TrialPlan
 from grid.releases.dialect import SGLANG, Dialect
 from grid.server.handle import ServerHandle
+from grid.versions import ServerIdentity
 
 
 class EngineUnavailable(RuntimeError):
@@ -99,7 +100,14 @@ class Engine(ABC):
 
     @abstractmethod
     def version(self) -> str:
-        """The SGLang version the command lines are built for. Raises ``EngineUnavailable``."""
+        """The ``engine_version`` label of this engine's servers: for engines that launch SGLang (or its twin), the
+        SGLang version the command lines are built for. Raises ``EngineUnavailable``."""
+
+    def identity(self) -> ServerIdentity:
+        """Which server family and release this engine's servers are (default: SGLang of :meth:`version`). Ask
+        ``identity().sglang_version`` where an SGLang release is needed: it is None for a server that is not
+        SGLang. Raises ``EngineUnavailable``."""
+        return ServerIdentity.of_sglang(self.version())
 
     @abstractmethod
     def check_runnable(self) -> None:

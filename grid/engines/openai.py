@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 from grid.engines.base import Engine, EngineUnavailable, LaunchPlan, register
 from grid.plan import TrialPlan
 from grid.server.handle import ServerHandle
+from grid.versions import ServerIdentity
 
 
 CONNECT_CHECK_S = 5.0  # real seconds the pre-flight TCP connect to engine.base_url may take
@@ -51,9 +52,15 @@ class OpenAIEngine(Engine):
         return discover(self._url(), self.spec.engine.api_key)
 
     def version(self) -> str:
+        """The ``engine_version`` label (grid.versions.ServerIdentity.label): ``0.5.23``, ``vllm 0.32.0``, ``external``."""
+        return self.identity().label
+
+    def identity(self) -> ServerIdentity:
+        """``engine.version`` when set (an SGLang release: the config check parses it as one), else what the server
+        says about itself (grid.server.external.discover)."""
         if self.spec.engine.version:
-            return self.spec.engine.version
-        return self.facts.version_label
+            return ServerIdentity.of_sglang(self.spec.engine.version)
+        return self.facts.identity
 
     def served_model(self) -> str:
         """conf/model's ``name`` when the server serves it, else the first id ``/v1/models`` lists (else the name)."""

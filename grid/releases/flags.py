@@ -42,8 +42,8 @@ OLDEST_KNOWN, NEWEST_KNOWN = catalog.oldest(), catalog.newest()
 
 
 def catalog_note(version: str) -> str | None:
-    """A note for the user when ``version`` lies outside the releases the catalog knows (None inside, and for a
-    text that is not a version, such as an external server's ``"external"``: no command line is planned there)."""
+    """A note for the user when SGLang ``version`` lies outside the releases the catalog knows (None inside, and for
+    a text that is not a version). Callers pass an SGLang release (grid.versions.ServerIdentity.sglang_version)."""
     try:
         v = parse_version(version)
     except ValueError:

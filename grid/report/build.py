@@ -23,7 +23,6 @@ from grid.report.lead import lead_lines, sweep_base
 from grid.report.pareto import fronts as pareto_fronts
 from grid.report.render import markdown, plot, print_report
 from grid.report.select import OBJECTIVES, Verdict, slo_text
-from grid.versions import release_tuple
 
 REJUDGED_PATH = Path("parquet") / "rejudged" / "rejudged.parquet"
 
@@ -91,8 +90,8 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     ``searched``: the search's record (``search.json``: the twin's forecasts, grid/report/forecasts.py)."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
     contenders = {v.config_hash for v in verdicts if v.outcome in ("best", "lost")}  # not less accurate, not failed
-    version = next((r["engine_version"] for r in rows if r.get("engine_version")), None)
-    base = sweep_base(plans, version) if version and plans else None
+    server = context.measured_identity(rows)
+    base = sweep_base(plans, server) if server is not None and plans else None
     return Report(
         verdicts=verdicts,
         measured=context.measured_lines(spec, rows, plans),
@@ -107,7 +106,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
         headline=list(headline or []),
         searched=dict(searched or {}),
         speculative=spec_report.section(rows, {p.config_hash: p.settings for p in plans if p.config_hash in contenders},
-                                        release_tuple(version) if version else None),
+                                        server.sglang_release if server is not None else None),
     )
 
 

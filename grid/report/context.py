@@ -16,6 +16,7 @@ from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
 from grid.report.select import OBJECTIVES, TIE_PERCENT, Verdict, fmt_delta, slo_text
 from grid.server.statuses import FAILURE_CLASSES
+from grid.versions import ServerIdentity
 
 ENGINE_WORDS = {
     "sim": "the embedded SGLang twin (modelled performance; no GPU ran)",
@@ -58,9 +59,10 @@ def _span(values: list, fmt: str = "{:g}") -> str:
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
-def window_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def window_line(rows: Sequence[Mapping[str, Any]], twin: bool = True) -> str | None:
     """What the steady-state windows of the measured closed-loop points were (their ``window_kind``,
-    ``duration_s``, ``warmup_requests_run``, ``tail_requests_run`` columns); None without any."""
+    ``duration_s``, ``warmup_requests_run``, ``tail_requests_run`` columns), in the twin's modelled time when
+    ``twin`` else in real time; None without any."""
     steady = [r for r in rows if r.get("window_kind") == "steady_state" and r.get("duration_s") is not None]
     if not steady:
         return None
@@ -72,7 +74,7 @@ def window_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
     tail = [r["tail_requests_run"] for r in steady if r.get("tail_requests_run") is not None]
     if tail:
         parts.append(f"{_span(tail)} tail requests per point after the measured ones")
-    return "Measured windows: " + ", ".join(parts) + " (modelled time)"
+    return "Measured windows: " + ", ".join(parts) + (" (modelled time)" if twin else "")
 
 
 def repeats_line(repeats: int) -> str:
@@ -87,6 +89,21 @@ def repeats_line(repeats: int) -> str:
             f"spread{host}")
 
 
+def measured_identity(rows: Sequence[Mapping[str, Any]]) -> ServerIdentity | None:
+    """The server the run's load points measured (the first row's ``engine_version``, typed), or None when no row
+    records one."""
+    return next((ServerIdentity.parse(r["engine_version"]) for r in rows if r.get("engine_version")), None)
+
+
+def _server_words(labels: Sequence[str]) -> str:
+    """The engine line's release part: ``SGLang release 0.5.23`` for SGLang servers and the twin, else what each
+    server said of itself (``vllm 0.32.0``; ``release not reported``)."""
+    servers = [ServerIdentity.parse(label) for label in labels]
+    if servers and all(s.is_sglang for s in servers):
+        return f"SGLang release {', '.join(s.version or '?' for s in servers)}"
+    return ", ".join(s.describe() for s in servers)
+
+
 def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list | None = None) -> list[str]:
     """Bullet lines saying what was measured: model, hardware, engine and release, twin or real, workload (ISL/OSL,
     closed or open loop, levels, requests per point), the twin's time scale and the objective.
@@ -98,16 +115,20 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     versions = _distinct(r.get("engine_version") for r in rows) or [spec.version]
     engine = spec.engine.kind
     words = ENGINE_WORDS.get(engine, engine)
-    if hw.is_cpu:
+    if engine_class(engine).external:
+        hardware = (f"Hardware: not known to grid: the server at {spec.engine.base_url} runs where it was started "
+                    f"(hardware={hw.name} only names the run)")
+    elif hw.is_cpu:
         hardware = f"Hardware: {hw.name}: the host CPU, {hw.gpu} ({hw.cpu_cores} cores, {hw.memory_gb:g} GB memory)"
         words = ENGINE_WORDS_CPU.get(engine, words)
     else:
         hardware = (f"Hardware: {hw.name}: {f'{hw.nodes} nodes x ' if hw.nodes > 1 else ''}{hw.gpu_count} x {hw.gpu} "
                     f"(sm_{hw.sm_version}, {hw.memory_gb:g} GB each, {hw.interconnect})")
     lines = [
-        f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path else ""),
+        f"Model: {spec.model.name}" + (f" ({spec.model.path})" if spec.model.path and not
+                                         engine_class(engine).external else ""),
         hardware,
-        f"Engine: {words}; SGLang release {', '.join(versions)} (engine={engine})",
+        f"Engine: {words}; {_server_words(versions)} (engine={engine})",
     ]
     loads = _distinct(p.load for p in plans) if plans else [spec.load]
     for load in loads:
@@ -128,7 +149,7 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
         if load.concurrency:
             lines.append(start_line(load.closed_loop_start))
         lines.append(repeats_line(load.repeats))
-    window = window_line(rows)
+    window = window_line(rows, engine_class(engine).twin)
     if window:
         lines.append(window)
     counts = [r["num_prompts"] for r in rows if r.get("num_prompts") and r.get("status") != "not_run"]
@@ -161,7 +182,9 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     cls = engine_class(spec.engine.kind)
     if cls.external or cls.dialect.name != "sglang" or not verdict.rows:
         return None  # another family's launched server: its own engine's command is the one recorded
-    version = verdict.rows[0].get("engine_version") or spec.version
+    version = ServerIdentity.parse(verdict.rows[0].get("engine_version") or spec.version).sglang_version
+    if version is None:
+        return None  # the server measured is not an SGLang release: no SGLang command line describes it
     model = spec.model.model_copy(update={"path": spec.model.path or f"/path/to/{spec.model.name}"})
     engine_spec = spec.engine.model_copy(update={"kind": "sglang", "version": version, "python": "python",
                                                  "env": {}})
@@ -288,7 +311,9 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
 
     row = verdict.rows[0] if verdict.rows else {}
     cls = row.get("trial_error_class")
-    version = row.get("engine_version") or spec.version
+    version = ServerIdentity.parse(row.get("engine_version") or spec.version).sglang_version
+    if version is None:  # the failure table is of SGLang's releases
+        return []
     try:
         flags = to_argv(settings_of(verdict), parse_version(version))
     except (ValueError, KeyError):

@@ -18,6 +18,7 @@ from typing import Any
 from grid.plan import level_name
 from grid.releases.flags import SETTINGS, parse_version, release_default
 from grid.report.select import Objective, Verdict, fmt_scores, is_tie
+from grid.versions import ServerIdentity
 
 BASE_WORDS = "SGLang's defaults for the swept settings"
 
@@ -38,14 +39,15 @@ def swept_keys(settings: Sequence[Mapping[str, Any]]) -> list[str]:
     return [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1]
 
 
-def sweep_base(plans: Sequence[Any], version: str) -> SweepBase:
-    """The sweep's base among ``plans`` (objects with ``config_hash``, ``label``, ``settings``) for SGLang
-    ``version`` (``0.5.9``; any other engine's version string has no base). A configuration is at the defaults when
-    each swept setting is unset (None) or equals :func:`grid.releases.flags.release_default`."""
-    try:
-        ver = parse_version(version)
-    except ValueError:
-        return SweepBase(None, None, f"the engine ({version}) is not SGLang: its defaults are not known")
+def sweep_base(plans: Sequence[Any], server: ServerIdentity) -> SweepBase:
+    """The sweep's base among ``plans`` (objects with ``config_hash``, ``label``, ``settings``) for the ``server``
+    measured (an SGLang release has defaults; any other engine has no base). A configuration is at the defaults
+    when each swept setting is unset (None) or equals :func:`grid.releases.flags.release_default`."""
+    version = server.sglang_version
+    if version is None:
+        return SweepBase(None, None, f"the server measured ({server.describe()}) is not an SGLang release: its "
+                                     "defaults are not known")
+    ver = parse_version(version)
     keys = [k for k in swept_keys([p.settings for p in plans]) if k in SETTINGS]
     if not keys:
         return SweepBase(None, None, "the sweep varies no SGLang setting")

@@ -305,9 +305,10 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
         lines += [f"**{line}**", ""]
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best:
-        lines += [f"**Best:** `{best.label}` — {best.reason}", "", "```",
-                  command or deploy_command(best.rows[0]["command"]),
-                  "```", ""]
+        lines += [f"**Best:** `{best.label}` — {best.reason}", ""]
+        launch = command or deploy_command(best.rows[0].get("command") or "")
+        if launch:  # an external server's row has no command: grid did not launch it
+            lines += ["```", launch, "```", ""]
         if lead:
             lines += [f"- {line}" for line in lead] + [""]
         lines += ["| " + " | ".join(n for n, _, _ in POINT_COLUMNS) + " |",

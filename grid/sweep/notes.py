@@ -15,11 +15,14 @@ from grid.config.schema import DEFAULT_TAIL_PERCENTILE, RunSpec, requests_for_ta
 from grid.engines.base import engine_class
 from grid.releases.flags import catalog_note
 from grid.plan import TrialPlan, level_name, load_points
+from grid.versions import ServerIdentity
 
 
 def plan_notes(spec: RunSpec, plans: list[TrialPlan], version: str) -> list[str]:
-    """Every note that applies to ``plans`` (the sweep's configurations) planned for SGLang ``version``."""
-    notes = [catalog_note(version), external_note(spec, plans), thin_level_note(plans), thin_tail_note(spec, plans),
+    """Every note that applies to ``plans`` (the sweep's configurations) planned for the servers of ``version`` (the
+    engine's ``engine_version`` label: an SGLang release, or another engine's, grid.versions.ServerIdentity)."""
+    release = ServerIdentity.parse(version).sglang_version
+    notes = [catalog_note(release) if release else None, external_note(spec, plans), thin_level_note(plans), thin_tail_note(spec, plans),
              inert_settings_note(spec, plans), unmodelled_note(spec, plans),
              modelled_ttft_note(spec, plans, version)]
     return [n for n in notes if n]

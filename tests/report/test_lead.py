@@ -10,9 +10,11 @@ from grid.releases.flags import parse_version, release_default
 from grid.report.lead import lead_lines, sweep_base, swept_keys
 from grid.report.render import level_rows, verdict_groups
 from grid.report.select import OBJECTIVES, rank
+from grid.versions import ServerIdentity
 
 pytestmark = pytest.mark.unit
 OBJ = OBJECTIVES["max_output_throughput"]
+SG059 = ServerIdentity.of_sglang("0.5.9")
 
 
 def row(h, label, level, out, repeat=0, status="ok", trial_status="ok", cls=None, msg=None, ttft=None):
@@ -47,15 +49,19 @@ def test_the_sweep_base_is_the_configuration_at_sglangs_defaults():
              plan("b", "fcfs", schedule_policy="fcfs", cuda_graph=True),
              plan("c", "fcfs nograph", schedule_policy="fcfs", cuda_graph=False)]
     assert swept_keys([p.settings for p in plans]) == ["cuda_graph", "schedule_policy"]
-    base = sweep_base(plans, "0.5.9")
+    base = sweep_base(plans, SG059)
     assert (base.config_hash, base.label, base.why_none) == ("b", "fcfs", None)
-    assert sweep_base(plans, "vllm 0.32.0").why_none == "the engine (vllm 0.32.0) is not SGLang: its defaults are not known"
-    none = sweep_base([plan("a", "x", mem_fraction_static=0.8), plan("b", "y", mem_fraction_static=0.9)], "0.5.9")
+    assert sweep_base(plans, ServerIdentity.parse("vllm 0.32.0")).why_none == (
+        "the server measured (vllm 0.32.0) is not an SGLang release: its defaults are not known")
+    assert sweep_base(plans, ServerIdentity.parse("external")).why_none == (
+        "the server measured (a server that does not say what it is) is not an SGLang release: its defaults are not "
+        "known")
+    none = sweep_base([plan("a", "x", mem_fraction_static=0.8), plan("b", "y", mem_fraction_static=0.9)], SG059)
     assert none.config_hash is None and none.why_none.startswith("every configuration sets mem_fraction_static, which "
                                                                  "SGLang 0.5.9 picks itself at start-up")
-    unset = sweep_base([plan("a", "x", mem_fraction_static=0.8), plan("b", "y", mem_fraction_static=None)], "0.5.9")
+    unset = sweep_base([plan("a", "x", mem_fraction_static=0.8), plan("b", "y", mem_fraction_static=None)], SG059)
     assert unset.config_hash == "b"   # null: SGLang's own choice
-    other = sweep_base([plan("a", "x", schedule_policy="lpm"), plan("b", "y", schedule_policy="lof")], "0.5.9")
+    other = sweep_base([plan("a", "x", schedule_policy="lpm"), plan("b", "y", schedule_policy="lof")], SG059)
     assert other.why_none == "no configuration runs SGLang 0.5.9's defaults (schedule_policy='fcfs')"
 
 
@@ -65,7 +71,7 @@ def test_lead_over_runner_up_and_base_with_confidence():
     verdicts = rank(rows, ObjectiveSpec())
     assert [v.label for v in verdicts] == ["lpm", "dfs", "fcfs"]
     base = sweep_base([plan("a", "lpm", schedule_policy="lpm"), plan("b", "fcfs", schedule_policy="fcfs"),
-                       plan("c", "dfs", schedule_policy="dfs")], "0.5.9")
+                       plan("c", "dfs", schedule_policy="dfs")], SG059)
     lines = lead_lines(verdicts, OBJ, base)
     # 300 vs 300 (mean of 296, 300, 304): the intervals overlap, a tie
     assert lines[0].startswith("Lead over the runner-up `dfs`: +0.0% (300 vs 300 tok/s at concurrency 8); not a "
@@ -80,17 +86,17 @@ def test_lead_when_the_base_failed_or_won_or_was_not_measured():
                                             cls="startup_oom", msg="exited")]
     verdicts = rank(rows, ObjectiveSpec())
     plans = [plan("a", "lpm", schedule_policy="lpm"), plan("b", "fcfs", schedule_policy="fcfs")]
-    lines = lead_lines(verdicts, OBJ, sweep_base(plans, "0.5.9"))
+    lines = lead_lines(verdicts, OBJ, sweep_base(plans, SG059))
     assert lines == ["No runner-up: no other configuration qualified",
                      "The sweep's base `fcfs` (SGLang's defaults for the swept settings) did not qualify (failed): "
                      "startup_oom: exited"]
     won = lead_lines(rank([row("b", "fcfs", 8, 300.0), row("a", "lpm", 8, 100.0)], ObjectiveSpec()), OBJ,
-                     sweep_base(plans, "0.5.9"))
+                     sweep_base(plans, SG059))
     assert won[0] == ("Lead over the runner-up `lpm`: +200.0% (300 vs 100 tok/s at concurrency 8); spread not measured "
                       "(load.repeats=1): set load.repeats=3 to know how confident")
     assert won[1] == ("The best configuration is the sweep's base (SGLang's defaults for the swept settings): the "
                       "swept settings gain nothing over SGLang's defaults here")
-    alone = lead_lines(rank([row("a", "lpm", 8, 300.0)], ObjectiveSpec()), OBJ, sweep_base(plans, "0.5.9"))
+    alone = lead_lines(rank([row("a", "lpm", 8, 300.0)], ObjectiveSpec()), OBJ, sweep_base(plans, SG059))
     assert alone[1] == "The sweep's base `fcfs` (SGLang's defaults for the swept settings) was not measured in this run"
     assert lead_lines(rank([row("b", "x", 8, None, status="not_run", trial_status="failed", cls="startup_oom",
                                 msg="m")], ObjectiveSpec()), OBJ, None) == []
