@@ -24,10 +24,16 @@ from grid.server.handle import LaunchRequest, LaunchResult
 from grid.server.probe import probe
 from grid.server.net import urlopen
 from grid.server.statuses import TrialStatus, status_of
+from grid.versions import SGLANG, ServerIdentity
 
-#: Readiness endpoints tried in order: SGLang's /health (200 once warm-up is done, sglang.md §2.1), then the
-#: OpenAI-compatible model list every such server serves.
+#: Readiness endpoints tried in order: SGLang's /health (200 once warm-up is done; SGLang
+#: srt/entrypoints/http_server.py), then the OpenAI-compatible model list every such server serves. The model list
+#: counts only where the server has no /health (404 or 405) or /health cannot be reached as a route: a /health that
+#: answers 5xx (SGLang or vLLM still loading answers 503 while /v1/models already answers 200) means not ready
+#: (:meth:`ExternalServer.ready`).
 READY_PATHS = ("/health", "/v1/models")
+#: The /health answers that mean the server has no such route, so that /v1/models decides readiness.
+HEALTH_ABSENT = (404, 405)
 POLL_S = 0.5
 #: SGLang's server-info routes (``/get_server_info`` in every release grid knows, ``/server_info`` added later).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -83,12 +89,9 @@ class ServerFacts:
     error: str = ""
 
     @property
-    def version_label(self) -> str:
-        """The ``engine_version`` column: SGLang's release as is (flag catalogs apply), another engine's prefixed with
-        its name (``vllm 0.32.0``), ``external`` when the server does not say."""
-        if not self.version:
-            return "external"
-        return self.version if self.engine == "sglang" else f"{self.engine or 'external'} {self.version}"
+    def identity(self) -> ServerIdentity:
+        """The server's engine family and release, typed (``engine_version`` is its ``label``)."""
+        return ServerIdentity(self.engine, self.version)
 
 
 def parse_models(obj: dict[str, Any]) -> tuple[ServedModel, ...]:
@@ -127,7 +130,7 @@ def discover(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) 
     for path in SERVER_INFO_PATHS:
         info = _get_json(base + path, api_key, timeout_s)
         if info is not None and info.get("version"):
-            version, engine = str(info["version"]), "sglang"
+            version, engine = str(info["version"]), SGLANG
             break
     if version is None:
         info = _get_json(base + VERSION_PATH, api_key, timeout_s)
@@ -151,13 +154,18 @@ class ExternalServer:
         self.ready_timeout_s = ready_timeout_s
         self.label = "external"
         self.last_answer = ""  # what the readiness paths last answered (status and error body), for messages
+        self.starting = ""  # the last /health 5xx answer (status and body) when that made the server not ready
 
     def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
         return self.port, []
 
     def ready(self, timeout_s: float = 5.0) -> str | None:
-        """The readiness path that answered 200, or None."""
+        """The readiness path that answered 200, or None. ``/health`` decides when the server has it: 200 is ready,
+        any 5xx (503 while the model loads) means still starting, so not ready, whatever ``/v1/models`` answers
+        (``self.starting`` then holds that answer); any other status is not ready either. ``/v1/models`` is asked only
+        when ``/health`` is absent (404, 405) or cannot be reached as a route (no HTTP answer)."""
         answers = []
+        self.starting = ""
         for path in READY_PATHS:
             try:
                 status, body = _get(self.base_url + path, self.api_key, timeout_s)
@@ -167,7 +175,12 @@ class ExternalServer:
             if status == 200:
                 return path
             text = body.decode("utf-8", "replace").strip()[:300]
-            answers.append(f"{path}: HTTP {status}" + (f" {text}" if text else ""))
+            answer = f"{path}: HTTP {status}" + (f" {text}" if text else "")
+            answers.append(answer)
+            if path == READY_PATHS[0] and status not in HEALTH_ABSENT:
+                if status >= 500:
+                    self.starting = answer
+                break
         self.last_answer = "; ".join(answers)
         return None
 
@@ -185,9 +198,12 @@ class ExternalServer:
             time.sleep(POLL_S)
             path = self.ready()
         if path is None:
-            return LaunchResult(status_of("external_unreachable"), "external_unreachable",
-                                f"{self.base_url} did not answer {' or '.join(READY_PATHS)} with 200 within "
-                                f"{self.ready_timeout_s:.0f} s (last answers: {self.last_answer})", self.port,
+            message = (f"{self.base_url} was still starting when the {self.ready_timeout_s:.0f} s wait ended: "
+                       f"{self.starting} (a 5xx from /health means not ready, whatever /v1/models answers)"
+                       if self.starting else
+                       f"{self.base_url} did not answer {' or '.join(READY_PATHS)} with 200 within "
+                       f"{self.ready_timeout_s:.0f} s (last answers: {self.last_answer})")
+            return LaunchResult(status_of("external_unreachable"), "external_unreachable", message, self.port,
                                 self.base_url)
         verdict = probe(self.base_url, request.api, request.model, key, lambda: "",
                         timeout_s=max(30.0, 600 / request.time_scale), enabled=request.probe_enabled)

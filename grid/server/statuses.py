@@ -101,16 +101,52 @@ _TORCH_OOM = Wording(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory",
                      "exception' (sgl-project/sglang#435: requests hang after a CUDA OOM in the scheduler)",
                      ignore_case=False)
 
+# The same failures in other vendors' words (AMD ROCm/HIP, Huawei Ascend NPU), declared once each and used by every
+# class whose log can show them (the startup and the runtime OOM classes share the allocators' wordings).
+_HIP_OOM = Wording(r"\bHIP out of memory\b",
+                   "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 3.31 GiB. GPU 0 has a total capacity "
+                   "of 128.00 GiB of which 780.24 MiB is free.",
+                   "PyTorch's caching allocator as built for ROCm (c10/cuda/CUDACachingAllocator.cpp 'CUDA out of "
+                   "memory. Tried to allocate ...', hipified: 'HIP out of memory', PYTORCH_HIP_ALLOC_CONF; "
+                   "kyuz0/amd-strix-halo-image-video-toolboxes#3, Comfy-Org/ComfyUI#9529)", ignore_case=False)
+_NPU_OOM = Wording(r"\bNPU out of memory\b",
+                   "torch.OutOfMemoryError: NPU out of memory. Tried to allocate 72.00 MiB (NPU 0; 61.27 GiB total "
+                   "capacity; 56.05 GiB already allocated; 56.05 GiB current active; 5.04 MiB free; 58.39 GiB reserved "
+                   "in total by PyTorch).",
+                   "torch_npu's caching allocator (Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp 'NPU "
+                   "out of memory. Tried to allocate ...'); SGLang on Ascend under load: sgl-project/sglang#29838, "
+                   "#9646", ignore_case=False)
+_HIP_ERROR = Wording(r"HIP error: |\bhipErrorIllegalAddress\b",
+                     "torch.AcceleratorError: HIP error: an illegal memory access was encountered",
+                     "PyTorch's C10_CUDA_CHECK as built for ROCm ('HIP error: ' and hipGetErrorString's text, ROCm/clr "
+                     "hipamd/src/hip_error.cpp: hipErrorIllegalAddress -> 'an illegal memory access was "
+                     "encountered'); ROCm/legacy-rocm-build#5245, #5742, #6003", ignore_case=False)
+_HSA_FAULT = Wording(r"HSA_STATUS_ERROR_(?:MEMORY_APERTURE_VIOLATION|MEMORY_FAULT|EXCEPTION)\b",
+                     ":0:rocdevice.cpp :2672: 0696142325 us: 5999 : [tid:0x7f676e4c7640] Device::callbackQueue aborting "
+                     "with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory "
+                     "beyond the largest legal address. code: 0x29",
+                     "ROCm's HIP runtime aborts on a GPU queue error (ROCm/clr rocclr/device/rocm/rocdevice.cpp "
+                     "callbackQueue: 'aborting with error : %s code: 0x%x', the HSA status string); "
+                     "ROCm/legacy-rocm-build#2153 (APERTURE_VIOLATION), #5025 (HSA_STATUS_ERROR_EXCEPTION 'An HSAIL "
+                     "operation resulted in a hardware exception. code: 0x1016' during LLM generation)",
+                     ignore_case=False)
+_GPU_PAGE_FAULT = Wording(r"Memory access fault by GPU node-\d+",
+                          "Memory access fault by GPU node-2 (Agent handle: 0x56468ab3bb50) on address 0x7fe55fb03000. "
+                          "Reason: Page not present or supervisor privilege.",
+                          "ROCm's ROCR runtime GPU memory-fault handler (ROCR-Runtime core/runtime/runtime.cpp 'Memory "
+                          "access fault by GPU node-%u (Agent handle: %p) on address %p%s. Reason: %s.'); "
+                          "sgl-project/sglang#10195 (SGLang with EP on MI300), ROCm/pytorch#797", ignore_case=False)
+
 #: Every trial error class, in the order of ``TrialErrorClass`` (tests/storage/test_vocabulary_types.py checks it).
 FAILURE_CLASSES: tuple[FailureClass, ...] = (
     FailureClass("refused", "invalid", "before_launch", "the installed SGLang would refuse this configuration (flag, "
                  "choice or combination); nothing launched"),
     FailureClass("startup_exit", "failed", "startup", "the server exited before it was ready",
                  known_effects=("startup_crash", "startup_oom")),
-    FailureClass("startup_oom", "failed", "startup", "the server exited before ready with a CUDA out of memory in "
-                 "its log: what was allocated at start (weights, KV pool, CUDA graphs) did not fit; lower "
-                 "mem_fraction_static or cuda_graph_max_bs, or use more GPUs",
-                 (_TORCH_OOM,
+    FailureClass("startup_oom", "failed", "startup", "the server exited before ready with a CUDA out of memory (or "
+                 "ROCm's HIP, Ascend's NPU out of memory) in its log: what was allocated at start (weights, KV pool, "
+                 "CUDA graphs) did not fit; lower mem_fraction_static or cuda_graph_max_bs, or use more GPUs",
+                 (_TORCH_OOM, _HIP_OOM, _NPU_OOM,
                   Wording(r"out of memory|OutOfMemoryError", "RuntimeError: CUDA error: out of memory",
                           "the CUDA runtime's cudaErrorMemoryAllocation text, as torch raises it"),
                   Wording(r"Capture cuda graph failed", "Exception: Capture cuda graph failed: CUDA out of memory.",
@@ -157,8 +193,9 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
     FailureClass("server_broken", "failed", "load", "the process lives but requests of a load point failed fast "
                  "(reset, HTTP 5xx or 429, an error in the stream) and so did the check request after it"),
     FailureClass("runtime_oom", "failed", "load", "the server broke under load (exit, hang or failed check) and its "
-                 "log shows a CUDA out of memory (or SGLang's 'Decode/Prefill out of memory')",
-                 (_TORCH_OOM,
+                 "log shows a CUDA out of memory (ROCm's HIP, Ascend's NPU out of memory; or SGLang's "
+                 "'Decode/Prefill out of memory')",
+                 (_TORCH_OOM, _HIP_OOM, _NPU_OOM,
                   Wording(r"\b(?:Decode|Prefill) out of memory\b",
                           "RuntimeError: Decode out of memory. Try to lower your batch size.",
                           "SGLang's KV-cache allocator (sgl-project/sglang#4602)", ignore_case=False))),
@@ -170,17 +207,21 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                           "version 2.21.5",
                           "torch.distributed: 'torch.distributed.DistBackendError: NCCL error in: "
                           ".../NCCLUtils.hpp' and 'ncclUnhandledCudaError: Call to CUDA function failed.' "
-                          "(NVIDIA/nccl#1410, vllm-project/vllm#7896)", ignore_case=False),
+                          "(NVIDIA/nccl#1410, vllm-project/vllm#7896); on ROCm, RCCL keeps NCCL's API and torch "
+                          "writes the same lines (ROCm/rccl#1728 on MI300X, 'NCCL error in: .../NCCLUtils.hpp:317, "
+                          "internal error')", ignore_case=False),
                   Wording(r"Watchdog caught collective operation timeout",
                           "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
                           "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
                           "ProcessGroupNCCL (sgl-project/sglang#3784)", ignore_case=False))),
     FailureClass("cuda_error", "failed", "load", "as runtime_oom, with a CUDA error (illegal memory access, "
-                 "device-side assert) in the log",
+                 "device-side assert) in the log, or the same in ROCm's words (HIP error, HSA hardware exception, GPU "
+                 "memory access fault)",
                  (Wording(r"CUDA error: |device-side assert triggered",
                           "RuntimeError: CUDA error: an illegal memory access was encountered",
                           "PyTorch's C10_CUDA_CHECK (sgl-project/sglang#4188: 'CUDA error: an illegal instruction was "
-                          "encountered' under load)", ignore_case=False),)),
+                          "encountered' under load)", ignore_case=False),
+                  _HIP_ERROR, _HSA_FAULT, _GPU_PAGE_FAULT)),
     FailureClass("all_points_failed", "failed", "load", "every load point failed on a server that still answered "
                  "(else the point's request class, e.g. stall_timeout when the timeout is shorter than the TTFT)"),
     FailureClass("context_exceeded", "invalid", "load", "every load point failed because the server refused its "
@@ -189,8 +230,9 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                  "the workload does not fit, so the configuration was not measured; lower load.input_len or "
                  "load.output_len, or serve a longer context (server.context_length). grid refuses such a workload "
                  "before launch where it knows the limit (refused)"),
-    FailureClass("external_unreachable", "failed", "startup", "an external server (engine=openai) did not answer "
-                 "its readiness paths within `engine.startup_timeout_s`"),
+    FailureClass("external_unreachable", "skipped", "startup", "an external server (engine=openai) did not answer "
+                 "its readiness paths within `engine.startup_timeout_s`, or its /health still answered 5xx (starting): "
+                 "grid did not start that server, so nothing is charged to the configuration (it runs again)"),
     FailureClass("env_dirty", "skipped", "before_launch", "the node was not clean (a process of the last server "
                  "left, its port held, GPU memory not freed); nothing launched"),
     FailureClass("port_in_use", "skipped", "startup", "every port tried was taken at launch",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,7 +17,8 @@ from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.loadgen.client import ENDPOINTS
 from grid.loadgen.dataset import PromptForm, tokenizer_prompts, vocab_ids
-from grid.server.external import ServerFacts, ServedModel, discover, parse_models
+from grid.server.external import ExternalServer, ServerFacts, ServedModel, discover, parse_models
+from grid.server.handle import LaunchRequest
 from grid.server.metrics_scrape import parse_metrics
 from grid.server.probe import probe
 
@@ -86,12 +89,71 @@ def fake_vllm():
     server.server_close()
 
 
+@pytest.fixture
+def loading_server():
+    """Start a FakeVLLM whose /health answers ``health(seconds since start)`` -> (status, body); yields its URL."""
+    servers = []
+
+    def start(health: Callable[[float], tuple[int, object]]) -> str:
+        t0 = time.monotonic()
+
+        class Loading(FakeVLLM):
+            def do_GET(self):
+                if self.path == "/health":
+                    self._send(*health(time.monotonic() - t0))
+                else:
+                    super().do_GET()
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Loading)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+STARTING = {"status": "starting", "detail": "model still loading"}
+WAIT_REQUEST = LaunchRequest([], {}, 0, "", 1.0, 10.0, "completions", "tiny", probe_enabled=False)
+
+
+def test_health_503_waits_even_while_v1_models_answers(loading_server):
+    """/health 503 for the first second, /v1/models 200 throughout: ready only once /health turns 200."""
+    window_s = 1.0
+    url = loading_server(lambda t: (503, STARTING) if t < window_s else (200, ""))
+    t0 = time.monotonic()
+    result = ExternalServer(url, ready_timeout_s=10.0).launch(WAIT_REQUEST)
+    elapsed = time.monotonic() - t0
+    assert result.status == "ok" and result.error_class is None, result
+    assert result.phases == ["ready: /health"]
+    assert elapsed >= window_s
+
+
+def test_health_503_to_the_end_is_not_ready_and_quotes_the_body(loading_server):
+    url = loading_server(lambda t: (503, STARTING))
+    server = ExternalServer(url, ready_timeout_s=1.0)
+    result = server.launch(WAIT_REQUEST)
+    assert result.status == "skipped" and result.error_class == "external_unreachable"
+    assert "still starting" in result.message and "/health: HTTP 503" in result.message
+    assert '"status": "starting"' in result.message and "model still loading" in result.message
+    assert server.ready() is None and server.alive() is False  # /v1/models' 200 does not count
+
+
+def test_no_health_route_is_ready_on_v1_models(loading_server):
+    url = loading_server(lambda t: (404, {"detail": "Not Found"}))
+    result = ExternalServer(url, ready_timeout_s=5.0).launch(WAIT_REQUEST)
+    assert result.status == "ok" and result.phases == ["ready: /v1/models"]
+    assert ExternalServer(loading_server(lambda t: (405, ""))).ready() == "/v1/models"
+
+
 def test_discover_reads_the_served_model_and_vllm_version(fake_vllm):
     facts = discover(fake_vllm)
     assert facts == ServerFacts((ServedModel("tiny", "/models/tiny", 2048, "vllm"),), "vllm", "0.32.0", "")
-    assert facts.version_label == "vllm 0.32.0"
-    assert ServerFacts(version="0.5.23", engine="sglang").version_label == "0.5.23"
-    assert ServerFacts().version_label == "external"
+    assert facts.identity.label == "vllm 0.32.0"
+    assert ServerFacts(version="0.5.23", engine="sglang").identity.label == "0.5.23"
+    assert ServerFacts().identity.label == "external"
     with pytest.raises(ValueError, match="no 'data' list"):
         parse_models({"object": "list"})
 

@@ -30,8 +30,8 @@ def test_trial_classes_map_every_class_to_the_status_its_meaning_names():
     for col, value, meaning in VOCABULARY:
         if col == "load_points.trial_error_class":
             assert meaning.startswith(f"{TRIAL_CLASSES[value].status}:"), value
-    assert [c for c, k in TRIAL_CLASSES.items() if not k.charged] == ["env_dirty", "port_in_use", "actor_lost",
-                                                                      "node_lost"]
+    assert [c for c, k in TRIAL_CLASSES.items() if not k.charged] == [
+        "external_unreachable", "env_dirty", "port_in_use", "actor_lost", "node_lost"]
     assert [c for c, k in TRIAL_CLASSES.items() if k.phase == "startup"] == [
         "startup_exit", "startup_oom", "startup_kv_pool", "startup_timeout", "external_unreachable", "port_in_use"]
     assert status_of("stall_timeout") == "failed" and status_of(None) == "failed"

@@ -28,11 +28,45 @@ pytestmark = pytest.mark.faults
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda_error"),
     ("[2026-01-01 10:00:00 TP0] Detected errors during sampling! NaN in the logits.", "nan_output"),
     ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "nan_output"),
+    # the same failures in other vendors' words (grid/server/statuses.py names each source)
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 432.00 MiB. GPU 0 has a total capacity of 15.92 "
+     "GiB of which 7.12 GiB is free.", "runtime_oom"),
+    ("HIP out of memory. Tried to allocate 20.00 MiB", "runtime_oom"),
+    ("RuntimeError: NPU out of memory. Tried to allocate 22.00 MiB (NPU 0; 60.97 GiB total capacity; 10.24 GiB "
+     "already allocated; 10.24 GiB current active; 19.52 MiB free; 10.65 GiB reserved in total by PyTorch)",
+     "runtime_oom"),
+    ("[rank2]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+     "internal error - please report this issue to the NCCL developers, NCCL version 2.20.5", "nccl_error"),
+    ("RuntimeError: HIP error: an illegal memory access was encountered", "cuda_error"),
+    ("torch.AcceleratorError: HIP error: an illegal memory access was encountered", "cuda_error"),
+    ("HIP error: an illegal memory access was encountered, hipErrorIllegalAddress", "cuda_error"),
+    ("Search for `hipErrorIllegalAddress' in https://rocm.docs.amd.com/projects/HIP/en/latest/index.html",
+     "cuda_error"),
+    (":0:rocdevice.cpp            :2984: 159730272363 us: [pid:403868 tid:0x7f37b81ff640] Callback: Queue "
+     "0x7ef728200000 aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access "
+     "memory beyond the largest legal address. code: 0x29", "cuda_error"),
+    (":0:rocdevice.cpp:2993: 89216349659 us: Callback: Queue 0x76f0b0600000 aborting with error : "
+     "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016", "cuda_error"),
+    ("Memory access fault by GPU node-1 (Agent handle: 0x1f829860) on address 0x7a8a4be00000. Reason: Page not "
+     "present or supervisor privilege.", "cuda_error"),
 ])
 def test_runtime_error_classes(line, cls):
     text = f"[2026-01-01 10:00:00 TP0] Decode batch, #running-req: 8, #token: 900\n{line}\n"
     assert runtime_error(text) == (cls, runtime_error(line)[1])
     assert runtime_error(text)[0] == cls
+
+
+def test_other_vendors_words_are_not_claimed_by_their_lookalikes():
+    """An HSA status that is not a hardware fault, a HIP/NPU line that is not an error, and the NPU words at start."""
+    from grid.server.statuses import STARTUP_LOG_CLASSES, log_class
+
+    assert runtime_error("Callback: Queue 0x7f aborting with error : HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime "
+                         "failed to allocate the necessary resources.") is None
+    assert runtime_error("HIP version  : 6.2.41134-\nRCCL version : 2.21.5-main:a29a210+\n") is None
+    assert runtime_error("[2026-01-01 10:00:00] Using NPU memory fraction 0.9, HIP_VISIBLE_DEVICES=0") is None
+    for oom in ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 3.31 GiB.",
+                "RuntimeError: NPU out of memory. Tried to allocate 260.00 MiB (NPU 0; 28.50 GiB total capacity)"):
+        assert log_class(oom, STARTUP_LOG_CLASSES) == "startup_oom"
 
 
 def test_runtime_error_earliest_line_wins_and_ignores_ordinary_lines():
