@@ -8,7 +8,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 from tests.timing import slack
+from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -78,7 +78,7 @@ def test_own_loopback_cluster_despite_held_port_and_other_clusters(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="gr", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     Path(ray_tmp, "ray_current_cluster").write_text("127.0.0.1:9")  # a `ray start` cluster, "the latest one"
     env = {**os.environ, "COLUMNS": "200", "RAY_ADDRESS": "127.0.0.1:9", "RAY_TMPDIR": ray_tmp}
-    cmd = [sys.executable, "-m", "grid.run", *ARGS, f"ray.dashboard_port={held}", f"hydra.run.dir={tmp_path}"]
+    cmd = grid_argv(*ARGS, f"ray.dashboard_port={held}", run_dir=tmp_path)
     driver = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: dict[tuple[str, int], str] = {}
     nice: dict[str, int] = {}

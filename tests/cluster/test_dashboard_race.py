@@ -15,6 +15,7 @@ import pytest
 
 from .test_cluster_network import ARGS
 from tests.timing import slack
+from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -76,9 +77,8 @@ def test_two_runs_started_in_the_same_second_both_complete(tmp_path):
         ray_tmp = tempfile.mkdtemp(prefix="gr", dir="/tmp")
         env = {**os.environ, "COLUMNS": "200", "RAY_TMPDIR": ray_tmp}
         env.pop("RAY_ADDRESS", None)
-        cmd = [sys.executable, "-m", "grid.run", *[a for a in ARGS if not a.startswith("ray.num_cpus")], "ray.num_cpus=1",
-               f"ray.dashboard_port={port}",
-               f"hydra.run.dir={tmp_path / name}"]
+        cmd = grid_argv(*[a for a in ARGS if not a.startswith("ray.num_cpus")], "ray.num_cpus=1",
+                        f"ray.dashboard_port={port}", run_dir=tmp_path / name)
         runs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True))
     outs = [r.communicate(timeout=600 * slack())[0] for r in runs]

@@ -21,6 +21,7 @@ from tests.cluster.multinode_cluster import LocalCluster
 from tests.cluster.test_cluster_network import niceness
 from tests.sweep.test_resume import wait_for
 from tests.timing import COUNT_HOST_NOISE, slack
+from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -41,8 +42,7 @@ SWEEP = ["+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
 
 
 def grid_run(cluster, run_dir, *args, popen=False):
-    cmd = [sys.executable, "-m", "grid.run", *SWEEP, f"ray.address={cluster.address}", *args,
-           f"hydra.run.dir={run_dir}"]
+    cmd = grid_argv(*SWEEP, f"ray.address={cluster.address}", *args, run_dir=run_dir)
     env = {**cluster.env, "COLUMNS": "200"}
     if popen:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -34,7 +34,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -46,6 +45,8 @@ from grid.releases.flags import parse_version
 from grid.search.calibration import counts
 from grid.storage.parquet import read_table
 from tests.timing import COUNT_HOST_NOISE, slack
+from tests.grid_cli import grid_argv
+from tests.real_servers import unavailable
 
 pytestmark = pytest.mark.real_sglang
 
@@ -58,11 +59,11 @@ def _setup() -> tuple[str, str, str]:
     python, model = os.environ.get("GRID_SGLANG_PYTHON"), os.environ.get("GRID_SGLANG_MODEL")
     lib = os.environ.get("GRID_SGLANG_LD_LIBRARY_PATH", "")
     if not python or not model:
-        pytest.skip("GRID_SGLANG_PYTHON / GRID_SGLANG_MODEL are not set: run experiments/real_server/"
+        unavailable("GRID_SGLANG_PYTHON / GRID_SGLANG_MODEL are not set: run experiments/real_server/"
                     "setup_sglang_cpu.sh and export the three lines it prints, then python -m pytest -m real_sglang")
     for name, path in (("GRID_SGLANG_PYTHON", python), ("GRID_SGLANG_MODEL", model)):
         if not Path(path).exists():
-            pytest.skip(f"{name}={path} does not exist")
+            unavailable(f"{name}={path} does not exist")
     return python, model, lib
 
 
@@ -84,10 +85,9 @@ def sglang_processes() -> list[str]:
 
 def _command(run_dir: Path, python: str, model: str, lib: str, *extra: str) -> list[str]:
     env_override = f"+engine.env={{LD_LIBRARY_PATH:{lib}}}" if lib else "engine.env={}"
-    return [sys.executable, "-m", "grid.run", "+sweep=cpu_serving", "engine=sglang", "hardware=cpu_host",
-            "model=tiny_llama", f"model.path={model}", f"engine.python={python}", "probe.enabled=false",
-            "search=exhaustive", env_override, f"hydra.run.dir={run_dir}",
-            COUNT_HOST_NOISE, *extra]
+    return grid_argv("+sweep=cpu_serving", "engine=sglang", "hardware=cpu_host", "model=tiny_llama",
+                     f"model.path={model}", f"engine.python={python}", "probe.enabled=false", "search=exhaustive",
+                     env_override, COUNT_HOST_NOISE, *extra, run_dir=run_dir)
 
 
 def _env() -> dict[str, str]:

@@ -10,15 +10,14 @@ start on a CPU, as rule ``cpu_hierarchical_cache`` says. The twin answers the sa
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
 from grid.releases.checks import RULES
 from grid.storage.parquet import read_table
-from tests.engines.test_sglang_cpu import ROOT, _env, _setup, sglang_processes
-from tests.timing import COUNT_HOST_NOISE, slack
+from tests.engines.test_sglang_cpu import _env, _setup, sglang_processes
+from tests.timing import COUNT_HOST_NOISE
+from tests.grid_cli import run_grid
 
 pytestmark = pytest.mark.real_sglang
 
@@ -28,12 +27,9 @@ def sessions(tmp_path_factory):
     python, model, lib = _setup()
     run_dir = tmp_path_factory.mktemp("sglang_sessions") / "run"
     env_override = f"+engine.env={{LD_LIBRARY_PATH:{lib}}}" if lib else "engine.env={}"
-    out = subprocess.run([sys.executable, "-m", "grid.run", "+sweep=cpu_prefix_cache", "engine=sglang",
-                          "hardware=cpu_host", "model=tiny_llama", f"model.path={model}", f"engine.python={python}",
-                          "probe.enabled=false", "ray.dashboard=false", env_override, f"hydra.run.dir={run_dir}",
-                          COUNT_HOST_NOISE],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1800 * slack())
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    out = run_grid("+sweep=cpu_prefix_cache", "engine=sglang", "hardware=cpu_host", "model=tiny_llama",
+                   f"model.path={model}", f"engine.python={python}", "probe.enabled=false", "ray.dashboard=false",
+                   env_override, COUNT_HOST_NOISE, run_dir=run_dir, env=_env(), timeout_s=1800)
     assert not sglang_processes()
     lp = read_table(run_dir, "load_points").to_pandas()
     rq = read_table(run_dir, "requests").to_pandas()

@@ -17,10 +17,17 @@ from grid.storage.parquet import read_table
 from grid.sweep.space import expand
 from grid.twin.calibrate import Calibration, Coefficients, Outlier, calibrated, fit
 from tests.config.test_configs import spec_for
-from tests.timing import slack
 
 SWEEP = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=cal", "+sweep.grid.max_running_requests=[64,8]",
          "load.concurrency=[1,16]", "load.input_len=256", "load.output_len=64", "load.min_prompts=16"]
+
+
+#: Load points of the integration sweep (2 configurations x 2 levels, SWEEP) that must enter its calibration: all
+#: four but one. With any one left out as host noise each configuration still has a point that counts, so every check
+#: of the two-configuration pipeline (two recalibrations, two forecasts with measured scores) still holds, and the test
+#: also checks that the left-out point entered no calibration; two left out could leave a configuration unmeasured,
+#: and the test fails instead of checking less.
+MIN_CALIBRATED_POINTS = 3
 
 
 @pytest.fixture
@@ -113,39 +120,34 @@ def test_the_calibration_file_round_trips_and_refuses_another_setup(sweep, tmp_p
 def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tmp_path):
     """Through Ray Tune on the twin: calibration.json after each measured configuration, the console line, and a
     second sweep starting from it; a calibration of other hardware is refused before anything launches."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.grid_cli import run_grid
 
-    root = Path(__file__).resolve().parents[2]
-
-    def grid_run(args, run_dir):
-        return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=root,
-                              capture_output=True, text=True, timeout=600 * slack())
+    def grid_run(args, run_dir, expect=0):
+        return run_grid(*args, run_dir=run_dir, expect=expect)
 
     first = grid_run([*SWEEP, "search=exhaustive", "search.early_stop=false", "ray.dashboard=false",
                       "engine.time_scale=5"], tmp_path / "a")
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     rows = read_table(tmp_path / "a", "load_points").to_pylist()
-    noisy = {r["config_hash"] for r in rows if r["status"] == "ok" and host_noise(r)}
-    if noisy:
-        # a host loaded to several runnable threads per core (issue 26 item 8): host noise enters no calibration
-        # (issue 23 item 4), and a configuration whose every point was host noise is named on the console
-        path = tmp_path / "a" / CALIBRATION_FILE
-        sources = json.loads(path.read_text())["sources"] if path.exists() else []
-        assert not [s for s in sources for h in noisy if f"({h})" in s]
-        whole = {h for h in noisy if all(host_noise(r) for r in rows if r["config_hash"] == h and r["status"] == "ok")}
-        assert " ".join(first.stdout.split()).count("the twin was not recalibrated on max_running_requests=") == \
-            len(whole)
-        pytest.skip(f"{len(noisy)} of 2 configurations measured host noise on this host: checked that none of it "
-                    "entered the calibration")
-    saved = json.loads((tmp_path / "a" / CALIBRATION_FILE).read_text())
-    assert len(saved["sources"]) == 4 and saved["key"]["hardware"] == "h100_x1"  # 2 configurations x 2 levels
+    # the load points the calibration may use (grid/search/calibration.py counts): a host-noise point may be left
+    # out, and then must be absent from the calibration, but at least MIN_CALIBRATED_POINTS must enter it
+    counted = [r for r in rows if counts(r)]
+    noisy = [r for r in rows if r["status"] == "ok" and host_noise(r)]
+    assert len(counted) >= MIN_CALIBRATED_POINTS, (
+        f"{len(counted)} of 4 load points counted ({len(noisy)} host noise); the test checks at least "
+        f"{MIN_CALIBRATED_POINTS}")
+    n = len(counted)
+    path = tmp_path / "a" / CALIBRATION_FILE
+    saved = json.loads(path.read_text())
+    assert not [s for s in saved["sources"] for r in noisy
+                if s.endswith(f"({r['config_hash']}) concurrency {r['point_value']:g}")]
+    assert len(saved["sources"]) == n and saved["key"]["hardware"] == "h100_x1"  # one per counted point
     # the twin measured against its own forecast: what the calibration learns is the load generator's delivery time
     # on the twin's fast clock, which TTFT shows most
     assert saved["error_after"]["ttft_ms"] < saved["error_before"]["ttft_ms"]
     printed = " ".join(first.stdout.split())
-    assert printed.count("Twin calibrated on ") == 2 and "Twin calibrated on 4 load points: decode" in printed
+    # with at most one point left out each configuration has one that counts: both recalibrate the twin
+    assert "the twin was not recalibrated on" not in printed
+    assert printed.count("Twin calibrated on ") == 2 and f"Twin calibrated on {n} load points: decode" in printed
     # each configuration's forecast with its interval, in search.json and the report
     searched = json.loads((tmp_path / "a" / "search.json").read_text())
     assert searched["calibrated"] is True and searched["objective"] == "max_output_throughput"
@@ -156,10 +158,8 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
     assert "## The twin's forecasts (95% interval)" in report and "Twin: the twin calibrated on this sweep's" in report
     assert "<table id='forecasts'>" in (tmp_path / "a" / "report.html").read_text()
     again = grid_run([*SWEEP, "dry_run=true", f"twin.calibration={tmp_path / 'a'}"], tmp_path / "b")
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert f"Forecasts from the twin calibrated on twin.calibration={tmp_path / 'a'}. Twin calibrated on 4 load " \
+    assert f"Forecasts from the twin calibrated on twin.calibration={tmp_path / 'a'}. Twin calibrated on {n} load " \
            "points" in " ".join(again.stdout.split())
     other = grid_run([*SWEEP, "hardware=a100_x1", "dry_run=true", f"twin.calibration={tmp_path / 'a'}"],
-                     tmp_path / "c")
-    assert other.returncode == 2
+                     tmp_path / "c", expect=2)
     assert "was fitted on other hardware 'h100_x1' (this sweep: 'a100_x1')" in " ".join((other.stdout + other.stderr).split())

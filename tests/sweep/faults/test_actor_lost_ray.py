@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.timing import COUNT_HOST_NOISE, slack
+from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -39,7 +40,7 @@ def test_killed_server_actor_is_replaced_and_the_configuration_rerun(tmp_path):
     # no token auth: ~/.ray/auth_token is shared by every local cluster of the user, and a cluster started meanwhile
     # by someone else rewrites it, so the second driver below could not prove it belongs to this one
     env = {**os.environ, "COLUMNS": "200", "RAY_TMPDIR": ray_tmp, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "grid.run", *ARGS, f"hydra.run.dir={tmp_path}"]
+    cmd = grid_argv(*ARGS, run_dir=tmp_path)
     driver = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, gcs, killed = [], None, None
     try:

@@ -1,10 +1,6 @@
 """Bad input is refused before anything launches; odd values pass through to the server exactly; secrets are
 redacted; a damaged Parquet file is set aside on resume."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 
@@ -14,28 +10,25 @@ from grid.storage.schema import load_point_row
 from grid.sweep.space import expand
 
 from tests.sweep.faults.faultkit import make_spec
-from tests.timing import slack
+from tests.grid_cli import run_grid
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.faults
 
 
-def grid_run(*args, run_dir):
-    return subprocess.run([sys.executable, "-m", "grid.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120 * slack())
+def grid_run(*args, run_dir, expect=0):
+    return run_grid(*args, run_dir=run_dir, expect=expect, timeout_s=120)
 
 
 def test_empty_search_space_exits_2_before_launch(tmp_path):
-    out = grid_run("+sweep=mem_fraction", "~sweep.grid", run_dir=tmp_path)
-    assert out.returncode == 2
+    out = grid_run("+sweep=mem_fraction", "~sweep.grid", run_dir=tmp_path, expect=2)
     assert "sweep.mem_fraction: empty search space (set sweep.grid or sweep.configs)" in out.stdout
     assert not (tmp_path / "parquet").exists() and not (tmp_path / "logs").exists()
 
 
 def test_comma_without_quotes_is_not_a_sweep(tmp_path):
-    out = grid_run("+sweep=mem_fraction", "engine.api_key=a,b", "dry_run=true", run_dir=tmp_path)
+    out = grid_run("+sweep=mem_fraction", "engine.api_key=a,b", "dry_run=true", run_dir=tmp_path, expect=2)
     # refused before anything runs (exit 2), on stdout as every refusal of grid.run
-    assert out.returncode == 2 and "Configuration error: Ambiguous value for argument 'engine.api_key=a,b'" in out.stdout
+    assert "Configuration error: Ambiguous value for argument 'engine.api_key=a,b'" in out.stdout
 
 
 def test_commas_equals_and_json_pass_through_exactly(tmp_path):
