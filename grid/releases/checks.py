@@ -537,6 +537,11 @@ RULES: list[Rule] = [
     # speculative decoding on a CPU: every algorithm turns on the KV-cache copy, whose warm-up calls a CPU op the
     # sgl-kernel CPU path does not register (srt/mem_cache/memory_pool.py _init_kv_copy_and_warmup ->
     # kernels/ops/kvcache/cache_move.py; measured at start with NGRAM on SGLang 0.5.23, the CPU-capable algorithm).
+    # NGRAM, the algorithm SGLang first allowed on a CPU, is refused by the argument checks of 0.5.9-0.5.15 on any
+    # device but CUDA (0.5.16 allows the CPU); measured at launch on 0.5.9, the launcher exits 1.
+    Rule("cpu_ngram", "0.5.9", "0.5.15", "Ngram speculative decoding only supports CUDA device.",
+         lambda s, m: () if s.get("speculative_algorithm") == "NGRAM" else None,
+         "_handle_speculative_decoding", hardware=CPU, reads=("speculative_algorithm",)),
     Rule("cpu_speculative", "0.5.23", None,
          "AttributeError: '_OpNamespace' 'sgl_kernel' object has no attribute 'copy_all_layer_kv_cache_cpu'",
          lambda s, m: () if s.get("speculative_algorithm") else None,
@@ -546,6 +551,13 @@ RULES: list[Rule] = [
     # the hierarchical cache on a CPU: its host pool is pinned with cudaHostRegister (srt/mem_cache/pool_host/
     # common.py _cuda_host_register, from base.py _allocate_host_buffer), which initialises CUDA; on a CPU host torch
     # then raises its driver error (measured at start on SGLang 0.5.23 with the CPU setup of experiments/real_server).
+    # 0.5.9 pins it too (srt/mem_cache/memory_pool_host.py alloc_with_host_register -> torch.cuda.cudart), where
+    # torch's lazy CUDA init finds no GPU (measured at start on 0.5.9); releases 0.5.10-0.5.22 were not measured
+    Rule("cpu_hierarchical_cache", "0.5.9", "0.5.9", "RuntimeError: No CUDA GPUs are available",
+         lambda s, m: () if s.get("enable_hierarchical_cache") else None,
+         "SGLang srt/mem_cache/memory_pool_host.py alloc_with_host_register (the host KV pool HiCache pins); "
+         "measured at start on a CPU host, SGLang 0.5.9 (docs/sources.md#cpu-host)", hardware=CPU,
+         stage="start", reads=("enable_hierarchical_cache",)),
     Rule("cpu_hierarchical_cache", "0.5.23", None,
          "RuntimeError: The NVIDIA driver on your system is too old",
          lambda s, m: () if s.get("enable_hierarchical_cache") else None,

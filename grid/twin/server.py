@@ -43,6 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
+from grid.releases.features import holds
 from grid.twin import cli, logs, textgen
 from grid.twin.api import BadRequest, TwinAPI, _AccessLogger
 from grid.twin.faults import Fault, NanOutput, RepeatToken, faults_from_failures, parse_faults
@@ -605,10 +606,11 @@ class Twin(TwinAPI):
         req.t_last = req.t_last or self.mnow()
         req.event.set()
         self.reqs.pop(req.rid, None)
-        # SGLang caches the prompt and every generated token but the last, whose KV was never computed
-        # (cache_finished_req inserts the request's fill ids; measured on 0.5.23: a 64-token prompt answered with 32
-        # tokens is found as 95 cached tokens of the next turn)
-        output = None if reason == "abort" else textgen._PIECE_RE.findall(req.comp.text(0, req.n_out))[:-1]
+        # SGLang caches the prompt and every generated token but the last, whose KV was never computed; 0.5.9 the
+        # last one too (grid.releases.features "caches_last_output_token", measured on both)
+        pieces = textgen._PIECE_RE.findall(req.comp.text(0, req.n_out))
+        output = None if reason == "abort" else (pieces if holds("caches_last_output_token", self.ver)
+                                                 else pieces[:-1])
         self.cache.release(req.pieces, req.held, output, self.sched.uncached_tokens())
         if not req.internal and self.ready and reason != "abort":
             self.served += 1

@@ -44,6 +44,20 @@ def test_the_cpu_sweep_plans_four_to_run_and_three_known_failures(tmp_path):
     assert sum(1 for k in by_label.values() if not k.known_to_fail and not k.refused) == 4
 
 
+def test_on_0_5_9_the_cpu_sweep_refuses_ngram_before_launch(tmp_path):
+    # SGLang 0.5.9-0.5.15 refuse NGRAM on any device but CUDA in their argument checks (the launcher exits 1 with
+    # "ValueError: Ngram speculative decoding only supports CUDA device.", measured on 0.5.9): nothing to launch
+    spec = _spec(tmp_path)
+    known = assess(spec, SGLangEngine(spec.model_copy(update={"engine": spec.engine.model_copy(
+        update={"version": "0.5.9"})})), expand(spec), "0.5.9")
+    by_label = {p.label: known[p.config_hash] for p in expand(spec)}
+    (ngram,) = [k for label, k in by_label.items() if "speculative_algorithm=NGRAM" in label]
+    assert ngram.refused == ("SGLang 0.5.9 would refuse this configuration: Ngram speculative decoding only "
+                             "supports CUDA device.")
+    assert sorted(k.failures[0][0] for k in by_label.values() if k.known_to_fail) == ["cpu_fa3", "cpu_torch_compile"]
+    assert sum(1 for k in by_label.values() if not k.known_to_fail and not k.refused) == 4
+
+
 def test_on_a_cpu_host_the_twin_adds_up_op_time_and_dispatch_and_forecasts_only_once_calibrated(tmp_path):
     from grid.search.predict import forecast, level_forecasts
     from grid.twin import perf as pm
