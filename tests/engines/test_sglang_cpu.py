@@ -207,6 +207,8 @@ def test_the_report_command_is_the_one_launched(sweep):
     report = (run_dir / "report.md").read_text()
     assert expected in report, f"{expected}\nnot in the report:\n{report[:3000]}"
     assert "SGLANG_USE_CPU_ENGINE=1" in expected and "--device cpu" in expected
+    html = (run_dir / "report.html").read_text()  # the page too, naming the release it measured
+    assert summary["best_label"] in html and f"SGLang release {sweep['version']}" in html
 
 
 def test_the_twin_calibrates_itself_on_the_real_server(sweep):
