@@ -89,8 +89,8 @@ class EngineSpec(_Spec):
         "real", description="twin only: 'real': the modelled clock is the wall clock x time_scale; 'virtual': once "
                             "ready, the twin's clock moves only with its scheduler and every request and event carries "
                             "its modelled time, so a load point's metrics depend on the configuration, load and seed, "
-                            "not on the host (grid/loadgen/vclock.py; streamed closed-loop points with "
-                            "load.closed_loop_start=together only, for now)")
+                            "not on the host (grid/loadgen/vclock.py; closed-loop points without sessions only, "
+                            "for now)")
     python: str = Field("python", description="sglang only: interpreter that has sglang installed")
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0: pick a free port per launch")
@@ -452,11 +452,10 @@ class RunSpec(_Spec):
         load = self.load
         why = ("load.request_rate (open loop)" if load.request_rate else
                "load.trace_speed (open loop)" if load.trace_points else
-               f"load.dataset={load.dataset} (sessions)" if DATASETS[load.dataset].sessions else
-               "load.closed_loop_start=staggered (steady state)" if load.closed_loop_start != "together" else None)
+               f"load.dataset={load.dataset} (sessions)" if DATASETS[load.dataset].sessions else None)
         if why:
-            raise ValueError(f"engine.clock=virtual runs closed-loop points started together only, not {why}: set "
-                             "load.closed_loop_start=together and load.concurrency only, or engine.clock=real")
+            raise ValueError(f"engine.clock=virtual runs closed-loop points only, not {why}: set load.concurrency "
+                             "only, or engine.clock=real")
         return self
 
 

@@ -408,9 +408,9 @@ async def run_load_point(
     virtual = target.clock == "virtual"
     if target.clock not in vclock.CLOCKS:
         raise ValueError(f"Target.clock must be one of {vclock.CLOCKS}, got {target.clock!r}")
-    if virtual and (not closed or point.steady or not target.stream or any(p.session is not None for p in prompts)):
-        raise ValueError("the virtual clock runs streamed closed-loop points without sessions or steady state only "
-                         f"(got kind={point.kind!r}, steady={point.steady}, stream={target.stream})")
+    if virtual and (not closed or not target.stream or any(p.session is not None for p in prompts)):
+        raise ValueError("the virtual clock runs streamed closed-loop points without sessions only "
+                         f"(got kind={point.kind!r}, stream={target.stream})")
     workers = int(point.value) if closed else 0
     if point.kind == "trace":
         assert point.offsets_s is not None  # checked by LoadPoint
@@ -498,6 +498,43 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
     return out
+
+
+class _Streams:
+    """How the workers of a closed loop send: on the wall clock (every send is now), or as the streams of the twin's
+    virtual clock (grid/loadgen/vclock.py), each sending when its previous answer ended in modelled time."""
+
+    def __init__(self, sess: _Session) -> None:
+        self.sess = sess
+        self.vt: list[float] = []
+
+    async def open(self, k: int) -> None:
+        if self.sess.virtual and k:
+            vt0 = float((await self.sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
+            self.vt = [vt0] * k
+
+    def now_ns(self, s: int) -> int:
+        """Stream ``s``'s present: perf ns on the wall clock, modelled ns on the virtual one."""
+        return vclock.to_ns(self.vt[s]) if self.vt else time.perf_counter_ns()
+
+    async def send(self, s: int, rec: RequestRecord, prompt: Prompt) -> bool:
+        """Send ``rec`` from stream ``s``; False when the stream cannot go on (virtual: the answer carried no time)."""
+        if not self.vt:
+            await self.sess.request(rec, prompt)
+            return True
+        vt = self.vt[s]
+        await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index))
+        end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
+        rec.send_perf_ns = vclock.to_ns(vt)  # the parser runs later, in the session's parse task
+        rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
+        if end is None:
+            return False
+        self.vt[s] = end
+        return True
+
+    async def close(self, s: int) -> None:
+        if self.vt:
+            await self.sess.vclock_post(vclock.DONE_PATH, {"stream": s})
 
 
 async def _virtual_closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers: int, *, warmup: bool
@@ -622,7 +659,17 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
         index, prompt = tail[j % len(tail)]
         return (index if j < len(tail) else top + j), prompt
 
-    async def worker() -> None:
+    k = min(workers, len(wave) + len(items))
+    streams = _Streams(sess)
+    await streams.open(k)
+
+    async def worker(s: int) -> None:
+        try:
+            await work(s)
+        finally:
+            await streams.close(s)
+
+    async def work(s: int) -> None:
         nonlocal left
         while True:
             nxt = next(queue, None)
@@ -634,24 +681,26 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
             else:
                 index, prompt, kind = nxt
             rec = sess.new_record(index, prompt, kind != "measured")
-            rec.scheduled_perf_ns = time.perf_counter_ns()
-            if kind == "measured" and not start:
-                start.append(rec.scheduled_perf_ns)
+            rec.scheduled_perf_ns = streams.now_ns(s)
+            if kind == "measured" and (not start or rec.scheduled_perf_ns < start[0]):
+                start[:] = [rec.scheduled_perf_ns]
             if kind == "tail":
                 in_tail.add(index)
-            await sess.request(rec, prompt)
+            going = await streams.send(s, rec, prompt)
             in_tail.discard(index)
             {"warm": warm, "measured": out, "tail": tails}[kind].append(rec)
-            if kind == "tail" and rec.status != "ok":
+            if (kind == "tail" and rec.status != "ok") or not going:
                 return  # cancelled at the end, or failed: a server that fails requests gets no more from this worker
             if kind == "measured":
                 left -= 1
                 if left == 0:
                     finished.set()
-                    for i in list(in_tail):
+                    # on the virtual clock the tail requests run to their end instead: which of their events at the
+                    # window's end had arrived when it closed would depend on the host
+                    for i in [] if streams.vt else list(in_tail):
                         sess.cancel(i, "client_error", TAIL_CANCELLED)
 
-    await asyncio.gather(*(worker() for _ in range(min(workers, len(wave) + len(items)))))
+    await asyncio.gather(*(worker(s) for s in range(k)))
     t0 = start[0] if start else time.perf_counter_ns()
     for rec in out:  # every record was stamped when its worker took it
         rec.scheduled_offset_ns = None if rec.scheduled_perf_ns is None else rec.scheduled_perf_ns - t0

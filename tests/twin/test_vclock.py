@@ -33,10 +33,12 @@ def _prompts(n: int) -> list[Prompt]:
     return out
 
 
-def _run(port: int, clock: str, scale: float = 1.0, concurrency: int = 4, api: str = "generate"):
+def _run(port: int, clock: str, scale: float = 1.0, concurrency: int = 4, api: str = "generate",
+         steady: bool = False):
     target = Target(f"http://127.0.0.1:{port}", api=api, model="m", time_scale=scale, clock=clock)
-    point = LoadPoint("concurrency", concurrency, num_prompts=16, warmup_requests=3)
-    return run_load_point_sync(target, point, _prompts(19), read_timeout_s=60.0, stall_timeout_s=60.0)
+    point = LoadPoint("concurrency", concurrency, num_prompts=16, warmup_requests=3, steady=steady)
+    n = 19 + point.wave_warmup + point.tail_prompts
+    return run_load_point_sync(target, point, _prompts(n), read_timeout_s=60.0, stall_timeout_s=60.0)
 
 
 def _timings(result) -> list[tuple]:
@@ -45,6 +47,10 @@ def _timings(result) -> list[tuple]:
         m = request_metrics(r, result.time_scale)
         out.append((r.request_index, r.status, m.ttft_ms, m.e2e_ms, tuple(m.itl_tokens_ms), r.output_tokens))
     return out
+
+
+def _timings_of(rec) -> tuple:
+    return rec.request_index, rec.send_perf_ns, tuple(rec.chunk_perf_ns), tuple(rec.chunk_tokens), rec.end_perf_ns
 
 
 def _twin(tmp_path, name: str, env: dict | None = None, scale: float = 20.0) -> TwinProc:
@@ -84,14 +90,15 @@ def test_last_vt_reads_the_last_event():
 
 
 # --- against a twin -------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("api", ["generate", "chat"])
-def test_virtual_closed_loop_point_is_reproducible(tmp_path, api):
-    """Two twins, the same point: identical per-request TTFT / ITL / E2E and identical load-point metrics."""
+@pytest.mark.parametrize(("api", "steady"), [("generate", False), ("chat", False), ("completions", True)])
+def test_virtual_closed_loop_point_is_reproducible(tmp_path, api, steady):
+    """Two twins, the same point (all streams at once, or steady state with its wave and tail): identical
+    per-request TTFT / ITL / E2E and identical load-point metrics."""
     runs = []
     for k in range(2):
         twin = _twin(tmp_path, f"v{k}", VIRTUAL)
         try:
-            runs.append(_run(twin.port, "virtual", api=api))
+            runs.append(_run(twin.port, "virtual", api=api, steady=steady))
         finally:
             twin.stop()
     a, b = runs
@@ -101,6 +108,9 @@ def test_virtual_closed_loop_point_is_reproducible(tmp_path, api):
     sa, sb = summarize(a), summarize(b)
     assert {k: v for k, v in sa.items() if k not in HOST_KEYS} == {k: v for k, v in sb.items() if k not in HOST_KEYS}
     assert sa["completed"] == 16 and sa["ttft_mean_ms"] > 0
+    assert a.window_kind == ("steady_state" if steady else "all_requests")
+    if steady:
+        assert a.tail_records and [_timings_of(r) for r in a.tail_records] == [_timings_of(r) for r in b.tail_records]
 
 
 def test_virtual_point_is_close_to_the_wall_clock_twin(tmp_path):
