@@ -156,3 +156,21 @@ def test_plain_client_is_served_on_the_virtual_clock(tmp_path):
         assert sum(len(e["choices"][0]["text"]) > 0 for e in events[:-1]) >= 1
     finally:
         twin.stop()
+
+
+# --- configuration -------------------------------------------------------------------------------------------------------
+def test_engine_clock_reaches_the_twin_and_is_refused_where_it_cannot_run(tmp_path):
+    from grid.compose import compose_spec
+    from grid.config.schema import ConfigError
+    from grid.engines.base import get_engine
+    from grid.sweep.space import expand
+
+    spec = compose_spec(["+sweep=cuda_graph", "engine.clock=virtual"], str(tmp_path))
+    assert spec.engine.clock == "virtual"
+    plan = next(iter(expand(spec)))
+    assert get_engine(spec).launch_plan(plan, 30000).env[proto.ENV_CLOCK] == "virtual"
+    real = compose_spec(["+sweep=cuda_graph"], str(tmp_path / "real"))
+    assert real.engine.clock == "real"
+    assert proto.ENV_CLOCK not in get_engine(real).launch_plan(next(iter(expand(real))), 30000).env
+    with pytest.raises(ConfigError, match="open loop"):
+        compose_spec(["engine.clock=virtual", "load.request_rate=[2.0]"], str(tmp_path / "rate"))
