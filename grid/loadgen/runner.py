@@ -349,6 +349,13 @@ class _Session:
             self._abort[index] = (error_class, message)
             entry[1].cancel()
 
+    def _progress_ns(self, rec: RequestRecord) -> int:
+        """perf ns of the in-flight request's last known progress: its last token, else its send. On the virtual
+        clock the parsed stamps are modelled time, so the watchdog (a real-time backstop) goes by the last read."""
+        if self.virtual:
+            return max(rec.raw_reads[-1][0] if rec.raw_reads else 0, rec.send_perf_ns or 0)
+        return rec.last_token_perf_ns or rec.send_perf_ns or 0
+
     async def watchdog(self) -> None:
         """Fail requests that made no token progress for stall_timeout_s (parses pending reads lazily)."""
         assert self.stall_ns is not None
@@ -360,7 +367,7 @@ class _Session:
                 if rec.send_perf_ns is None or task.done():
                     continue
                 now = time.perf_counter_ns()
-                if now - (rec.last_token_perf_ns or rec.send_perf_ns) <= self.stall_ns:
+                if now - self._progress_ns(rec) <= self.stall_ns:
                     continue  # recent progress already known: no need to parse
                 if box:
                     try:
@@ -368,7 +375,7 @@ class _Session:
                     except Exception:
                         pass
                 parser.consume()  # parse what arrived since, then decide
-                if now - (rec.last_token_perf_ns or rec.send_perf_ns) > self.stall_ns:
+                if now - self._progress_ns(rec) > self.stall_ns:
                     self._abort[index] = ("stall_timeout", "cancelled by the watchdog")
                     task.cancel()
                 if n % 16 == 15:

@@ -174,3 +174,18 @@ def test_engine_clock_reaches_the_twin_and_is_refused_where_it_cannot_run(tmp_pa
     assert proto.ENV_CLOCK not in get_engine(real).launch_plan(next(iter(expand(real))), 30000).env
     with pytest.raises(ConfigError, match="open loop"):
         compose_spec(["engine.clock=virtual", "load.request_rate=[2.0]"], str(tmp_path / "rate"))
+
+
+def test_the_stall_watchdog_keeps_to_real_time_on_the_virtual_clock():
+    """The parsed stamps of a virtual-clock request are modelled ns: the watchdog (real time) goes by its last read."""
+    from types import SimpleNamespace
+
+    from grid.loadgen.records import RequestRecord
+    from grid.loadgen.runner import _Session
+
+    rec = RequestRecord(request_index=0, prompt_index=0, api="generate", stream=True, max_tokens=4,
+                        planned_input_len=4)
+    rec.send_perf_ns, rec.last_token_perf_ns = 1_000, proto.to_ns(4096.5)
+    rec.raw_reads.append((5_000, b'data: {"grid_vt":4096.5}\n\n'))
+    assert _Session._progress_ns(SimpleNamespace(virtual=True), rec) == 5_000  # type: ignore[arg-type]
+    assert _Session._progress_ns(SimpleNamespace(virtual=False), rec) == proto.to_ns(4096.5)  # type: ignore[arg-type]
