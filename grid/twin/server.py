@@ -165,10 +165,12 @@ class Twin(TwinAPI):
         self.notes = notes
         if clock not in vproto.CLOCKS:
             raise ValueError(f"{ENV_CLOCK} must be one of {vproto.CLOCKS}, got {clock!r}")
-        # virtual clock (grid/twin/vclock.py): start-up runs on the scaled wall clock; once ready, modelled time moves
-        # only with the scheduler's steps (self.virtual)
+        # virtual clock (grid/twin/vclock.py): modelled time moves only with the scheduler's steps and the start-up
+        # phases, which then take no real time (self.virtual). A start-up with a fault's own timeline (a crash, a
+        # hang, a late bind or ready) runs on the scaled wall clock until ready, as with clock=real.
         self.clock = clock
-        self.virtual = False
+        self.virtual = clock == "virtual" and not any(
+            f.startup_event() is not None or f.bind_at_s is not None or f.ready_at_s is not None for f in faults)
         self.vclock = VClock()
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
@@ -256,7 +258,12 @@ class Twin(TwinAPI):
         return self.unix0 + self.mnow()
 
     async def sleep_until(self, m: float) -> bool:
-        """Sleep until modelled time ``m``; False if a stop was requested meanwhile."""
+        """Sleep until modelled time ``m``; False if a stop was requested meanwhile. On the virtual clock the clock
+        jumps to ``m`` at once."""
+        if self.virtual:
+            self.mclock = max(self.mclock, m)
+            await asyncio.sleep(0)
+            return not self.stop.is_set()
         delay = self.real_at(m) - time.perf_counter()
         if delay > 0:
             try:

@@ -4,6 +4,7 @@ the wall-clock twin's; a client without grid's headers is still served."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 
@@ -51,6 +52,12 @@ def _timings(result) -> list[tuple]:
 
 def _timings_of(rec) -> tuple:
     return rec.request_index, rec.send_perf_ns, tuple(rec.chunk_perf_ns), tuple(rec.chunk_tokens), rec.end_perf_ns
+
+
+def _server_info(twin: TwinProc) -> dict:
+    status, body = twin.request("GET", "/server_info")
+    assert status == 200
+    return json.loads(body)
 
 
 def _twin(tmp_path, name: str, env: dict | None = None, scale: float = 20.0) -> TwinProc:
@@ -121,13 +128,17 @@ def test_virtual_point_is_close_to_the_wall_clock_twin(tmp_path):
     twin = _twin(tmp_path, "v", VIRTUAL)
     try:
         virt = _run(twin.port, "virtual")
+        startup_v = _server_info(twin)["twin_startup_s"]
     finally:
         twin.stop()
     twin = _twin(tmp_path, "r", scale=1.0)
     try:
         real = _run(twin.port, "real", scale=1.0)
+        startup_r = _server_info(twin)["twin_startup_s"]
     finally:
         twin.stop()
+    # the start-up on the virtual clock takes no real time and models the same phases
+    assert startup_v == pytest.approx(startup_r, abs=0.05), (startup_v, startup_r)
     sv, sr = summarize(virt), summarize(real)
     assert sv["completed"] == sr["completed"] == 16
     for key, tol in (("e2e_mean_ms", 0.08), ("ttft_mean_ms", 0.35), ("itl_mean_ms", 0.08)):
@@ -189,3 +200,22 @@ def test_the_stall_watchdog_keeps_to_real_time_on_the_virtual_clock():
     rec.raw_reads.append((5_000, b'data: {"grid_vt":4096.5}\n\n'))
     assert _Session._progress_ns(SimpleNamespace(virtual=True), rec) == 5_000  # type: ignore[arg-type]
     assert _Session._progress_ns(SimpleNamespace(virtual=False), rec) == proto.to_ns(4096.5)  # type: ignore[arg-type]
+
+
+def test_startup_faults_keep_their_timeline_on_the_virtual_clock(tmp_path):
+    """A start-up with a fault's own timeline runs on the scaled wall clock until ready, then on the virtual clock."""
+    t = TwinProc(tmp_path, [], scale=50.0, env=VIRTUAL, faults=[{"kind": "startup_oom_at_s", "at_s": 6.0,
+                                                                 "exit_code": 3}])
+    seen = t.wait_ready(10)
+    assert t.proc.wait(10) == 3 and set(seen) == {"refused"}
+    t.stop()
+    t = TwinProc(tmp_path, [], scale=50.0, env=VIRTUAL, faults=[{"kind": "health_503_until_s", "until_s": 25.0}])
+    try:
+        seen = t.wait_ready()
+        assert seen[-1] == 200 and 503 in seen
+        events = t.sse("/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}, "stream": True})
+        assert events[-1] == "[DONE]" and events[-2]["meta_info"]["completion_tokens"] == 4
+        status, _ = t.request("POST", proto.BEGIN_PATH, {"streams": 1})
+        assert status == 200  # on the virtual clock once ready
+    finally:
+        t.stop()
