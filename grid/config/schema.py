@@ -85,6 +85,12 @@ class EngineSpec(_Spec):
     min_step_real_ms: float = Field(4.0, gt=0, description="twin only: shortest real decode step 'auto' allows")
     startup_time_scale: float | None = Field(
         None, gt=0, description="twin only: the same until the server is ready (None: time_scale)")
+    clock: Literal["real", "virtual"] = Field(
+        "real", description="twin only: 'real': the modelled clock is the wall clock x time_scale; 'virtual': once "
+                            "ready, the twin's clock moves only with its scheduler and every request and event carries "
+                            "its modelled time, so a load point's metrics depend on the configuration, load and seed, "
+                            "not on the host (grid/loadgen/vclock.py; closed-loop points without sessions only, "
+                            "for now)")
     python: str = Field("python", description="sglang only: interpreter that has sglang installed")
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0: pick a free port per launch")
@@ -433,6 +439,24 @@ class RunSpec(_Spec):
     @property
     def version(self) -> str:
         return self.engine.version or "0.5.9"
+
+    @model_validator(mode="after")
+    def _virtual_clock(self) -> RunSpec:
+        from grid.loadgen.dataset import DATASETS
+
+        if self.engine.clock != "virtual":
+            return self
+        if self.engine.kind != "sim":
+            raise ValueError(f"engine.clock=virtual: only the twin (engine=sim) has a virtual clock, not "
+                             f"engine={self.engine.kind}")
+        load = self.load
+        why = ("load.request_rate (open loop)" if load.request_rate else
+               "load.trace_speed (open loop)" if load.trace_points else
+               f"load.dataset={load.dataset} (sessions)" if DATASETS[load.dataset].sessions else None)
+        if why:
+            raise ValueError(f"engine.clock=virtual runs closed-loop points only, not {why}: set load.concurrency "
+                             "only, or engine.clock=real")
+        return self
 
 
 def _sibling_keys(model: type[BaseModel], loc: tuple) -> list[str]:

@@ -60,6 +60,8 @@ class SimEngine(Engine):
             "GRID_TWIN_VERSION": version,
             "GRID_TWIN_TIME_SCALE": repr(scale),
             "GRID_TWIN_STARTUP_TIME_SCALE": repr(startup),
+            # the twin's virtual clock (grid/loadgen/vclock.py); unset: the wall clock x time_scale
+            **({"GRID_TWIN_CLOCK": "virtual"} if self.spec.engine.clock == "virtual" else {}),
             **self.spec.engine.env,
         }
         return LaunchPlan(argv, env, self.spec.engine.host, port, scale, startup)

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from grid.loadgen import vclock
 from grid.loadgen.records import Prompt, RequestRecord, exceeds_context
 
 _json_decode = json.JSONDecoder().decode
@@ -375,9 +376,13 @@ class StreamParser:
     later events are ignored.
     """
 
-    def __init__(self, endpoint: Endpoint, record: RequestRecord) -> None:
+    def __init__(self, endpoint: Endpoint, record: RequestRecord, virtual: bool = False) -> None:
         self.endpoint = endpoint
         self.rec = record
+        # virtual clock (grid/loadgen/vclock.py): an event's time is the twin's "grid_vt" (modelled s, as ns), not
+        # its read stamp; an event without one keeps the last event's time
+        self.virtual = virtual
+        self._vt_ns: int | None = None
         self.state = endpoint.new_state()
         self._consumed = 0
         self._buf = b""
@@ -481,6 +486,12 @@ class StreamParser:
             self._bad_data(exc, data, "data")
             self._stop = True
             return
+        if self.virtual:
+            vt = obj.get(vclock.FIELD)
+            if isinstance(vt, (int, float)):
+                self._vt_ns = vclock.to_ns(float(vt))
+            if self._vt_ns is not None:
+                ts = self._vt_ns
         self._apply(ts, info)
 
     def _apply(self, ts: int, info: EventInfo) -> None:

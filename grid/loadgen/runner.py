@@ -50,6 +50,14 @@
 
 ``time_scale`` (modelled seconds per real second) rescales the schedule and is carried to the result; raw
 nanoseconds are never scaled.
+
+Virtual clock (``Target.clock="virtual"``, a twin started with ``GRID_TWIN_CLOCK=virtual``; closed loop without
+sessions or steady state, streamed): the protocol of grid/loadgen/vclock.py. Each worker is a stream of the point;
+it sends its first request at the modelled time the twin gave for the point and each next one at the time the
+previous answer's last event carried. Every ``*_perf_ns`` stamp of a record (scheduled, send, each event, end) and
+the window are then modelled nanoseconds, the result's ``time_scale`` is 1 and its ``clock`` is ``"virtual"``: the
+point's numbers depend on the configuration, the load plan and the seed, not on the host. Timeouts stay real seconds
+(a backstop).
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from typing import Any
 
 import aiohttp
 
+from grid.loadgen import vclock
 from grid.loadgen.arrivals import offsets_to_ns, send_offsets
 from grid.loadgen.client import Endpoint, StreamParser, dumps_body, get_endpoint
 from grid.loadgen.http import Exchange, Pool
@@ -88,6 +97,7 @@ class Target:
     stream: bool = True
     ignore_eos: bool = True
     extra_body: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    clock: str = "real"  # "virtual": the twin's virtual clock (grid/loadgen/vclock.py), closed loop only
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,8 @@ class LoadPointResult:
     #: the real seconds the point took: a starved client sends and reads late, whatever the server does
     loop_late_s: float = 0.0
     real_s: float = 0.0
+    #: "virtual": every stamp is the twin's modelled time (ns) and time_scale is 1 (grid/loadgen/vclock.py)
+    clock: str = "real"
 
 
 class _Session:
@@ -174,6 +186,7 @@ class _Session:
         self.read_timeout_ns = int(read_timeout_s * 1e9)
         self.stall_ns = None if stall_timeout_s is None else int(stall_timeout_s * 1e9)
         self.on_request_done = on_request_done
+        self.virtual = target.clock == "virtual"
         # request in flight -> (parser, io task, [exchange]); read by the watchdog
         self.inflight: dict[int, tuple[StreamParser, asyncio.Task, list]] = {}
         self._abort: dict[int, tuple[str, str]] = {}  # request index -> (error class, message) of a cancellation
@@ -211,7 +224,17 @@ class _Session:
             session=prompt.session, turn=prompt.turn,
         )
 
-    async def _io(self, rec: RequestRecord, body: bytes, box: list) -> None:
+    async def vclock_post(self, path: str, obj: dict) -> dict:
+        """POST ``obj`` to the twin's virtual-clock route ``path`` (grid/loadgen/vclock.py); its JSON answer."""
+        headers = {k: v for k, v in self.headers.items() if k == "Authorization"}
+        timeout = aiohttp.ClientTimeout(total=min(self.read_timeout_s, 60.0))
+        async with aiohttp.ClientSession(timeout=timeout) as s, \
+                s.post(self.target.base_url.rstrip("/") + path, json=obj, headers=headers) as r:
+            if r.status != 200:
+                raise RuntimeError(f"{path}: HTTP {r.status}: {(await r.text())[:300]}")
+            return await r.json()
+
+    async def _io(self, rec: RequestRecord, body: bytes, box: list, headers: dict[str, str] | None = None) -> None:
         """Send and read on a pooled connection (``grid.loadgen.http``). The send stamp is taken when the request's
         bytes were handed to the socket; every read is stamped in the protocol callback, which wakes this task only
         for the response head and when the response may have ended, so it sleeps through the stream."""
@@ -223,7 +246,8 @@ class _Session:
         box.append(ex)
         reuse = False
         try:
-            conn.transport.write(pool.request_bytes(self.headers, body))  # type: ignore[union-attr]
+            conn.transport.write(pool.request_bytes(  # type: ignore[union-attr]
+                self.headers if headers is None else {**self.headers, **headers}, body))
             rec.send_perf_ns = clock()
             rec.send_unix_ns = time.time_ns()
             loop = asyncio.get_running_loop()
@@ -270,8 +294,9 @@ class _Session:
             self._parsed.pop(rec.request_index, None)
         return rec
 
-    async def request(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
-        parser = StreamParser(self.endpoint, rec)
+    async def request(self, rec: RequestRecord, prompt: Prompt, headers: dict[str, str] | None = None
+                      ) -> RequestRecord:
+        parser = StreamParser(self.endpoint, rec, virtual=self.virtual)
         try:
             body = dumps_body(self.endpoint.payload(prompt, rec.stream))
         except Exception as exc:  # a prompt the api cannot take: fail this request, not the load point
@@ -281,7 +306,7 @@ class _Session:
             self._parse_queue.put_nowait(parser)
             return rec
         box: list = []
-        task = asyncio.ensure_future(self._io(rec, body, box))
+        task = asyncio.ensure_future(self._io(rec, body, box, headers))
         self.inflight[rec.request_index] = (parser, task, box)
         try:
             await asyncio.wait({task})
@@ -324,6 +349,13 @@ class _Session:
             self._abort[index] = (error_class, message)
             entry[1].cancel()
 
+    def _progress_ns(self, rec: RequestRecord) -> int:
+        """perf ns of the in-flight request's last known progress: its last token, else its send. On the virtual
+        clock the parsed stamps are modelled time, so the watchdog (a real-time backstop) goes by the last read."""
+        if self.virtual:
+            return max(rec.raw_reads[-1][0] if rec.raw_reads else 0, rec.send_perf_ns or 0)
+        return rec.last_token_perf_ns or rec.send_perf_ns or 0
+
     async def watchdog(self) -> None:
         """Fail requests that made no token progress for stall_timeout_s (parses pending reads lazily)."""
         assert self.stall_ns is not None
@@ -335,7 +367,7 @@ class _Session:
                 if rec.send_perf_ns is None or task.done():
                     continue
                 now = time.perf_counter_ns()
-                if now - (rec.last_token_perf_ns or rec.send_perf_ns) <= self.stall_ns:
+                if now - self._progress_ns(rec) <= self.stall_ns:
                     continue  # recent progress already known: no need to parse
                 if box:
                     try:
@@ -343,7 +375,7 @@ class _Session:
                     except Exception:
                         pass
                 parser.consume()  # parse what arrived since, then decide
-                if now - (rec.last_token_perf_ns or rec.send_perf_ns) > self.stall_ns:
+                if now - self._progress_ns(rec) > self.stall_ns:
                     self._abort[index] = ("stall_timeout", "cancelled by the watchdog")
                     task.cancel()
                 if n % 16 == 15:
@@ -380,6 +412,12 @@ async def run_load_point(
         raise ValueError(f"time_scale must be a finite number > 0, got {target.time_scale}")
     endpoint = get_endpoint(target.api, model=target.model, ignore_eos=target.ignore_eos, extra_body=target.extra_body)
     closed = point.kind == "concurrency"
+    virtual = target.clock == "virtual"
+    if target.clock not in vclock.CLOCKS:
+        raise ValueError(f"Target.clock must be one of {vclock.CLOCKS}, got {target.clock!r}")
+    if virtual and (not closed or not target.stream or any(p.session is not None for p in prompts)):
+        raise ValueError("the virtual clock runs streamed closed-loop points without sessions only "
+                         f"(got kind={point.kind!r}, stream={target.stream})")
     workers = int(point.value) if closed else 0
     if point.kind == "trace":
         assert point.offsets_s is not None  # checked by LoadPoint
@@ -403,10 +441,11 @@ async def run_load_point(
         started_perf_ns = time.perf_counter_ns()
         dog = asyncio.ensure_future(sess.watchdog()) if stall_timeout_s is not None else None
         try:
-            warm = await _closed_loop(
-                sess, [(j, prompts[(point.num_prompts + j) % n]) for j in range(point.warmup_requests)],
-                workers if closed else 1, warmup=True, t0=None,
-            )
+            warm_items = [(j, prompts[(point.num_prompts + j) % n]) for j in range(point.warmup_requests)]
+            if virtual:
+                warm, _ = await _virtual_closed_loop(sess, warm_items, workers, warmup=True)
+            else:
+                warm = await _closed_loop(sess, warm_items, workers if closed else 1, warmup=True, t0=None)
             await sess.drain()
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
@@ -422,6 +461,8 @@ async def run_load_point(
                 warm += more_warm
             elif closed and any(p.session is not None for p in prompts):
                 records = await _session_loop(sess, prompts, point.num_prompts, workers, t0, target.time_scale)
+            elif virtual:
+                records, t0 = await _virtual_closed_loop(sess, items, workers, warmup=False)
             elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
@@ -442,10 +483,10 @@ async def run_load_point(
     end = max((r.end_perf_ns for r in records if r.end_perf_ns is not None), default=t0)
     return LoadPointResult(
         records=records, window_start_perf_ns=t0, window_end_perf_ns=end if t1 is None else t1,
-        time_scale=target.time_scale, warmup_records=warm,
+        time_scale=1.0 if virtual else target.time_scale, warmup_records=warm,
         stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
         window_kind="steady_state" if t1 is not None else "all_requests", tail_records=tail,
-        loop_late_s=lag.late_s, real_s=real_s,
+        loop_late_s=lag.late_s, real_s=real_s, clock=target.clock,
     )
 
 
@@ -464,6 +505,80 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
     return out
+
+
+class _Streams:
+    """How the workers of a closed loop send: on the wall clock (every send is now), or as the streams of the twin's
+    virtual clock (grid/loadgen/vclock.py), each sending when its previous answer ended in modelled time."""
+
+    def __init__(self, sess: _Session) -> None:
+        self.sess = sess
+        self.vt: list[float] = []
+
+    async def open(self, k: int) -> None:
+        if self.sess.virtual and k:
+            vt0 = float((await self.sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
+            self.vt = [vt0] * k
+
+    def now_ns(self, s: int) -> int:
+        """Stream ``s``'s present: perf ns on the wall clock, modelled ns on the virtual one."""
+        return vclock.to_ns(self.vt[s]) if self.vt else time.perf_counter_ns()
+
+    async def send(self, s: int, rec: RequestRecord, prompt: Prompt) -> bool:
+        """Send ``rec`` from stream ``s``; False when the stream cannot go on (virtual: the answer carried no time)."""
+        if not self.vt:
+            await self.sess.request(rec, prompt)
+            return True
+        vt = self.vt[s]
+        await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index))
+        end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
+        rec.send_perf_ns = vclock.to_ns(vt)  # the parser runs later, in the session's parse task
+        rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
+        if end is None:
+            return False
+        self.vt[s] = end
+        return True
+
+    async def close(self, s: int) -> None:
+        if self.vt:
+            await self.sess.vclock_post(vclock.DONE_PATH, {"stream": s})
+
+
+async def _virtual_closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers: int, *, warmup: bool
+                               ) -> tuple[list[RequestRecord], int]:
+    """A closed loop on the twin's virtual clock (grid/loadgen/vclock.py): ``min(workers, len(items))`` streams,
+    each sending its next item at the modelled time its previous answer ended. Returns the records, stamped in
+    modelled ns, and the point's start (modelled ns). A request whose answer carries no time (it failed) ends its
+    stream; the others take the remaining items."""
+    k = min(workers, len(items))
+    if k == 0:
+        return [], 0
+    vt0 = float((await sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
+    t0 = vclock.to_ns(vt0)
+    out: list[RequestRecord] = []
+    it = iter(items)
+
+    async def stream(s: int) -> None:
+        vt = vt0
+        try:
+            for index, prompt in it:
+                rec = sess.new_record(index, prompt, warmup)
+                rec.scheduled_perf_ns = vclock.to_ns(vt)
+                if not warmup:
+                    rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+                await sess.request(rec, prompt, vclock.headers(vt, s, index))
+                end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
+                rec.send_perf_ns = rec.scheduled_perf_ns  # the parser runs later, in the session's parse task
+                rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
+                out.append(rec)
+                if end is None:
+                    return
+                vt = end
+        finally:
+            await sess.vclock_post(vclock.DONE_PATH, {"stream": s})
+
+    await asyncio.gather(*(stream(s) for s in range(k)))
+    return out, t0
 
 
 def sessions_of(prompts: list[Prompt]) -> list[list[Prompt]]:
@@ -551,7 +666,17 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
         index, prompt = tail[j % len(tail)]
         return (index if j < len(tail) else top + j), prompt
 
-    async def worker() -> None:
+    k = min(workers, len(wave) + len(items))
+    streams = _Streams(sess)
+    await streams.open(k)
+
+    async def worker(s: int) -> None:
+        try:
+            await work(s)
+        finally:
+            await streams.close(s)
+
+    async def work(s: int) -> None:
         nonlocal left
         while True:
             nxt = next(queue, None)
@@ -563,24 +688,26 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
             else:
                 index, prompt, kind = nxt
             rec = sess.new_record(index, prompt, kind != "measured")
-            rec.scheduled_perf_ns = time.perf_counter_ns()
-            if kind == "measured" and not start:
-                start.append(rec.scheduled_perf_ns)
+            rec.scheduled_perf_ns = streams.now_ns(s)
+            if kind == "measured" and (not start or rec.scheduled_perf_ns < start[0]):
+                start[:] = [rec.scheduled_perf_ns]
             if kind == "tail":
                 in_tail.add(index)
-            await sess.request(rec, prompt)
+            going = await streams.send(s, rec, prompt)
             in_tail.discard(index)
             {"warm": warm, "measured": out, "tail": tails}[kind].append(rec)
-            if kind == "tail" and rec.status != "ok":
+            if (kind == "tail" and rec.status != "ok") or not going:
                 return  # cancelled at the end, or failed: a server that fails requests gets no more from this worker
             if kind == "measured":
                 left -= 1
                 if left == 0:
                     finished.set()
-                    for i in list(in_tail):
+                    # on the virtual clock the tail requests run to their end instead: which of their events at the
+                    # window's end had arrived when it closed would depend on the host
+                    for i in [] if streams.vt else list(in_tail):
                         sess.cancel(i, "client_error", TAIL_CANCELLED)
 
-    await asyncio.gather(*(worker() for _ in range(min(workers, len(wave) + len(items)))))
+    await asyncio.gather(*(worker(s) for s in range(k)))
     t0 = start[0] if start else time.perf_counter_ns()
     for rec in out:  # every record was stamped when its worker took it
         rec.scheduled_offset_ns = None if rec.scheduled_perf_ns is None else rec.scheduled_perf_ns - t0

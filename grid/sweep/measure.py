@@ -427,7 +427,7 @@ class TrialContext:
            start: TrialStart, node: dict[str, Any]) -> TrialContext:
         api_key = spec.engine.api_key
         target = Target(start.result.base_url, spec.engine.api, engine.served_model(), api_key,
-                        start.launch.time_scale)
+                        start.launch.time_scale, clock=spec.engine.clock if spec.engine.kind == "sim" else "real")
         slo = spec.objective.slo
         return cls(spec, engine, plan, server, trial_id, start, node, target, (api_key,) if api_key else (),
                    SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile))
@@ -595,11 +595,12 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
         trial.target, point, prompts, read_timeout_s=load.read_timeout_s / scale,
         stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / scale)
     real_s = (time.perf_counter_ns() - t0_perf_ns) / 1e9
-    if outcome.real_s > 0:
+    virtual = outcome.clock == "virtual"  # the twin's virtual clock: the host's load cannot move the numbers
+    if outcome.real_s > 0 and not virtual:
         row["client_lag_pct"] = round(outcome.loop_late_s / outcome.real_s * 100, 3)
     row["host_noise_max_pct"] = spec.objective.host_noise_max_pct
     after = _twin_clock(trial) if clock is not None else None
-    if clock is not None and after is not None and real_s > 0:
+    if clock is not None and after is not None and real_s > 0 and not virtual:
         # the scheduler's slip and its loop's lateness overlap when the host starves it: the larger of the two
         behind = max(after[0] - clock[0], after[3] - clock[3], 0.0)
         row["twin_behind_pct"] = round(behind / real_s * 100, 3)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiohttp import web
@@ -20,7 +20,9 @@ from aiohttp.abc import AbstractAccessLogger
 
 from grid.releases import catalog
 from grid.twin import logs, textgen
+from grid.loadgen import vclock as vproto
 from grid.twin.metrics import CONTENT_TYPE
+from grid.twin.vclock import VCLOCK_TAG, parse_tag
 
 if TYPE_CHECKING:
     from grid.twin.server import Req, Twin
@@ -55,6 +57,11 @@ def stream_due(sent: int, n: int, interval: int, done: bool) -> bool:
     if interval <= 1:
         return n > sent
     return (n - 1) // interval > (sent - 1) // interval
+
+
+def _vt(vt: float | None) -> str:
+    """The ``"grid_vt"`` member (with its leading comma) an event of a virtual-clock request carries, else ""."""
+    return "" if vt is None else f',"{vproto.FIELD}":{vt!r}'
 
 
 def _sse_headers() -> dict:
@@ -117,6 +124,9 @@ class _TwinState:
         mnow: Callable[[], float]
         behind_s: Callable[[], float]
         _lag_sum_s: float
+        virtual: bool
+        vclock_begin: Callable[[int], float]
+        vclock_done: Callable[[int], None]
         _deliveries: int
         loop_lag: Any
         resolved_args: Callable[[], dict[str, Any]]
@@ -129,7 +139,7 @@ class TwinAPI(_TwinState):
     """HTTP handlers; mixed into Twin, whose attributes they use."""
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth_mw, self._fault_mw], client_max_size=1 << 30)
+        app = web.Application(middlewares=[self._auth_mw, self._fault_mw, self._vclock_mw], client_max_size=1 << 30)
         r = app.router
         for path in ("/health", "/health_generate"):
             r.add_get(path, self.h_health)
@@ -150,7 +160,62 @@ class TwinAPI(_TwinState):
         if self.args.enable_metrics:
             r.add_get("/metrics", self.h_metrics)
         r.add_get(TELEMETRY_PATH, self.h_telemetry)  # twin-only: the GPU telemetry its model implies
+        r.add_post(vproto.BEGIN_PATH, self.h_vclock_begin)  # twin-only: the virtual clock (grid/loadgen/vclock.py)
+        r.add_post(vproto.DONE_PATH, self.h_vclock_done)
         return app
+
+    @web.middleware
+    async def _vclock_mw(self, request: web.Request, handler):
+        """On the virtual clock, a generation request's grid headers (its stream and modelled send time) for
+        ``submit`` (a context variable: the handler runs in this task)."""
+        if not self.virtual or request.path not in self.GENERATION_PATHS:
+            return await handler(request)
+        token = VCLOCK_TAG.set(parse_tag(request.headers))
+        try:
+            return await handler(request)
+        finally:
+            VCLOCK_TAG.reset(token)
+
+    async def h_vclock_begin(self, request: web.Request) -> web.Response:
+        """Twin-only: a closed-loop point of ``streams`` streams begins; answers ``{"vt": first send time (s)}``
+        (409 when the twin is not on the virtual clock, or not ready)."""
+        if not self.virtual:
+            return _json({"error": "the twin is not on the virtual clock (yet)"}, 409)
+        body = await request.json()
+        return _json({"vt": self.vclock_begin(int(body["streams"]))})
+
+    async def h_vclock_done(self, request: web.Request) -> web.Response:
+        """Twin-only: stream ``stream`` of the running point sends no more."""
+        if not self.virtual:
+            return _json({"error": "the twin is not on the virtual clock"}, 409)
+        body = await request.json()
+        self.vclock_done(int(body["stream"]))
+        return _json({"ok": True})
+
+    async def _progress(self, req: Req) -> AsyncIterator[tuple[int, bool, float | None]]:
+        """``(tokens so far, finished, modelled time or None)`` each time the request moved. On the wall clock, at each
+        wake-up (what a late handler finds coalesces); on the virtual clock with grid's headers, once per scheduler
+        step that moved it, stamped with the step's end (so the events are the same however late the handler runs).
+        Ends after the finished entry."""
+        steps = req.steps
+        if steps is None:
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                done = req.finished
+                yield req.n_out, done, None
+                if done:
+                    return
+        i = 0
+        while True:
+            while i >= len(steps):
+                await req.event.wait()
+                req.event.clear()
+            t, n, done = steps[i]
+            i += 1
+            yield n, done, t
+            if done:
+                return
 
     @web.middleware
     async def _auth_mw(self, request: web.Request, handler):
@@ -306,7 +371,7 @@ class TwinAPI(_TwinState):
         await self._wait_done(req)
         return self._native_obj(req, comp.text(0, req.n_out), final=True)
 
-    def _meta(self, req: Req, final: bool) -> dict:
+    def _meta(self, req: Req, final: bool, at: float | None = None) -> dict:
         meta: dict[str, Any] = {"id": req.rid, "finish_reason": self._finish_reason_native(req),
                                 "prompt_tokens": req.prompt_tokens,
                 "weight_version": "default"}
@@ -316,7 +381,7 @@ class TwinAPI(_TwinState):
         if self.ver >= (0, 5, 23):
             meta["reasoning_tokens"] = 0
         if final:
-            meta["e2e_latency"] = round(self.mnow() - req.t_arrive, 6)
+            meta["e2e_latency"] = round((self.mnow() if at is None else at) - req.t_arrive, 6)
         return meta
 
     def _native_obj(self, req: Req, text: str, final: bool) -> dict:
@@ -334,11 +399,7 @@ class TwinAPI(_TwinState):
         sent = 0
         try:
             await resp.prepare(request)
-            while True:
-                await req.event.wait()
-                req.event.clear()
-                n = req.n_out
-                done = req.finished
+            async for n, done, vt in self._progress(req):
                 if not stream_due(sent, n, interval, done):
                     continue
                 delta = comp.text(sent, n)
@@ -350,7 +411,7 @@ class TwinAPI(_TwinState):
                     ids = (ids + "," + new_ids if ids and new_ids else ids or new_ids)
                 sent = n
                 chunk = (f'data: {{"text":{json.dumps(text)},"output_ids":[{ids}],'
-                         f'"meta_info":{json.dumps(self._meta(req, done))}}}\n\n')
+                         f'"meta_info":{json.dumps(self._meta(req, done, vt))}{_vt(vt)}}}\n\n')
                 await resp.write(chunk.encode())
                 if done:
                     break
@@ -398,10 +459,8 @@ class TwinAPI(_TwinState):
         sent = 0
         try:
             await resp.prepare(request)
-            while True:
-                await req.event.wait()
-                req.event.clear()
-                n, done = req.n_out, req.finished
+            vt = None
+            async for n, done, vt in self._progress(req):
                 if not stream_due(sent, n, interval, done):
                     continue
                 delta = comp.text(sent, n)
@@ -410,11 +469,11 @@ class TwinAPI(_TwinState):
                 matched = json.dumps(self._matched(req)) if done else "null"
                 usage = json.dumps(self._usage(req)) if so.get("continuous_usage_stats") else "null"
                 await resp.write((f'{pre}{json.dumps(delta)},"logprobs":null,"finish_reason":{fin},'
-                                  f'"matched_stop":{matched}}}],"usage":{usage}}}\n\n').encode())
+                                  f'"matched_stop":{matched}}}],"usage":{usage}{_vt(vt)}}}\n\n').encode())
                 if done:
                     break
             if so.get("include_usage"):
-                await resp.write(self._usage_chunk(cid, "text_completion", created, model, req))
+                await resp.write(self._usage_chunk(cid, "text_completion", created, model, req, vt=vt))
             await resp.write(b"data: [DONE]\n\n")
         finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
@@ -426,10 +485,14 @@ class TwinAPI(_TwinState):
         return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.n_out,
                 "completion_tokens": req.n_out, "prompt_tokens_details": details, "reasoning_tokens": reasoning_tokens}
 
-    def _usage_chunk(self, cid: str, obj: str, created: int, model: str, req: Req, reasoning_tokens: int = 0) -> bytes:
+    def _usage_chunk(self, cid: str, obj: str, created: int, model: str, req: Req, reasoning_tokens: int = 0,
+                     vt: float | None = None) -> bytes:
         usage = {k: v for k, v in self._usage(req, reasoning_tokens).items() if v is not None}
-        return ("data: " + json.dumps({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
-                                       "usage": usage}) + "\n\n").encode()
+        body: dict[str, Any] = {"id": cid, "object": obj, "created": created, "model": model, "choices": [],
+                                "usage": usage}
+        if vt is not None:
+            body[vproto.FIELD] = vt
+        return ("data: " + json.dumps(body) + "\n\n").encode()
 
     # /v1/chat/completions
     async def h_chat(self, request: web.Request) -> web.StreamResponse:
@@ -480,24 +543,23 @@ class TwinAPI(_TwinState):
         resp = web.StreamResponse(headers=_sse_headers())
         pre = (f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},'
                f'"model":{json.dumps(model)},"choices":[{{"index":0,"delta":')
-        mid = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n'
+        mid = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null'
         sent = 0
+        vt = req.t_arrive if req.steps is not None else None
         try:
             await resp.prepare(request)
-            await resp.write((pre + '{"role":"assistant","content":""}' + mid).encode())
-            while True:
-                await req.event.wait()
-                req.event.clear()
-                n, done = req.n_out, req.finished
+            await resp.write((pre + '{"role":"assistant","content":""}' + mid + _vt(vt) + "}\n\n").encode())
+            async for n, done, vt in self._progress(req):
+                end = _vt(vt) + "}\n\n"
                 if n > sent:
                     out = []
                     if sent < R:
                         rtext = comp.text(sent, min(n, R))
                         if rtext:
-                            out.append(pre + '{"reasoning_content":' + json.dumps(rtext) + "}" + mid)
+                            out.append(pre + '{"reasoning_content":' + json.dumps(rtext) + "}" + mid + end)
                     ctext = comp.text(max(sent, R), n) if n > R else ""
                     if ctext:
-                        out.append(pre + '{"content":' + json.dumps(ctext) + "}" + mid)
+                        out.append(pre + '{"content":' + json.dumps(ctext) + "}" + mid + end)
                     sent = n
                     if out:
                         await resp.write("".join(out).encode())
@@ -505,10 +567,10 @@ class TwinAPI(_TwinState):
                     break
             fin = json.dumps(self._oai_finish(req))
             await resp.write((pre + "{}" + f',"logprobs":null,"finish_reason":{fin},"matched_stop":'
-                              f'{json.dumps(self._matched(req))}}}],"usage":null}}\n\n').encode())
+                              f'{json.dumps(self._matched(req))}}}],"usage":null{_vt(vt)}}}\n\n').encode())
             if include_usage:
                 await resp.write(self._usage_chunk(cid, "chat.completion.chunk", created, model, req,
-                                                   min(req.n_out, R)))
+                                                   min(req.n_out, R), vt=vt))
             await resp.write(b"data: [DONE]\n\n")
         finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:

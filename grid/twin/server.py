@@ -36,8 +36,10 @@ import re
 import signal
 import sys
 import time
+import math
 import uuid
 
+from grid.loadgen import vclock as vproto
 from grid.loadgen.looplag import LoopLag
 from typing import Any
 
@@ -49,12 +51,17 @@ from grid.twin.api import BadRequest, TwinAPI, _AccessLogger
 from grid.twin.faults import Fault, NanOutput, RepeatToken, faults_from_failures, parse_faults
 from grid.twin.metrics import TwinMetrics
 from grid.twin.speculative import acceptance as speculative_acceptance
+from grid.twin.vclock import VCLOCK_TAG, VClock
 
 ENV_HARDWARE = "GRID_TWIN_HARDWARE"
 ENV_VERSION = "GRID_TWIN_VERSION"
 ENV_TIME_SCALE = "GRID_TWIN_TIME_SCALE"
 ENV_STARTUP_TIME_SCALE = "GRID_TWIN_STARTUP_TIME_SCALE"
 ENV_FAULTS = "GRID_TWIN_FAULTS"
+ENV_CLOCK = vproto.ENV_CLOCK
+#: Real seconds the virtual clock waits for a stream that may still send before it gives up on the point's streams
+#: (a client that went away without saying so); the load generator's own timeouts are the first backstop.
+VCLOCK_STALL_S = 120.0
 WARMUP_TEXT = "The capital city of France is"
 OOM_LINES = (
     "Scheduler hit an exception: Traceback (most recent call last):",
@@ -113,7 +120,7 @@ class PrefixCache:
 # --- requests ----------------------------------------------------------------------------------------------------------
 class Req:
     __slots__ = ("rid", "comp", "prompt_tokens", "max_new", "cached", "n_out", "finished", "reason", "event",
-                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held")
+                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held", "stream", "steps")
 
     def __init__(self, rid: str, comp: textgen.Completion, prompt_tokens: int, max_new: int, cached: int,
                  t_arrive: float, internal: bool = False) -> None:
@@ -132,11 +139,15 @@ class Req:
         self.internal = internal
         self.pieces: list = []  # the prompt's pieces, the radix cache's key (PrefixCache)
         self.held = 0  # leading pieces found cached and held while it runs
+        self.stream: int | None = None  # virtual clock: the load point's stream that sent it
+        # virtual clock, requests with grid's headers: (modelled time, tokens so far, finished) per step that moved it;
+        # the handlers write one event per entry, stamped with its time
+        self.steps: list[tuple[float, int, bool]] | None = None
 
 
 class Twin(TwinAPI):
     def __init__(self, args, *, model, hardware, perf, faults: list[Fault], time_scale: float, notes: list[str],
-                 startup_time_scale: float | None = None):
+                 startup_time_scale: float | None = None, clock: str = "real"):
         from grid.twin.scheduler import Scheduler
 
         self.args = args
@@ -152,6 +163,15 @@ class Twin(TwinAPI):
         self.scale = self.startup_scale
         self.m_base = 0.0
         self.notes = notes
+        if clock not in vproto.CLOCKS:
+            raise ValueError(f"{ENV_CLOCK} must be one of {vproto.CLOCKS}, got {clock!r}")
+        # virtual clock (grid/twin/vclock.py): modelled time moves only with the scheduler's steps and the start-up
+        # phases, which then take no real time (self.virtual). A start-up with a fault's own timeline (a crash, a
+        # hang, a late bind or ready) runs on the scaled wall clock until ready, as with clock=real.
+        self.clock = clock
+        self.virtual = clock == "virtual" and not any(
+            f.startup_event() is not None or f.bind_at_s is not None or f.ready_at_s is not None for f in faults)
+        self.vclock = VClock()
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
         ep = args.ep_size
@@ -211,6 +231,8 @@ class Twin(TwinAPI):
 
     # clocks
     def mnow(self) -> float:
+        if self.virtual:
+            return self.mclock
         return self.m_base + (time.perf_counter() - self.t0) * self.scale
 
     def real_at(self, m: float) -> float:
@@ -236,7 +258,12 @@ class Twin(TwinAPI):
         return self.unix0 + self.mnow()
 
     async def sleep_until(self, m: float) -> bool:
-        """Sleep until modelled time ``m``; False if a stop was requested meanwhile."""
+        """Sleep until modelled time ``m``; False if a stop was requested meanwhile. On the virtual clock the clock
+        jumps to ``m`` at once."""
+        if self.virtual:
+            self.mclock = max(self.mclock, m)
+            await asyncio.sleep(0)
+            return not self.stop.is_set()
         delay = self.real_at(m) - time.perf_counter()
         if delay > 0:
             try:
@@ -484,6 +511,10 @@ class Twin(TwinAPI):
         if self.never_ready:
             return
         self.set_scale(self.serve_scale)
+        if self.clock == "virtual":  # from here on modelled time moves with the scheduler's steps only
+            self.mclock = max(self.mclock, self.mnow())
+            self.virtual = True
+            self.wake.set()
         self.ready = True
         self.ready_at = self.mnow()
         self.startup_s = max(self._bind_at + post_s + warmup_s, ready_at)
@@ -564,6 +595,8 @@ class Twin(TwinAPI):
         held = self.cache.match(pieces)
         cached = min(held, max(0, n_in - 1))  # the last prompt token is always computed
         rid = rid or self.new_rid()
+        if self.virtual:
+            return self._vsubmit(comp, pieces, n_in, max_new, priority, rid, internal)
         now = self.mnow()
         req = Req(rid, comp, n_in, max_new, cached, now, internal)
         req.pieces, req.held = pieces, held
@@ -579,6 +612,52 @@ class Twin(TwinAPI):
         else:
             self._enqueue(req, treq)
         return req
+
+    def _vsubmit(self, comp: textgen.Completion, pieces: list, n_in: int, max_new: int, priority: int, rid: str,
+                 internal: bool) -> Req:
+        """Virtual clock: the request arrives at the scheduler at its send time (grid's headers, else now) plus the
+        front-end latency; the prefix cache is matched when it arrives there (VClock's order, not the host's)."""
+        tag = None if internal else VCLOCK_TAG.get()
+        if tag is None:
+            send = self.mclock
+        elif tag[1] in self.vclock.bounds:
+            send = tag[0]  # a stream of the running point: the horizon kept the clock from passing its send time
+        else:
+            send = max(tag[0], self.mclock)  # a stream of no running point: it cannot arrive in the past
+        req = Req(rid, comp, n_in, max_new, 0, send, internal)
+        req.pieces = pieces
+        if tag is not None:
+            req.stream, req.steps = tag[1], []
+            self.vclock.sent(tag[1])
+        self.reqs[rid] = req
+        frontend_s = 0.0 if internal else self.perf.frontend_latency_s(n_in)
+        self.vclock.push(send + frontend_s, tag[2] if tag is not None else 1 << 62, (req, priority))
+        self.wake.set()
+        return req
+
+    def _vrelease(self, at: float, req: Req, priority: int) -> None:
+        from grid.twin.scheduler import TwinRequest
+
+        if req.finished:  # aborted before it reached the scheduler
+            return
+        held = self.cache.match(req.pieces)
+        req.held = held
+        req.cached = min(held, max(0, req.prompt_tokens - 1))
+        comp = req.comp
+        eos = comp.eos_after if comp.eos_after is not None and comp.eos_after < req.max_new else None
+        self.sched.add(TwinRequest(rid=req.rid, input_tokens=req.prompt_tokens, max_new_tokens=req.max_new,
+                                   eos_after=eos, priority=priority, cached_tokens=req.cached), at)
+
+    def vclock_begin(self, streams: int) -> float:
+        """A load point of ``streams`` streams begins (POST /grid/vclock/begin): their first send time (modelled s)."""
+        t0 = self.vclock.begin(streams, self.mclock)
+        self.mclock = t0
+        self.wake.set()
+        return t0
+
+    def vclock_done(self, stream: int) -> None:
+        self.vclock.done(stream)
+        self.wake.set()
 
     def _enqueue(self, req: Req, treq) -> None:
         if req.finished:  # aborted while in the front end
@@ -604,6 +683,13 @@ class Twin(TwinAPI):
         req.finished = True
         req.reason = reason
         req.t_last = req.t_last or self.mnow()
+        if req.steps is not None:
+            t = self.mclock
+            if req.steps and req.steps[-1][0] == t and req.steps[-1][1] == req.n_out:
+                req.steps[-1] = (t, req.n_out, True)
+            else:
+                req.steps.append((t, req.n_out, True))
+            self.vclock.ended(req.stream, t)
         req.event.set()
         self.reqs.pop(req.rid, None)
         # SGLang caches the prompt and every generated token but the last, whose KV was never computed; 0.5.9 the
@@ -629,6 +715,9 @@ class Twin(TwinAPI):
         while not self.stop.is_set():
             if self.sched_dead:
                 await self.stop.wait()
+                return
+            if self.virtual:
+                await self._vloop()
                 return
             if not sched.has_work():
                 if self._busy:  # the busy period ends: bank its lag before the clock resyncs
@@ -705,6 +794,8 @@ class Twin(TwinAPI):
                         itl.observe(gap)
                 r.t_last = end
                 r.n_out += n
+                if r.steps is not None:
+                    r.steps.append((end, r.n_out, False))
                 r.event.set()
         for rid, reason in step.finished.items():
             r = self.reqs.get(rid)
@@ -713,6 +804,44 @@ class Twin(TwinAPI):
         for f in self._runtime_faults:
             if f.runtime_due(self):
                 f.fire_runtime(self)
+
+    async def _vloop(self) -> None:
+        """The scheduler on the virtual clock (after ready): arrivals are released in modelled-time order and steps
+        run back to back without sleeping, but only from a time no stream can still send before
+        (:meth:`VClock.horizon`); otherwise it waits for a send, a stream's end or a new point. Real time is only the
+        backstop: a point whose streams stay silent for :data:`VCLOCK_STALL_S` real seconds is forgotten."""
+        sched, vc = self.sched, self.vclock
+        steps = 0
+        while not self.stop.is_set():
+            if self.sched_dead:
+                await self.stop.wait()
+                return
+            horizon = vc.horizon()
+            while (at := vc.next_at()) is not None and at < horizon and (at <= self.mclock or not sched.has_work()):
+                at, (req, priority) = vc.pop()
+                self.mclock = max(self.mclock, at)
+                self._vrelease(at, req, priority)
+            if sched.has_work() and self.mclock < horizon:
+                now = self.mclock
+                step = sched.step(now)
+                dur = float(step.stats.duration_s)
+                end = now + dur
+                self.mclock = end
+                self._apply(step, end, dur)
+                steps += 1
+                if step.stats.kind == "idle" and dur <= 0:
+                    await asyncio.sleep(0.001)
+                elif steps % 8 == 0 or step.emitted or step.finished:
+                    await asyncio.sleep(0)  # let the handlers write and the clients send
+                continue
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), VCLOCK_STALL_S)
+            except asyncio.TimeoutError:
+                if math.isfinite(vc.horizon()):
+                    self.log.sched(f"virtual clock: no stream sent for {VCLOCK_STALL_S:g} s; forgetting the load "
+                                   "point's streams", level="warning")
+                    vc.drop_all()
 
     def _log_prefill(self, st, end: float) -> None:
         elapsed = max(1e-9, end - self._prefill_last_t)
@@ -783,6 +912,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, AssertionError) as e:
         return _fail(raw, type(e).__name__, str(e))
     scale = float(os.environ.get(ENV_TIME_SCALE) or 1.0)
+    clock = os.environ.get(ENV_CLOCK) or "real"
+    if clock not in vproto.CLOCKS:
+        return _fail(raw, "ValueError", f"{ENV_CLOCK} must be one of {vproto.CLOCKS}, got {clock!r}")
     startup_scale = float(os.environ.get(ENV_STARTUP_TIME_SCALE) or scale)
     if scale <= 0 or startup_scale <= 0:
         return _fail(raw, "ValueError", f"{ENV_TIME_SCALE} and {ENV_STARTUP_TIME_SCALE} must be > 0")
@@ -801,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def _amain() -> int:
         twin = Twin(args, model=model, hardware=hardware, perf=perf, faults=faults, time_scale=scale, notes=notes,
-                    startup_time_scale=startup_scale)
+                    startup_time_scale=startup_scale, clock=clock)
         return await twin.run()
 
     return asyncio.run(_amain())

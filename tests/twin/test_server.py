@@ -41,16 +41,18 @@ def free_port() -> int:
 
 class TwinProc:
     def __init__(self, tmp: Path, args: list[str], *, scale: float, version: str = "0.5.9",
-                 faults: list | None = None, hw=None) -> None:
+                 faults: list | None = None, hw=None, env: dict | None = None) -> None:
         mdir = tmp / "model"
         mdir.mkdir(exist_ok=True)
         (mdir / "config.json").write_text(json.dumps(LLAMA_8B.to_hf_config()))
         self.port = free_port()
         self.log_path = tmp / f"twin-{self.port}.log"
+        extra = env or {}
         env = dict(os.environ, GRID_TWIN_HARDWARE=(hw or H100_X1).model_dump_json(), GRID_TWIN_TIME_SCALE=str(scale),
                    GRID_TWIN_VERSION=version)
         if faults:
             env["GRID_TWIN_FAULTS"] = json.dumps(faults)
+        env.update(extra)
         self.fh = open(self.log_path, "w")  # noqa: SIM115 (closed when the twin is stopped)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "grid.twin", "--model-path", str(mdir), "--port", str(self.port), *args],

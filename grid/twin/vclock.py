@@ -1,0 +1,95 @@
+"""The twin's virtual clock (``GRID_TWIN_CLOCK=virtual``): which arrivals are due and how far the scheduler may run.
+
+The protocol is described in grid/loadgen/vclock.py. :class:`VClock` is pure bookkeeping, all times in modelled
+seconds: the streams of the running load point with each one's *bound* (the earliest modelled time at which it may
+still send: ``inf`` while its request is in flight, the end of its last answer after it, gone once it is done), and a
+heap of arrivals at the scheduler (send time + front-end latency). The server's loop releases an arrival only when
+it lies before :meth:`horizon`, and steps the scheduler from ``t`` only while ``t < horizon()``: nothing can then
+arrive before ``t``, so every result is a function of the requests and their send times, not of the host.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import math
+from typing import Any
+
+#: Each point's streams start at the next multiple of this many modelled seconds, so a point's arithmetic (float
+#: sums of send times and step durations) does not depend on how much modelled time passed before it (health
+#: checks, the twin's own start-up).
+EPOCH_S = 4096.0
+
+#: The virtual-clock headers of the HTTP request being handled, ``(send time s, stream, seq)`` (set by the twin's
+#: middleware ``TwinAPI._vclock_mw``; None without them).
+VCLOCK_TAG: contextvars.ContextVar[tuple[float, int, int] | None] = contextvars.ContextVar("vclock_tag", default=None)
+
+
+def parse_tag(headers) -> tuple[float, int, int] | None:
+    """``(send time s, stream, seq)`` from a request's headers (grid/loadgen/vclock.py), None when they are missing
+    or malformed (the request is then served as any client's)."""
+    from grid.loadgen import vclock as proto
+
+    try:
+        vt = float(headers[proto.H_VT])
+        stream = int(headers[proto.H_STREAM])
+        seq = int(headers.get(proto.H_SEQ, 0))
+    except (KeyError, ValueError, TypeError):
+        return None
+    return (vt, stream, seq) if math.isfinite(vt) else None
+
+
+class VClock:
+    """Stream bounds and pending arrivals of a twin on the virtual clock. Pure (no clock, no I/O)."""
+
+    def __init__(self) -> None:
+        self.bounds: dict[int, float] = {}
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._n = 0
+
+    def begin(self, streams: int, now: float) -> float:
+        """A load point of ``streams`` streams begins; returns the modelled time (s) at which they may first send,
+        the next multiple of :data:`EPOCH_S` after ``now``. Streams of an earlier point are forgotten."""
+        t0 = (math.floor(now / EPOCH_S) + 1) * EPOCH_S
+        self.bounds = {s: t0 for s in range(int(streams))}
+        return t0
+
+    def sent(self, stream: int | None) -> None:
+        """Stream ``stream`` sent a request: it cannot send again before that request ends."""
+        if stream is not None and stream in self.bounds:
+            self.bounds[stream] = math.inf
+
+    def ended(self, stream: int | None, t: float) -> None:
+        """Stream ``stream``'s request ended at modelled time ``t``: the stream may send again from ``t``."""
+        if stream is not None and stream in self.bounds:
+            self.bounds[stream] = t
+
+    def done(self, stream: int) -> None:
+        """Stream ``stream`` sends no more."""
+        self.bounds.pop(stream, None)
+
+    def drop_all(self) -> None:
+        """Forget every stream (a stalled client: the real-time backstop)."""
+        self.bounds.clear()
+
+    def horizon(self) -> float:
+        """The earliest modelled time (s) at which a stream may still send (``inf``: none can)."""
+        return min(self.bounds.values(), default=math.inf)
+
+    def push(self, at: float, seq: int, item: Any) -> None:
+        """An arrival at the scheduler at modelled time ``at``; ties go by ``seq`` (the client's request index), then
+        by the order of pushing."""
+        heapq.heappush(self._heap, (at, seq, self._n, item))
+        self._n += 1
+
+    def next_at(self) -> float | None:
+        """The modelled time of the earliest pending arrival, None when there is none."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop(self) -> tuple[float, Any]:
+        """Remove and return the earliest pending arrival ``(at, item)``."""
+        at, _, _, item = heapq.heappop(self._heap)
+        return at, item
+
+    def pending(self) -> int:
+        return len(self._heap)
