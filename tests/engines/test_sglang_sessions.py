@@ -21,7 +21,7 @@ from tests.engines.test_sglang_cpu import _env, _setup, sglang_processes
 from tests.timing import COUNT_HOST_NOISE
 from tests.grid_cli import run_grid
 
-pytestmark = pytest.mark.real_sglang
+pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(2400)]  # the module's sweep fixture (run_grid: 1800 s)
 
 
 @pytest.fixture(scope="module")
