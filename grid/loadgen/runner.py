@@ -553,29 +553,25 @@ async def _virtual_closed_loop(sess: _Session, items: list[tuple[int, Prompt]], 
     k = min(workers, len(items))
     if k == 0:
         return [], 0
-    vt0 = float((await sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
-    t0 = vclock.to_ns(vt0)
+    streams = _Streams(sess)
+    await streams.open(k)
+    t0 = streams.now_ns(0)
     out: list[RequestRecord] = []
     it = iter(items)
 
     async def stream(s: int) -> None:
-        vt = vt0
         try:
             for index, prompt in it:
                 rec = sess.new_record(index, prompt, warmup)
-                rec.scheduled_perf_ns = vclock.to_ns(vt)
+                rec.scheduled_perf_ns = streams.now_ns(s)
                 if not warmup:
                     rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
-                await sess.request(rec, prompt, vclock.headers(vt, s, index))
-                end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
-                rec.send_perf_ns = rec.scheduled_perf_ns  # the parser runs later, in the session's parse task
-                rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
+                going = await streams.send(s, rec, prompt)
                 out.append(rec)
-                if end is None:
+                if not going:
                     return
-                vt = end
         finally:
-            await sess.vclock_post(vclock.DONE_PATH, {"stream": s})
+            await streams.close(s)
 
     await asyncio.gather(*(stream(s) for s in range(k)))
     return out, t0
