@@ -54,7 +54,8 @@ if [ "$(installed_version)" = "$version" ]; then
 else
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q "sglang==$version"
+    # --no-cache-dir: the wheels (~5 GB of downloads) would otherwise stay in pip's cache beside the venv
+    "$venv/bin/python" -m pip install -q --no-cache-dir "sglang==$version"
 fi
 "$venv/bin/python" -c 'import importlib.metadata as m
 print(" ".join(f"{p} {m.version(p)}" for p in ("sglang", "torch", "transformers")))'

