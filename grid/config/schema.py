@@ -89,8 +89,8 @@ class EngineSpec(_Spec):
         "real", description="twin only: 'real': the modelled clock is the wall clock x time_scale; 'virtual': once "
                             "ready, the twin's clock moves only with its scheduler and every request and event carries "
                             "its modelled time, so a load point's metrics depend on the configuration, load and seed, "
-                            "not on the host (grid/loadgen/vclock.py; closed-loop points without sessions only, "
-                            "for now)")
+                            "not on the host (grid/loadgen/vclock.py: closed and open loops, capped or not, "
+                            "traces and sessions)")
     python: str = Field("python", description="sglang only: interpreter that has sglang installed")
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0: pick a free port per launch")
@@ -442,20 +442,9 @@ class RunSpec(_Spec):
 
     @model_validator(mode="after")
     def _virtual_clock(self) -> RunSpec:
-        from grid.loadgen.dataset import DATASETS
-
-        if self.engine.clock != "virtual":
-            return self
-        if self.engine.kind != "sim":
+        if self.engine.clock == "virtual" and self.engine.kind != "sim":
             raise ValueError(f"engine.clock=virtual: only the twin (engine=sim) has a virtual clock, not "
                              f"engine={self.engine.kind}")
-        load = self.load
-        why = ("load.request_rate (open loop)" if load.request_rate else
-               "load.trace_speed (open loop)" if load.trace_points else
-               f"load.dataset={load.dataset} (sessions)" if DATASETS[load.dataset].sessions else None)
-        if why:
-            raise ValueError(f"engine.clock=virtual runs closed-loop points only, not {why}: set load.concurrency "
-                             "only, or engine.clock=real")
         return self
 
 

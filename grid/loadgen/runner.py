@@ -51,13 +51,15 @@
 ``time_scale`` (modelled seconds per real second) rescales the schedule and is carried to the result; raw
 nanoseconds are never scaled.
 
-Virtual clock (``Target.clock="virtual"``, a twin started with ``GRID_TWIN_CLOCK=virtual``; closed loop without
-sessions or steady state, streamed): the protocol of grid/loadgen/vclock.py. Each worker is a stream of the point;
-it sends its first request at the modelled time the twin gave for the point and each next one at the time the
-previous answer's last event carried. Every ``*_perf_ns`` stamp of a record (scheduled, send, each event, end) and
-the window are then modelled nanoseconds, the result's ``time_scale`` is 1 and its ``clock`` is ``"virtual"``: the
-point's numbers depend on the configuration, the load plan and the seed, not on the host. Timeouts stay real seconds
-(a backstop).
+Virtual clock (``Target.clock="virtual"``, a twin started with ``GRID_TWIN_CLOCK=virtual``; streamed points): the
+protocol of grid/loadgen/vclock.py. Every load plan is a set of streams: a closed-loop worker, a session's user, a
+slot of a capped open loop, or (uncapped open loop) each request on its own. A stream sends its first request at
+the modelled time the twin gave for the point (or, open loop, when the request is due) and each next one at the
+time the previous answer's last event carried (plus a session's think time; a capped slot waits for the next
+request to be due). Every ``*_perf_ns`` stamp of a record (scheduled, send, each event, end) and the window are then
+modelled nanoseconds, the result's ``time_scale`` is 1 and its ``clock`` is ``"virtual"``: the point's numbers
+depend on the configuration, the load plan and the seed, not on the host. The client never sleeps: the twin's clock
+waits for it. Sessions follow a plan fixed in advance (``_session_loop``). Timeouts stay real seconds (a backstop).
 """
 
 from __future__ import annotations
@@ -284,14 +286,23 @@ class _Session:
             rec.raw_reads.append((last, b"".join(d for _, d in ex.payload)))
         rec.end_perf_ns = clock()
 
+    def want_parsed(self, rec: RequestRecord) -> asyncio.Future:
+        """A future set once ``rec`` is parsed (its text and token counts are known); call before sending it, and
+        :meth:`forget_parsed` after."""
+        fut = self._parsed[rec.request_index] = asyncio.get_running_loop().create_future()
+        return fut
+
+    def forget_parsed(self, rec: RequestRecord) -> None:
+        self._parsed.pop(rec.request_index, None)
+
     async def request_parsed(self, rec: RequestRecord, prompt: Prompt) -> RequestRecord:
         """:meth:`request`, returning once the record is parsed (its text and token counts are known)."""
-        fut = self._parsed[rec.request_index] = asyncio.get_running_loop().create_future()
+        fut = self.want_parsed(rec)
         try:
             await self.request(rec, prompt)
             await fut
         finally:
-            self._parsed.pop(rec.request_index, None)
+            self.forget_parsed(rec)
         return rec
 
     async def request(self, rec: RequestRecord, prompt: Prompt, headers: dict[str, str] | None = None
@@ -415,18 +426,17 @@ async def run_load_point(
     virtual = target.clock == "virtual"
     if target.clock not in vclock.CLOCKS:
         raise ValueError(f"Target.clock must be one of {vclock.CLOCKS}, got {target.clock!r}")
-    if virtual and (not closed or not target.stream or any(p.session is not None for p in prompts)):
-        raise ValueError("the virtual clock runs streamed closed-loop points without sessions only "
-                         f"(got kind={point.kind!r}, stream={target.stream})")
+    if virtual and not target.stream:
+        raise ValueError("the virtual clock runs streamed points only: its times travel in the streamed events")
     workers = int(point.value) if closed else 0
+    offsets_s: list[float] = []  # open loop: each request's send time after the start, modelled s
     if point.kind == "trace":
         assert point.offsets_s is not None  # checked by LoadPoint
-        offsets_ns = offsets_to_ns([o / point.value for o in point.offsets_s[:point.num_prompts]], target.time_scale)
+        offsets_s = [o / point.value for o in point.offsets_s[:point.num_prompts]]
     elif not closed:
-        offsets_ns = offsets_to_ns(
-            send_offsets(point.num_prompts, point.value, point.arrival, burstiness=point.burstiness, seed=point.seed),
-            target.time_scale,
-        )
+        offsets_s = send_offsets(point.num_prompts, point.value, point.arrival, burstiness=point.burstiness,
+                                 seed=point.seed)
+    offsets_ns = offsets_to_ns(offsets_s, target.time_scale)
     n = len(prompts)
     pool = Pool(target.base_url.rstrip("/") + endpoint.path, connect_timeout_s=min(read_timeout_s, 60.0))
     try:
@@ -443,7 +453,7 @@ async def run_load_point(
         try:
             warm_items = [(j, prompts[(point.num_prompts + j) % n]) for j in range(point.warmup_requests)]
             if virtual:
-                warm, _ = await _virtual_closed_loop(sess, warm_items, workers, warmup=True)
+                warm, _ = await _virtual_closed_loop(sess, warm_items, workers if closed else 1, warmup=True)
             else:
                 warm = await _closed_loop(sess, warm_items, workers if closed else 1, warmup=True, t0=None)
             await sess.drain()
@@ -460,9 +470,11 @@ async def run_load_point(
                 records, more_warm, tail, t0, t1 = await _steady_loop(sess, wave, items, tails, workers)
                 warm += more_warm
             elif closed and any(p.session is not None for p in prompts):
-                records = await _session_loop(sess, prompts, point.num_prompts, workers, t0, target.time_scale)
-            elif virtual:
+                records, t0 = await _session_loop(sess, prompts, point.num_prompts, workers, t0, target.time_scale)
+            elif virtual and closed:
                 records, t0 = await _virtual_closed_loop(sess, items, workers, warmup=False)
+            elif virtual:
+                records, t0 = await _virtual_open_loop(sess, items, offsets_s, point.max_concurrency)
             elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
@@ -508,12 +520,13 @@ async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers:
 
 
 class _Streams:
-    """How the workers of a closed loop send: on the wall clock (every send is now), or as the streams of the twin's
-    virtual clock (grid/loadgen/vclock.py), each sending when its previous answer ended in modelled time."""
+    """How the workers of a point send: on the wall clock (every send is now), or as the streams of the twin's
+    virtual clock (grid/loadgen/vclock.py), each sending at or after the modelled time its previous answer ended."""
 
     def __init__(self, sess: _Session) -> None:
         self.sess = sess
         self.vt: list[float] = []
+        self._ended: set[int] = set()  # streams whose request marked last was answered: the twin dropped them
 
     async def open(self, k: int) -> None:
         if self.sess.virtual and k:
@@ -524,23 +537,46 @@ class _Streams:
         """Stream ``s``'s present: perf ns on the wall clock, modelled ns on the virtual one."""
         return vclock.to_ns(self.vt[s]) if self.vt else time.perf_counter_ns()
 
-    async def send(self, s: int, rec: RequestRecord, prompt: Prompt) -> bool:
-        """Send ``rec`` from stream ``s``; False when the stream cannot go on (virtual: the answer carried no time)."""
+    async def pause(self, s: int, think_s: float, since_ns: int, time_scale: float) -> None:
+        """Stream ``s`` waits ``think_s`` modelled seconds from ``since_ns`` (its last answer's end) before it sends
+        again: on the virtual clock its send time moves on, on the wall clock it sleeps to an absolute deadline
+        (asyncio may wake a little early, so the deadline is re-checked)."""
+        if self.vt:
+            self.vt[s] += think_s
+            return
+        due = since_ns + int(think_s / time_scale * 1e9)
+        while (now := time.perf_counter_ns()) < due:
+            await asyncio.sleep((due - now) / 1e9)
+
+    async def send(self, s: int, rec: RequestRecord, prompt: Prompt, *, at: float | None = None,
+                   last: bool = False, parsed: bool = False) -> bool:
+        """Send ``rec`` from stream ``s``; False when the stream cannot go on (virtual: the answer carried no time).
+        Virtual clock: it is sent at the stream's present, or at ``at`` (modelled s) if that is later; ``last``: the
+        stream sends nothing after it. ``parsed``: return once the record is parsed (its text is known)."""
         if not self.vt:
-            await self.sess.request(rec, prompt)
+            await (self.sess.request_parsed(rec, prompt) if parsed else self.sess.request(rec, prompt))
             return True
-        vt = self.vt[s]
-        await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index))
-        end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
-        rec.send_perf_ns = vclock.to_ns(vt)  # the parser runs later, in the session's parse task
-        rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
+        vt = self.vt[s] if at is None else max(self.vt[s], at)
+        fut = self.sess.want_parsed(rec) if parsed else None
+        try:
+            await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index, last))
+            end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
+            rec.send_perf_ns = vclock.to_ns(vt)  # the parser runs later, in the session's parse task
+            rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
+            if fut is not None:
+                await fut
+        finally:
+            if fut is not None:
+                self.sess.forget_parsed(rec)
         if end is None:
             return False
         self.vt[s] = end
+        if last:
+            self._ended.add(s)
         return True
 
     async def close(self, s: int) -> None:
-        if self.vt:
+        if self.vt and s not in self._ended:
             await self.sess.vclock_post(vclock.DONE_PATH, {"stream": s})
 
 
@@ -577,6 +613,43 @@ async def _virtual_closed_loop(sess: _Session, items: list[tuple[int, Prompt]], 
     return out, t0
 
 
+async def _virtual_open_loop(sess: _Session, items: list[tuple[int, Prompt]], offsets_s: list[float],
+                             max_concurrency: int | None) -> tuple[list[RequestRecord], int]:
+    """An open loop on the twin's virtual clock (grid/loadgen/vclock.py): request i is due at the point's start plus
+    ``offsets_s[i]`` (modelled s). Uncapped, each request is a stream of its own that sends once, when it is due
+    (marked last); capped at ``max_concurrency``, each slot is a stream that takes the next request when its previous
+    answer ended and sends it when it is due, or at once if it is overdue (``slot_wait_ns`` is how long it waited).
+    The twin's clock waits for every stream, so no request is late and the client sends without sleeping. Returns
+    the records, stamped in modelled ns, and the point's start (modelled ns)."""
+    k = len(items) if max_concurrency is None else min(max_concurrency, len(items))
+    if k == 0:
+        return [], 0
+    streams = _Streams(sess)
+    await streams.open(k)
+    t0, vt0 = streams.now_ns(0), streams.vt[0]
+    out: list[RequestRecord] = []
+    it = iter(zip(items, offsets_s))
+
+    async def slot(s: int) -> None:
+        try:
+            for (index, prompt), offset in it:
+                due = vt0 + offset
+                rec = sess.new_record(index, prompt, False)
+                rec.scheduled_perf_ns = vclock.to_ns(due)
+                rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
+                if max_concurrency is not None:
+                    rec.slot_wait_ns = max(0, streams.now_ns(s) - rec.scheduled_perf_ns)
+                going = await streams.send(s, rec, prompt, at=due, last=max_concurrency is None)
+                out.append(rec)
+                if not going:
+                    return
+        finally:
+            await streams.close(s)
+
+    await asyncio.gather(*(slot(s) for s in range(k)))
+    return out, t0
+
+
 def sessions_of(prompts: list[Prompt]) -> list[list[Prompt]]:
     """The conversations among ``prompts`` (those with a ``session``), each its turns in order, in the order each
     conversation first appears. Pure."""
@@ -588,45 +661,77 @@ def sessions_of(prompts: list[Prompt]) -> list[list[Prompt]]:
 
 
 async def _session_loop(sess: _Session, prompts: list[Prompt], num: int, workers: int, t0: int,
-                        time_scale: float) -> list[RequestRecord]:
-    """Multi-turn sessions in a closed loop of ``workers`` users: each user takes the next conversation and sends
-    its turns one by one, turn k+1 ``think_s`` (modelled) after turn k's answer arrived, carrying the whole history
-    (every earlier message and answer); ``num`` turns are measured in all (request indices in order of sending). A
-    failed turn ends its conversation (its answer is unknown); the user takes the next one."""
+                        time_scale: float) -> tuple[list[RequestRecord], int]:
+    """Multi-turn sessions in a closed loop of ``workers`` users: each user plays conversations one after another
+    and sends their turns one by one, turn k+1 ``think_s`` (modelled) after turn k's answer arrived, carrying the whole
+    history (every earlier message and answer). A failed turn ends its conversation (its answer is unknown).
+
+    On the wall clock each user takes the next conversation when free and ``num`` turns are measured in all, numbered
+    in order of sending. On the virtual clock the plan is fixed in advance, so that users who finish in the same
+    modelled instant cannot swap conversations between runs: user u plays conversations u, u + workers, ...; the first
+    ``num`` turns in conversation order are measured, numbered in that order. Returns the records and the point's
+    start (perf ns, or modelled ns on the virtual clock)."""
     out: list[RequestRecord] = []
-    queue = iter(sessions_of(prompts))
+    convs = sessions_of(prompts)
+    streams = _Streams(sess)
+    await streams.open(workers)
+    plan: list[tuple[int, list[Prompt]]] = []  # virtual: (index of the first turn, the turns measured) per conversation
+    if streams.vt:
+        t0 = streams.now_ns(0)
+        for turns in convs:
+            take = turns[:max(0, num - sum(len(t) for _, t in plan))]
+            if take:
+                plan.append((sum(len(t) for _, t in plan), take))
+    shared = iter(convs)
     sent = [0]
 
-    async def user() -> None:
-        while sent[0] < num:
-            turns = next(queue, None)
-            if turns is None:
-                return
+    def next_conversation(mine) -> tuple[int | None, list[Prompt]] | None:
+        if mine is not None:
+            return next(mine, None)
+        if sent[0] >= num:
+            return None
+        turns = next(shared, None)
+        return None if turns is None else (None, turns)
+
+    async def user(s: int) -> None:
+        mine = iter(plan[s::workers]) if streams.vt else None
+        while (conversation := next_conversation(mine)) is not None:
+            first, turns = conversation
             history: list[tuple[str, str]] = []
             tokens_before = 0  # the history's tokens as the server counted them
-            answered_ns = 0  # when the previous turn's answer ended (perf clock)
+            answered_ns = 0  # when the previous turn's answer ended
             for i, turn in enumerate(turns):
-                if sent[0] >= num:
+                if first is None and sent[0] >= num:
                     return
-                if i and turn.think_s > 0:  # absolute deadline from the answer; uvloop may wake a little early
-                    due = answered_ns + int(turn.think_s / time_scale * 1e9)
-                    while (now := time.perf_counter_ns()) < due:
-                        await asyncio.sleep((due - now) / 1e9)
-                index = sent[0]
-                sent[0] += 1
+                if i and turn.think_s > 0:
+                    await streams.pause(s, turn.think_s, answered_ns, time_scale)
+                if first is None:
+                    index = sent[0]
+                    sent[0] += 1
+                else:
+                    index = first + i
                 prompt = dataclasses.replace(turn, history=tuple(history), input_len=tokens_before + turn.input_len)
                 rec = sess.new_record(index, prompt, False)
-                rec.scheduled_perf_ns = time.perf_counter_ns()
+                rec.scheduled_perf_ns = streams.now_ns(s)
                 rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
-                out.append(await sess.request_parsed(rec, prompt))
+                going = await streams.send(s, rec, prompt, parsed=True)
+                out.append(rec)
+                if not going:
+                    return
                 if rec.status != "ok":
                     break
                 answered_ns = rec.end_perf_ns or time.perf_counter_ns()
                 history.append((turn.text or "", rec.text))
                 tokens_before = (rec.input_tokens or prompt.input_len) + (rec.output_tokens or 0)
 
-    await asyncio.gather(*(user() for _ in range(workers)))
-    return out
+    async def closing(s: int) -> None:
+        try:
+            await user(s)
+        finally:
+            await streams.close(s)
+
+    await asyncio.gather(*(closing(s) for s in range(workers)))
+    return out, t0
 
 
 def _shortened(prompt: Prompt, k: int, of: int) -> Prompt:

@@ -7,11 +7,20 @@ earlier. A closed-loop point therefore tells the twin which streams it runs and 
 * ``POST /grid/vclock/begin`` with ``{"streams": k}`` before a closed loop of ``k`` streams; the answer
   ``{"vt": t0}`` is the modelled time (s) at which every stream may send its first request.
 * each request carries :data:`H_VT` (the modelled send time, s, ``repr`` of a float), :data:`H_STREAM` (the
-  stream, ``0..k-1``) and :data:`H_SEQ` (the request's index in the point: ties in arrival time go by it);
+  stream, ``0..k-1``), :data:`H_SEQ` (the request's index in the point: ties in arrival time go by it) and, on a
+  stream's last request when the client knows it is the last, :data:`H_LAST` ``1``;
 * each streamed event (one per scheduler step that produced tokens for the request) then carries
-  ``"grid_vt"``: the modelled time (s) at which the twin emitted it; a stream's next request is sent at the last
-  event's ``grid_vt`` (a closed loop sends as soon as the previous answer ended);
-* ``POST /grid/vclock/done`` with ``{"stream": s}`` once stream ``s`` sends no more.
+  ``"grid_vt"``: the modelled time (s) at which the twin emitted it; a stream's next request is sent at or after the
+  last event's ``grid_vt`` (a closed loop at once; a user of a session after their think time; a slot of a capped
+  open loop at the next arrival's scheduled time if that is later);
+* ``POST /grid/vclock/done`` with ``{"stream": s}`` once stream ``s`` sends no more (not needed after a request
+  marked :data:`H_LAST` that the twin answered).
+
+The twin never lets its clock pass the earliest time at which a stream may still send (its *horizon*): while a
+stream's request is in flight that stream cannot send; once it ended at ``e`` it may send from ``e``. Every load plan
+is a set of streams: a closed loop of ``k`` workers is ``k`` streams; a session's user is a stream; a capped open
+loop is one stream per slot; an uncapped open loop (Poisson, gamma, constant or a recorded trace) is one stream per
+request, each sending once at its scheduled time and marked :data:`H_LAST`.
 
 A request without these headers (any other client: SGLang's bench_serving, curl) is served too, arriving at the
 twin's current modelled time; its events carry no ``grid_vt``. Pure helpers only; the runner does the I/O.
@@ -25,6 +34,7 @@ CLOCKS = ("real", "virtual")
 H_VT = "X-Grid-VT"
 H_STREAM = "X-Grid-Stream"
 H_SEQ = "X-Grid-Seq"
+H_LAST = "X-Grid-Last"
 BEGIN_PATH = "/grid/vclock/begin"
 DONE_PATH = "/grid/vclock/done"
 FIELD = "grid_vt"
@@ -34,9 +44,13 @@ ENV_CLOCK = "GRID_TWIN_CLOCK"
 _LAST_VT = re.compile(rb'"grid_vt":\s*([-+0-9.eE]+)')
 
 
-def headers(vt: float, stream: int, seq: int) -> dict[str, str]:
-    """The headers of a request that stream ``stream`` sends at modelled time ``vt`` (s) as request ``seq``."""
-    return {H_VT: repr(float(vt)), H_STREAM: str(int(stream)), H_SEQ: str(int(seq))}
+def headers(vt: float, stream: int, seq: int, last: bool = False) -> dict[str, str]:
+    """The headers of a request that stream ``stream`` sends at modelled time ``vt`` (s) as request ``seq``
+    (``last``: the stream sends nothing after it)."""
+    out = {H_VT: repr(float(vt)), H_STREAM: str(int(stream)), H_SEQ: str(int(seq))}
+    if last:
+        out[H_LAST] = "1"
+    return out
 
 
 def last_vt(reads: list[tuple[int, bytes]]) -> float | None:

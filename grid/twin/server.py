@@ -620,18 +620,18 @@ class Twin(TwinAPI):
         tag = None if internal else VCLOCK_TAG.get()
         if tag is None:
             send = self.mclock
-        elif tag[1] in self.vclock.bounds:
-            send = tag[0]  # a stream of the running point: the horizon kept the clock from passing its send time
+        elif self.vclock.running(tag.stream):
+            send = tag.vt  # a stream of the running point: the horizon kept the clock from passing its send time
         else:
-            send = max(tag[0], self.mclock)  # a stream of no running point: it cannot arrive in the past
+            send = max(tag.vt, self.mclock)  # a stream of no running point: it cannot arrive in the past
         req = Req(rid, comp, n_in, max_new, 0, send, internal)
         req.pieces = pieces
         if tag is not None:
-            req.stream, req.steps = tag[1], []
-            self.vclock.sent(tag[1])
+            req.stream, req.steps = tag.stream, []
+            self.vclock.sent(tag.stream, tag.last)
         self.reqs[rid] = req
         frontend_s = 0.0 if internal else self.perf.frontend_latency_s(n_in)
-        self.vclock.push(send + frontend_s, tag[2] if tag is not None else 1 << 62, (req, priority))
+        self.vclock.push(send + frontend_s, tag.seq if tag is not None else 1 << 62, (req, priority))
         self.wake.set()
         return req
 

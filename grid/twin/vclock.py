@@ -2,8 +2,10 @@
 
 The protocol is described in grid/loadgen/vclock.py. :class:`VClock` is pure bookkeeping, all times in modelled
 seconds: the streams of the running load point with each one's *bound* (the earliest modelled time at which it may
-still send: ``inf`` while its request is in flight, the end of its last answer after it, gone once it is done), and a
-heap of arrivals at the scheduler (send time + front-end latency). The server's loop releases an arrival only when
+still send: ``inf`` while its request is in flight, the end of its last answer after it, gone once it is done or once
+the request it marked as its last has ended), and a heap of arrivals at the scheduler (send time + front-end
+latency). The earliest bound is kept in a lazy heap, so an open-loop point of thousands of one-request streams costs
+``O(log n)`` per step. The server's loop releases an arrival only when
 it lies before :meth:`horizon`, and steps the scheduler from ``t`` only while ``t < horizon()``: nothing can then
 arrive before ``t``, so every result is a function of the requests and their send times, not of the host.
 """
@@ -13,21 +15,30 @@ from __future__ import annotations
 import contextvars
 import heapq
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Each point's streams start at the next multiple of this many modelled seconds, so a point's arithmetic (float
 #: sums of send times and step durations) does not depend on how much modelled time passed before it (health
 #: checks, the twin's own start-up).
 EPOCH_S = 4096.0
 
-#: The virtual-clock headers of the HTTP request being handled, ``(send time s, stream, seq)`` (set by the twin's
-#: middleware ``TwinAPI._vclock_mw``; None without them).
-VCLOCK_TAG: contextvars.ContextVar[tuple[float, int, int] | None] = contextvars.ContextVar("vclock_tag", default=None)
+class Tag(NamedTuple):
+    """A request's virtual-clock headers (grid/loadgen/vclock.py)."""
+
+    vt: float  # modelled send time, s
+    stream: int
+    seq: int  # the client's request index: ties in arrival time go by it
+    last: bool = False  # the stream sends nothing after this request
 
 
-def parse_tag(headers) -> tuple[float, int, int] | None:
-    """``(send time s, stream, seq)`` from a request's headers (grid/loadgen/vclock.py), None when they are missing
-    or malformed (the request is then served as any client's)."""
+#: The virtual-clock headers of the HTTP request being handled (set by the twin's middleware ``TwinAPI._vclock_mw``;
+#: None without them).
+VCLOCK_TAG: contextvars.ContextVar[Tag | None] = contextvars.ContextVar("vclock_tag", default=None)
+
+
+def parse_tag(headers) -> Tag | None:
+    """The :class:`Tag` of a request's headers, None when they are missing or malformed (the request is then served
+    as any client's)."""
     from grid.loadgen import vclock as proto
 
     try:
@@ -36,7 +47,7 @@ def parse_tag(headers) -> tuple[float, int, int] | None:
         seq = int(headers.get(proto.H_SEQ, 0))
     except (KeyError, ValueError, TypeError):
         return None
-    return (vt, stream, seq) if math.isfinite(vt) else None
+    return Tag(vt, stream, seq, headers.get(proto.H_LAST) == "1") if math.isfinite(vt) else None
 
 
 class VClock:
@@ -44,37 +55,63 @@ class VClock:
 
     def __init__(self) -> None:
         self.bounds: dict[int, float] = {}
+        self._last: set[int] = set()  # streams whose request in flight is their last
+        self._low: list[tuple[float, int]] = []  # (bound, stream), lazily pruned: an entry counts while it is current
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
+
+    def _set(self, stream: int, bound: float) -> None:
+        self.bounds[stream] = bound
+        if bound < math.inf:
+            heapq.heappush(self._low, (bound, stream))
 
     def begin(self, streams: int, now: float) -> float:
         """A load point of ``streams`` streams begins; returns the modelled time (s) at which they may first send,
         the next multiple of :data:`EPOCH_S` after ``now``. Streams of an earlier point are forgotten."""
         t0 = (math.floor(now / EPOCH_S) + 1) * EPOCH_S
+        self.drop_all()
         self.bounds = {s: t0 for s in range(int(streams))}
+        self._low = [(t0, s) for s in range(int(streams))]  # sorted, so already a heap
         return t0
 
-    def sent(self, stream: int | None) -> None:
-        """Stream ``stream`` sent a request: it cannot send again before that request ends."""
-        if stream is not None and stream in self.bounds:
+    def running(self, stream: int | None) -> bool:
+        """Whether ``stream`` is a stream of the running point that may still send."""
+        return stream is not None and stream in self.bounds and stream not in self._last
+
+    def sent(self, stream: int | None, last: bool = False) -> None:
+        """Stream ``stream`` sent a request: it cannot send again before that request ends (``last``: ever)."""
+        if self.running(stream):
             self.bounds[stream] = math.inf
+            if last:
+                self._last.add(stream)
 
     def ended(self, stream: int | None, t: float) -> None:
-        """Stream ``stream``'s request ended at modelled time ``t``: the stream may send again from ``t``."""
-        if stream is not None and stream in self.bounds:
-            self.bounds[stream] = t
+        """Stream ``stream``'s request ended at modelled time ``t``: the stream may send again from ``t``, unless
+        that request was its last."""
+        if stream is None or stream not in self.bounds:
+            return
+        if stream in self._last:
+            self.done(stream)
+        else:
+            self._set(stream, t)
 
     def done(self, stream: int) -> None:
         """Stream ``stream`` sends no more."""
         self.bounds.pop(stream, None)
+        self._last.discard(stream)
 
     def drop_all(self) -> None:
         """Forget every stream (a stalled client: the real-time backstop)."""
         self.bounds.clear()
+        self._last.clear()
+        self._low.clear()
 
     def horizon(self) -> float:
         """The earliest modelled time (s) at which a stream may still send (``inf``: none can)."""
-        return min(self.bounds.values(), default=math.inf)
+        low, bounds = self._low, self.bounds
+        while low and bounds.get(low[0][1]) != low[0][0]:
+            heapq.heappop(low)
+        return low[0][0] if low else math.inf
 
     def push(self, at: float, seq: int, item: Any) -> None:
         """An arrival at the scheduler at modelled time ``at``; ties go by ``seq`` (the client's request index), then

@@ -88,6 +88,34 @@ def test_vclock_horizon_follows_the_streams():
     assert vc.begin(1, 4096.0) == 8192.0  # each point starts on the next epoch
 
 
+def test_vclock_last_request_ends_its_stream_and_the_horizon_scales():
+    vc = VClock()
+    t0 = vc.begin(3, 0.0)
+    vc.sent(0, last=True)
+    assert not vc.running(0) and vc.running(1)
+    vc.sent(0)  # a stream that sent its last request cannot send again: nothing changes
+    vc.ended(0, t0 + 2.0)
+    assert 0 not in vc.bounds and vc.horizon() == t0  # streams 1 and 2 may still send at t0
+    vc.sent(1)
+    vc.sent(2)
+    vc.ended(2, t0 + 1.0)
+    vc.ended(1, t0 + 0.5)
+    assert vc.horizon() == t0 + 0.5
+    vc.sent(1)
+    assert vc.horizon() == t0 + 1.0  # the stale bound of stream 1 is dropped
+    # an open loop of 5,000 one-request streams: the horizon is the earliest stream not yet sent
+    t1 = vc.begin(5000, t0)
+    for s in range(4999):
+        vc.sent(s, last=True)
+    assert vc.horizon() == t1
+    vc.sent(4999, last=True)
+    assert vc.horizon() == math.inf
+    for s in range(5000):
+        vc.ended(s, t1 + s)
+    assert vc.bounds == {} and vc.horizon() == math.inf
+    assert proto.headers(2.0, 1, 3, last=True)[proto.H_LAST] == "1" and proto.H_LAST not in proto.headers(2.0, 1, 3)
+
+
 def test_last_vt_reads_the_last_event():
     reads = [(1, b'data: {"text":"a","grid_vt":4096.5}\n\n'), (2, b'data: {"text":"b","grid_'),
              (3, b'vt":4097.25}\n\ndata: [DONE]\n\n')]
@@ -118,6 +146,103 @@ def test_virtual_closed_loop_point_is_reproducible(tmp_path, api, steady):
     assert a.window_kind == ("steady_state" if steady else "all_requests")
     if steady:
         assert a.tail_records and [_timings_of(r) for r in a.tail_records] == [_timings_of(r) for r in b.tail_records]
+
+
+def _run_open(port: int, clock: str, cap: int | None, scale: float = 1.0):
+    target = Target(f"http://127.0.0.1:{port}", model="m", time_scale=scale, clock=clock)
+    point = LoadPoint("rate", 40.0, num_prompts=24, warmup_requests=2, seed=5, max_concurrency=cap)
+    return run_load_point_sync(target, point, _prompts(26), read_timeout_s=60.0, stall_timeout_s=60.0)
+
+
+@pytest.mark.parametrize("cap", [None, 3])
+def test_virtual_open_loop_point_is_reproducible_and_on_schedule(tmp_path, cap):
+    """Poisson arrivals at 40 req/s (uncapped, or at most 3 in flight) on two twins: identical per-request timings
+    and load-point metrics; every request is sent when due (uncapped) or when due or its slot frees (capped)."""
+    runs = []
+    for k in range(2):
+        twin = _twin(tmp_path, f"o{k}", VIRTUAL)
+        try:
+            runs.append(_run_open(twin.port, "virtual", cap))
+        finally:
+            twin.stop()
+    a, b = runs
+    assert a.clock == "virtual" and len(a.records) == 24
+    assert all(r.status == "ok" for r in a.records + b.records), [r.error_message for r in a.records + b.records]
+    assert _timings(a) == _timings(b) and [_timings_of(r) for r in a.records] == [_timings_of(r) for r in b.records]
+    sa, sb = summarize(a), summarize(b)
+    assert {k: v for k, v in sa.items() if k not in HOST_KEYS} == {k: v for k, v in sb.items() if k not in HOST_KEYS}
+    from grid.loadgen.arrivals import send_offsets
+
+    due = [a.window_start_perf_ns + proto.to_ns(a.window_start_perf_ns / 1e9 + o) - a.window_start_perf_ns
+           for o in send_offsets(24, 40.0, "poisson", seed=5)]
+    recs = sorted(a.records, key=lambda r: r.request_index)
+    assert [r.scheduled_perf_ns for r in recs] == [proto.to_ns(a.window_start_perf_ns / 1e9 + o)
+                                                   for o in send_offsets(24, 40.0, "poisson", seed=5)]
+    if cap is None:
+        assert [r.send_perf_ns for r in recs] == [r.scheduled_perf_ns for r in recs] and due
+        assert all(r.slot_wait_ns is None for r in recs)
+    else:
+        assert all(r.send_perf_ns == r.scheduled_perf_ns + r.slot_wait_ns for r in recs)
+        assert any(r.slot_wait_ns > 0 for r in recs)  # 40 req/s of ~200 ms requests through 3 slots queue
+        # never more than 3 in flight, in modelled time
+        events = sorted([(r.send_perf_ns, 1) for r in recs] + [(r.end_perf_ns, -1) for r in recs])
+        level = peak = 0
+        for _, step in events:
+            level += step
+            peak = max(peak, level)
+        assert peak == 3
+
+
+def test_virtual_open_loop_is_close_to_the_wall_clock_twin(tmp_path):
+    """The uncapped Poisson point against the same point on the wall-clock twin at time scale 1: mean E2E and ITL
+    within 10 % (the wall-clock twin adds the host's HTTP and event-loop latency)."""
+    twin = _twin(tmp_path, "v", VIRTUAL)
+    try:
+        virt = summarize(_run_open(twin.port, "virtual", None))
+    finally:
+        twin.stop()
+    twin = _twin(tmp_path, "r", scale=1.0)
+    try:
+        real = summarize(_run_open(twin.port, "real", None))
+    finally:
+        twin.stop()
+    print({k: (virt[k], real[k]) for k in ("e2e_mean_ms", "ttft_mean_ms", "itl_mean_ms", "output_tok_per_s")})
+    assert virt["completed"] == real["completed"] == 24
+    for key in ("e2e_mean_ms", "itl_mean_ms"):
+        assert abs(virt[key] - real[key]) <= 0.10 * real[key], (key, virt[key], real[key])
+
+
+def test_virtual_sessions_are_reproducible_and_think_in_modelled_time(tmp_path):
+    """Multi-turn sessions (4 users, 6 conversations of 3 turns, 0.5 s think time) on two twins: identical records;
+    each turn is sent exactly its think time after the previous answer ended, with the history cached."""
+    from grid.loadgen.dataset import generated_sessions, session_prompts
+
+    prompts = session_prompts(generated_sessions(6, 3, 32, 16, 0.5), 18, seed=3)
+    runs = []
+    for k in range(2):
+        twin = _twin(tmp_path, f"s{k}", VIRTUAL)
+        try:
+            target = Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual")
+            runs.append(run_load_point_sync(target, LoadPoint("concurrency", 4, 18), prompts, read_timeout_s=60.0))
+        finally:
+            twin.stop()
+    a, b = runs
+    assert len(a.records) == 18 and all(r.status == "ok" for r in a.records + b.records)
+    assert [_timings_of(r) for r in a.records] == [_timings_of(r) for r in b.records]
+    assert [(r.session, r.turn, r.cached_tokens) for r in a.records] == [(r.session, r.turn, r.cached_tokens)
+                                                                          for r in b.records]
+    by: dict = {}
+    for r in a.records:
+        by.setdefault(r.session, []).append(r)
+    assert len(by) == 6
+    for turns in by.values():
+        assert [r.turn for r in turns] == [0, 1, 2]
+        # conversation-major numbering: the plan is fixed before the first send
+        assert [r.request_index for r in turns] == list(range(turns[0].request_index, turns[0].request_index + 3))
+        for prev, r in zip(turns, turns[1:]):
+            assert r.send_perf_ns == proto.to_ns(prev.end_perf_ns / 1e9 + 0.5) or \
+                abs(r.send_perf_ns - prev.end_perf_ns - 500_000_000) <= 1
+            assert r.cached_tokens > 0
 
 
 def test_virtual_point_is_close_to_the_wall_clock_twin(tmp_path):
@@ -170,7 +295,7 @@ def test_plain_client_is_served_on_the_virtual_clock(tmp_path):
 
 
 # --- configuration -------------------------------------------------------------------------------------------------------
-def test_engine_clock_reaches_the_twin_and_is_refused_where_it_cannot_run(tmp_path):
+def test_engine_clock_reaches_the_twin_and_is_refused_for_other_engines(tmp_path):
     from grid.compose import compose_spec
     from grid.config.schema import ConfigError
     from grid.engines.base import get_engine
@@ -183,8 +308,11 @@ def test_engine_clock_reaches_the_twin_and_is_refused_where_it_cannot_run(tmp_pa
     real = compose_spec(["+sweep=cuda_graph"], str(tmp_path / "real"))
     assert real.engine.clock == "real"
     assert proto.ENV_CLOCK not in get_engine(real).launch_plan(next(iter(expand(real))), 30000).env
-    with pytest.raises(ConfigError, match="open loop"):
-        compose_spec(["engine.clock=virtual", "load.request_rate=[2.0]"], str(tmp_path / "rate"))
+    rate = compose_spec(["engine.clock=virtual", "load.request_rate=[2.0]"], str(tmp_path / "rate"))
+    assert rate.engine.clock == "virtual"  # every load plan runs on it
+    with pytest.raises(ConfigError, match="only the twin"):
+        compose_spec(["engine=openai", "engine.base_url=http://127.0.0.1:1", "++engine.clock=virtual"],
+                     str(tmp_path / "openai"))
 
 
 def test_the_stall_watchdog_keeps_to_real_time_on_the_virtual_clock():
