@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import orjson
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
@@ -62,6 +63,26 @@ def stream_due(sent: int, n: int, interval: int, done: bool) -> bool:
 def _vt(vt: float | None) -> str:
     """The ``"grid_vt"`` member (with its leading comma) an event of a virtual-clock request carries, else ""."""
     return "" if vt is None else f',"{vproto.FIELD}":{vt!r}'
+
+
+class _Chunks:
+    """The bytes a streamed response has ready, written together when its handler is about to wait (one socket write
+    per wake-up, not one per event: on the virtual clock a handler finds many steps' events at once)."""
+
+    __slots__ = ("resp", "parts")
+
+    def __init__(self, resp: web.StreamResponse) -> None:
+        self.resp = resp
+        self.parts: list[bytes] = []
+
+    def add(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    async def flush(self) -> None:
+        if self.parts:
+            data = b"".join(self.parts)
+            self.parts.clear()
+            await self.resp.write(data)
 
 
 def _sse_headers() -> dict:
@@ -192,14 +213,15 @@ class TwinAPI(_TwinState):
         self.vclock_done(int(body["stream"]))
         return _json({"ok": True})
 
-    async def _progress(self, req: Req) -> AsyncIterator[tuple[int, bool, float | None]]:
+    async def _progress(self, req: Req, out: _Chunks) -> AsyncIterator[tuple[int, bool, float | None]]:
         """``(tokens so far, finished, modelled time or None)`` each time the request moved. On the wall clock, at each
         wake-up (what a late handler finds coalesces); on the virtual clock with grid's headers, once per scheduler
         step that moved it, stamped with the step's end (so the events are the same however late the handler runs).
-        Ends after the finished entry."""
+        What the handler added to ``out`` is written before each wait. Ends after the finished entry."""
         steps = req.steps
         if steps is None:
             while True:
+                await out.flush()
                 await req.event.wait()
                 req.event.clear()
                 done = req.finished
@@ -209,6 +231,7 @@ class TwinAPI(_TwinState):
         i = 0
         while True:
             while i >= len(steps):
+                await out.flush()
                 await req.event.wait()
                 req.event.clear()
             t, n, done = steps[i]
@@ -371,12 +394,14 @@ class TwinAPI(_TwinState):
         await self._wait_done(req)
         return self._native_obj(req, comp.text(0, req.n_out), final=True)
 
-    def _meta(self, req: Req, final: bool, at: float | None = None) -> dict:
-        meta: dict[str, Any] = {"id": req.rid, "finish_reason": self._finish_reason_native(req),
+    def _meta(self, req: Req, final: bool, at: float | None = None, n: int | None = None) -> dict:
+        """SGLang's ``meta_info`` of ``req`` once it had ``n`` tokens (None: now) and, if ``final``, ended at modelled
+        time ``at`` (None: now). A handler that writes several steps' events at once passes each step's own."""
+        meta: dict[str, Any] = {"id": req.rid, "finish_reason": self._finish_reason_native(req) if final else None,
                                 "prompt_tokens": req.prompt_tokens,
                 "weight_version": "default"}
         meta["num_retractions" if self.ver >= (0, 5, 23) else "total_retractions"] = 0
-        meta["completion_tokens"] = req.n_out
+        meta["completion_tokens"] = req.n_out if n is None else n
         meta["cached_tokens"] = req.cached
         if self.ver >= (0, 5, 23):
             meta["reasoning_tokens"] = 0
@@ -395,27 +420,31 @@ class TwinAPI(_TwinState):
         incremental = bool(self.args.stream_output)
         interval = max(1, int(sp.get("stream_interval") or self.args.stream_interval))
         text = ""
-        ids = ""
+        ids: list[int] = []
         sent = 0
+        out = _Chunks(resp)
         try:
             await resp.prepare(request)
-            async for n, done, vt in self._progress(req):
+            async for n, done, vt in self._progress(req, out):
                 if not stream_due(sent, n, interval, done):
                     continue
                 delta = comp.text(sent, n)
-                new_ids = ",".join(str(comp.token_id(i)) for i in range(sent, n))
+                new_ids = [comp.token_id(i) for i in range(sent, n)]
                 if incremental:
                     text, ids = delta, new_ids
                 else:
                     text += delta
-                    ids = (ids + "," + new_ids if ids and new_ids else ids or new_ids)
+                    ids.extend(new_ids)
                 sent = n
-                chunk = (f'data: {{"text":{json.dumps(text)},"output_ids":[{ids}],'
-                         f'"meta_info":{json.dumps(self._meta(req, done, vt))}{_vt(vt)}}}\n\n')
-                await resp.write(chunk.encode())
+                # SGLang writes each chunk with orjson (compact, UTF-8; http_server.py generate_request, 0.5.9-0.5.23)
+                obj: dict[str, Any] = {"text": text, "output_ids": ids, "meta_info": self._meta(req, done, vt, n)}
+                if vt is not None:
+                    obj[vproto.FIELD] = vt
+                out.add(b"data: " + orjson.dumps(obj) + b"\n\n")
                 if done:
                     break
-            await resp.write(b"data: [DONE]\n\n")
+            out.add(b"data: [DONE]\n\n")
+            await out.flush()
         finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
                 self.abort(req)
@@ -457,33 +486,37 @@ class TwinAPI(_TwinState):
         pre = (f'data: {{"id":"{cid}","object":"text_completion","created":{created},"model":{json.dumps(model)},'
                f'"choices":[{{"index":0,"text":')
         sent = 0
+        out = _Chunks(resp)
         try:
             await resp.prepare(request)
             vt = None
-            async for n, done, vt in self._progress(req):
+            async for n, done, vt in self._progress(req, out):
                 if not stream_due(sent, n, interval, done):
                     continue
                 delta = comp.text(sent, n)
                 sent = n
                 fin = json.dumps(self._oai_finish(req)) if done else "null"
                 matched = json.dumps(self._matched(req)) if done else "null"
-                usage = json.dumps(self._usage(req)) if so.get("continuous_usage_stats") else "null"
-                await resp.write((f'{pre}{json.dumps(delta)},"logprobs":null,"finish_reason":{fin},'
-                                  f'"matched_stop":{matched}}}],"usage":{usage}{_vt(vt)}}}\n\n').encode())
+                usage = json.dumps(self._usage(req, n=n)) if so.get("continuous_usage_stats") else "null"
+                out.add((f'{pre}{json.dumps(delta)},"logprobs":null,"finish_reason":{fin},'
+                         f'"matched_stop":{matched}}}],"usage":{usage}{_vt(vt)}}}\n\n').encode())
                 if done:
                     break
             if so.get("include_usage"):
-                await resp.write(self._usage_chunk(cid, "text_completion", created, model, req, vt=vt))
-            await resp.write(b"data: [DONE]\n\n")
+                out.add(self._usage_chunk(cid, "text_completion", created, model, req, vt=vt))
+            out.add(b"data: [DONE]\n\n")
+            await out.flush()
         finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
                 self.abort(req)
         return resp
 
-    def _usage(self, req: Req, reasoning_tokens: int = 0) -> dict:
+    def _usage(self, req: Req, reasoning_tokens: int = 0, n: int | None = None) -> dict:
+        """OpenAI ``usage`` of ``req`` once it had ``n`` completion tokens (None: now)."""
+        n = req.n_out if n is None else n
         details = ({"cached_tokens": req.cached} if self.args.enable_cache_report and req.cached > 0 else None)
-        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.n_out,
-                "completion_tokens": req.n_out, "prompt_tokens_details": details, "reasoning_tokens": reasoning_tokens}
+        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + n,
+                "completion_tokens": n, "prompt_tokens_details": details, "reasoning_tokens": reasoning_tokens}
 
     def _usage_chunk(self, cid: str, obj: str, created: int, model: str, req: Req, reasoning_tokens: int = 0,
                      vt: float | None = None) -> bytes:
@@ -546,32 +579,34 @@ class TwinAPI(_TwinState):
         mid = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null'
         sent = 0
         vt = req.t_arrive if req.steps is not None else None
+        out = _Chunks(resp)
         try:
             await resp.prepare(request)
-            await resp.write((pre + '{"role":"assistant","content":""}' + mid + _vt(vt) + "}\n\n").encode())
-            async for n, done, vt in self._progress(req):
+            out.add((pre + '{"role":"assistant","content":""}' + mid + _vt(vt) + "}\n\n").encode())
+            async for n, done, vt in self._progress(req, out):
                 end = _vt(vt) + "}\n\n"
                 if n > sent:
-                    out = []
+                    parts = []
                     if sent < R:
                         rtext = comp.text(sent, min(n, R))
                         if rtext:
-                            out.append(pre + '{"reasoning_content":' + json.dumps(rtext) + "}" + mid + end)
+                            parts.append(pre + '{"reasoning_content":' + json.dumps(rtext) + "}" + mid + end)
                     ctext = comp.text(max(sent, R), n) if n > R else ""
                     if ctext:
-                        out.append(pre + '{"content":' + json.dumps(ctext) + "}" + mid + end)
+                        parts.append(pre + '{"content":' + json.dumps(ctext) + "}" + mid + end)
                     sent = n
-                    if out:
-                        await resp.write("".join(out).encode())
+                    if parts:
+                        out.add("".join(parts).encode())
                 if done:
                     break
             fin = json.dumps(self._oai_finish(req))
-            await resp.write((pre + "{}" + f',"logprobs":null,"finish_reason":{fin},"matched_stop":'
-                              f'{json.dumps(self._matched(req))}}}],"usage":null{_vt(vt)}}}\n\n').encode())
+            out.add((pre + "{}" + f',"logprobs":null,"finish_reason":{fin},"matched_stop":'
+                     f'{json.dumps(self._matched(req))}}}],"usage":null{_vt(vt)}}}\n\n').encode())
             if include_usage:
-                await resp.write(self._usage_chunk(cid, "chat.completion.chunk", created, model, req,
-                                                   min(req.n_out, R), vt=vt))
-            await resp.write(b"data: [DONE]\n\n")
+                out.add(self._usage_chunk(cid, "chat.completion.chunk", created, model, req, min(req.n_out, R),
+                                          vt=vt))
+            out.add(b"data: [DONE]\n\n")
+            await out.flush()
         finally:  # a client that disconnects (CancelledError, ConnectionError) aborts its request
             if not req.finished:
                 self.abort(req)

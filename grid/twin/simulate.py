@@ -43,6 +43,9 @@ class SimResult:
     duration_s: float  # first arrival to last completion
     samples: list[GenThroughputSample] = field(default_factory=list)
     steps: int = 0
+    #: with ``trace``: each request's token events, ``(modelled s, tokens)`` per scheduler step that produced tokens
+    #: for it (what the twin streams as one event per step)
+    emissions: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
     @property
     def output_tokens(self) -> int:
@@ -76,6 +79,7 @@ def simulate(
     max_steps: int = 10_000_000,
     max_concurrency: int | None = None,
     frontend: bool = True,
+    trace: bool = False,
 ) -> SimResult:
     """Run ``requests`` ((send_s, request) pairs) to completion in virtual time.
 
@@ -83,18 +87,23 @@ def simulate(
     time or, when that many are in flight, the moment one completes. With ``frontend`` each request reaches the
     scheduler ``perf.frontend_latency_s(input_tokens)`` after it is sent (HTTP, tokenization, and the first token's
     detokenization and delivery, which add to TTFT and end-to-end latency but not to TPOT); TTFT and end-to-end
-    latency are measured from the send time, as a client measures them.
+    latency are measured from the send time, as a client measures them. ``trace`` keeps every request's token
+    events (``SimResult.emissions``).
     """
     sched = Scheduler(perf, policy)
     queue = deque(sorted(requests, key=lambda x: x[0]))
     cap = max_concurrency if max_concurrency and max_concurrency > 0 else None
     in_flight = 0
+    # capped: when each of the cap slots is free (a heap); a request waits for the earliest, and is sent at its own
+    # time or when that slot freed, whichever is later (not when the replay next looks: a client sends at once)
+    free_at: list[float] = [float("-inf")] * (cap or 0)
     ready: list[tuple[float, int, TwinRequest]] = []  # heap of (reaches the scheduler at, order, request)
     sent: dict[str, tuple[float, TwinRequest]] = {}
     first_tok: dict[str, float] = {}
     out_tok: dict[str, int] = {}
     done: dict[str, tuple[float, str]] = {}
     samples: list[GenThroughputSample] = []
+    emissions: dict[str, list[tuple[float, int]]] = {}
     interval = max(1, perf.cfg.decode_log_interval)
     t0 = queue[0][0] if queue else 0.0
     now = t0
@@ -105,7 +114,7 @@ def simulate(
         nonlocal in_flight
         while queue and queue[0][0] <= now + 1e-12 and (cap is None or in_flight < cap):
             t, req = queue.popleft()
-            send = max(t, now) if cap is not None else t
+            send = max(t, heapq.heappop(free_at)) if cap is not None else t
             sent[req.rid] = (send, req)
             in_flight += 1
             delay = perf.frontend_latency_s(req.input_tokens) if frontend else 0.0
@@ -141,9 +150,13 @@ def simulate(
             if rid not in first_tok:
                 first_tok[rid] = now
             out_tok[rid] = out_tok.get(rid, 0) + n
+            if trace and n:
+                emissions.setdefault(rid, []).append((now, n))
         for rid, reason in step.finished.items():
             done[rid] = (now, reason)
             in_flight -= 1
+            if cap is not None:
+                heapq.heappush(free_at, now)
         if step.stats.kind == "decode":
             decode_steps += 1
             gen_tokens += sum(step.emitted.values())
@@ -177,4 +190,91 @@ def simulate(
             )
         )
     last_end = max((r.arrival_s + r.e2e_s for r in results), default=t0)
-    return SimResult(requests=results, duration_s=last_end - t0, samples=samples, steps=steps)
+    return SimResult(requests=results, duration_s=last_end - t0, samples=samples, steps=steps, emissions=emissions)
+
+
+def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str | None = None):
+    """``point`` (a ``grid.loadgen.runner.LoadPoint``) as grid's load generator plays it against the twin on its
+    virtual clock, with prompts of ``input_len`` / ``output_len`` tokens, run here through the same scheduler and
+    performance model: the ``LoadPointResult`` the load generator would record, every stamp in modelled ns, for
+    ``grid.metrics.loadpoint.summarize`` to turn into the point's metrics exactly as it does a measured one.
+
+    The plans, as grid/loadgen/runner.py runs them: a closed loop of ``c`` streams (all at once, or steady state: a
+    warm-up wave in which stream k asks for ``ceil(output_len x (k + 1) / c)`` tokens, the measured requests, then
+    ``point.tail_prompts`` tail requests that keep every stream busy until the last measured one ends); an open loop
+    sends request i at ``offsets[i]`` (grid/loadgen/arrivals.py with the point's seed, or a trace's offsets over its
+    replay speed), waiting for one of ``max_concurrency`` slots when capped. What the replay leaves out: the
+    ``warmup_requests`` sent before the point (they end before it starts) and the radix cache (each prompt is new).
+    Sessions are not replayed (their prompts grow with the answers): ValueError.
+    """
+    import math as _math
+
+    from grid.loadgen import vclock
+    from grid.loadgen.arrivals import send_offsets
+    from grid.loadgen.records import RequestRecord
+    from grid.loadgen.runner import LoadPointResult
+
+    n, isl, osl = point.num_prompts, int(input_len), int(output_len)
+    plan: list[tuple[float, TwinRequest, int, str]] = []  # (send s, request, request index, role)
+    if point.kind == "concurrency":
+        c = int(point.value)
+        cap: int | None = c
+        base = n + point.warmup_requests
+        plan += [(0.0, TwinRequest(f"w{k}", isl, max(1, _math.ceil(osl * (k + 1) / c))), base + k, "warm")
+                 for k in range(point.wave_warmup)]
+        plan += [(0.0, TwinRequest(f"m{i}", isl, osl), i, "measured") for i in range(n)]
+        base += point.wave_warmup
+        plan += [(0.0, TwinRequest(f"t{j}", isl, osl), base + j, "tail") for j in range(point.tail_prompts)]
+    else:
+        if point.kind == "trace":
+            offsets = [o / point.value for o in (point.offsets_s or ())[:n]]
+        else:
+            offsets = send_offsets(n, point.value, point.arrival, burstiness=point.burstiness, seed=point.seed)
+        cap = point.max_concurrency
+        plan += [(offsets[i], TwinRequest(f"m{i}", isl, osl), i, "measured") for i in range(len(offsets))]
+    # sent in plan order (simulate's sort is stable): wave, measured, tail; open loop by due time
+    order = {req.rid: (t, index, role) for t, req, index, role in plan}
+    res = simulate(perf, [(t, req) for t, req, _, _ in plan], policy, max_concurrency=cap, trace=True)
+    ns = vclock.to_ns
+    records: dict[str, list[RequestRecord]] = {"warm": [], "measured": [], "tail": []}
+    for r in res.requests:
+        due, index, role = order[r.rid]
+        rec = RequestRecord(request_index=index, prompt_index=index, api="generate", stream=True,
+                            max_tokens=r.output_tokens if role == "warm" else osl, planned_input_len=isl,
+                            warmup=role != "measured")
+        if point.kind == "concurrency":
+            due = r.arrival_s  # a stream's request is due when the stream is free
+        rec.scheduled_perf_ns, rec.send_perf_ns = ns(due), ns(r.arrival_s)
+        if point.kind != "concurrency" and cap is not None:
+            rec.slot_wait_ns = rec.send_perf_ns - rec.scheduled_perf_ns
+        events = res.emissions.get(r.rid, [])
+        rec.chunk_perf_ns = [ns(t) for t, _ in events]
+        rec.chunk_tokens = [k for _, k in events]
+        rec.end_perf_ns = ns(r.arrival_s + r.e2e_s)
+        if events:
+            rec.first_token_perf_ns = rec.first_content_perf_ns = rec.chunk_perf_ns[0]
+            rec.last_token_perf_ns = rec.chunk_perf_ns[-1]
+        rec.usage_prompt_tokens = rec.input_tokens = r.input_tokens
+        rec.usage_completion_tokens = rec.output_tokens = r.output_tokens
+        rec.input_tokens_source = rec.output_tokens_source = "usage"
+        rec.cached_tokens = 0  # each prompt is new to the radix cache
+        rec.finish_reason = r.finish_reason
+        rec.done_marker = True
+        rec.http_status = 200
+        if r.finish_reason == "abort" or not r.output_tokens:
+            rec.fail("server_error", "the replay did not finish the request")
+        else:
+            rec.status = "ok"
+        records[role].append(rec)
+    measured = sorted(records["measured"], key=lambda x: x.request_index)
+    sends = [ns(r.arrival_s) for r in res.requests if order[r.rid][2] == "measured"]
+    ends = [ns(r.arrival_s + r.e2e_s) for r in res.requests if order[r.rid][2] == "measured"]
+    steady = point.kind == "concurrency" and point.steady
+    start = min(sends, default=0) if steady else 0  # the first measured send, or the open loop's start
+    end = max(ends, default=start)
+    for rec in measured:
+        rec.scheduled_offset_ns = (rec.scheduled_perf_ns or 0) - start
+    return LoadPointResult(records=measured, window_start_perf_ns=start, window_end_perf_ns=end, time_scale=1.0,
+                           warmup_records=sorted(records["warm"], key=lambda x: x.request_index), point=point,
+                           window_kind="steady_state" if steady else "all_requests", tail_records=sorted(records["tail"], key=lambda x: x.request_index),
+                           clock="virtual")

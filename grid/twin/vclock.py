@@ -80,7 +80,7 @@ class VClock:
 
     def sent(self, stream: int | None, last: bool = False) -> None:
         """Stream ``stream`` sent a request: it cannot send again before that request ends (``last``: ever)."""
-        if self.running(stream):
+        if stream is not None and self.running(stream):
             self.bounds[stream] = math.inf
             if last:
                 self._last.add(stream)

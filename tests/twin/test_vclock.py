@@ -140,6 +140,12 @@ def test_virtual_closed_loop_point_is_reproducible(tmp_path, api, steady):
     assert a.clock == b.clock == "virtual" and a.time_scale == 1.0
     assert all(r.status == "ok" for r in a.records + b.records), [r.error_message for r in a.records + b.records]
     assert _timings(a) == _timings(b)
+    # one event per decode step, each with the token that step made, though the twin writes many steps' events at
+    # once (VCLOCK_YIELD_STEPS): each event says what was true at its step, not when it was written
+    for r in a.records:
+        assert max(r.chunk_tokens) == 1 and sum(r.chunk_tokens) == r.output_tokens == r.max_tokens, r.chunk_tokens
+        stamps = [t for t, k in zip(r.chunk_perf_ns, r.chunk_tokens) if k]
+        assert stamps == sorted(set(stamps))
     sa, sb = summarize(a), summarize(b)
     assert {k: v for k, v in sa.items() if k not in HOST_KEYS} == {k: v for k, v in sb.items() if k not in HOST_KEYS}
     assert sa["completed"] == 16 and sa["ttft_mean_ms"] > 0

@@ -1,0 +1,70 @@
+"""One simulation: a load point replayed in process (grid/twin/simulate.py ``replay``: the same scheduler and
+performance model, no HTTP) against the same point measured on a live twin on its virtual clock through grid's load
+generator. Both go through ``grid.metrics.loadpoint.summarize``; every metric agrees within 1 %."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from grid.loadgen.dataset import random_prompts
+from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
+from grid.metrics.loadpoint import summarize
+from grid.twin import cli
+from grid.twin.perf import PerfModel
+from grid.twin.simulate import replay
+
+from .test_server import H100_X1, LLAMA_8B, TwinProc
+
+ISL, OSL = 96, 48
+#: load-point metrics that describe the host, not the model
+HOST_KEYS = ("client_lag_pct", "twin_behind_pct", "real_s")
+POINTS = {
+    "steady closed loop": LoadPoint("concurrency", 8, 24, warmup_requests=1, steady=True),
+    "closed loop, all at once": LoadPoint("concurrency", 4, 12, warmup_requests=1),
+    "Poisson open loop": LoadPoint("rate", 30.0, 24, warmup_requests=1, seed=11),
+    "capped open loop": LoadPoint("rate", 60.0, 24, warmup_requests=1, seed=12, max_concurrency=3),
+}
+
+
+def _perf() -> PerfModel:
+    args = cli.parse_args(["--model-path", "/m", "--served-model-name", "m"], "0.5.9")
+    cli.resolve_args(args, LLAMA_8B)
+    return PerfModel(LLAMA_8B, H100_X1, cli.to_serving_config(args))
+
+
+def test_replay_of_a_point_is_what_the_live_twin_measures(tmp_path):
+    perf = _perf()
+    twin = TwinProc(tmp_path, ["--served-model-name", "m"], scale=1.0, env={"GRID_TWIN_CLOCK": "virtual"})
+    assert twin.wait_ready(60)[-1] == 200, twin.log()
+    compared = 0
+    try:
+        for seed, (name, point) in enumerate(POINTS.items()):
+            n = point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts
+            prompts = random_prompts(n, ISL, OSL, 1.0, LLAMA_8B.vocab_size, seed=100 + seed)  # new ones: no cache hit
+            live = run_load_point_sync(Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual"), point,
+                                       prompts, read_timeout_s=60.0)
+            sim = replay(perf, point, ISL, OSL)
+            a, b = summarize(sim), summarize(live)
+            assert b["completed"] == point.num_prompts and a["completed"] == b["completed"], name
+            assert a["window_kind"] == b["window_kind"], name
+            worst = 0.0
+            for key, want in b.items():
+                got = a[key]
+                if key in HOST_KEYS or not isinstance(want, float) or math.isnan(want):
+                    continue
+                assert got == pytest.approx(want, rel=0.01, abs=1e-9), (name, key, got, want)
+                worst = max(worst, abs(got - want) / abs(want) if want else abs(got))
+                compared += 1
+            print(f"{name}: largest difference {worst:.2e} (relative)")
+    finally:
+        twin.stop()
+    assert compared >= 4 * 20  # TTFT, TPOT, ITL, E2E percentiles, throughputs, concurrency of each point
+
+
+def test_replay_refuses_what_it_cannot_play():
+    perf = _perf()
+    sim = replay(perf, LoadPoint("concurrency", 2, 4), ISL, OSL)
+    assert len(sim.records) == 4 and all(r.status == "ok" and r.output_tokens == OSL for r in sim.records)
+    assert sim.window_kind == "all_requests" and sim.clock == "virtual"
