@@ -36,7 +36,24 @@ def load_points(plan: TrialPlan) -> list[LoadPoint]:
     carry ``load.max_concurrency``), and that sequence ``load.repeats`` times over (point ``i`` belongs to repeat
     ``i // (len(points) / repeats)``). Point ``i`` is seeded ``load.seed * 1000 + i``: identical across
     configurations, and each repeat draws its own prompts (the spread covers the prompts as well as the timing)."""
-    load = plan.load
+    return points_of(plan.load)
+
+
+def point_of(load: LoadSpec, kind: str, value: float) -> LoadPoint:
+    """The first load point of ``load`` (repeat 0) at ``kind`` (``concurrency`` or ``rate``) / ``value``, as
+    :func:`points_of` makes it; with seed ``load.seed * 1000`` when the load has no such level (a capacity probe, a
+    forecast of another level)."""
+    levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
+    index = levels.index((kind, float(value))) if (kind, float(value)) in levels else 0
+    extra: dict[str, Any] = ({"steady": load.steady} if kind == "concurrency" else
+                             {"arrival": load.arrival, "burstiness": load.burstiness,
+                              "max_concurrency": load.max_concurrency})
+    return LoadPoint(kind, value, load.prompts_for(value), warmup_requests=load.warmup_requests,
+                     seed=load.seed * 1000 + index, **extra)
+
+
+def points_of(load: LoadSpec, repeats: int | None = None) -> list[LoadPoint]:
+    """:func:`load_points` of a plan with ``load`` (``repeats``: instead of ``load.repeats``)."""
     steady = load.steady
     levels: list[tuple[str, float, int, dict[str, Any]]] = [
         ("concurrency", float(c), load.prompts_for(c), {"steady": steady}) for c in load.concurrency]
@@ -50,7 +67,8 @@ def load_points(plan: TrialPlan) -> list[LoadPoint]:
                                              "offsets_s": tuple(offsets[:num])}) for s in load.trace_points]
     return [LoadPoint(kind, value, num, warmup_requests=load.warmup_requests,
                       seed=load.seed * 1000 + r * len(levels) + i, **extra)
-            for r in range(load.repeats) for i, (kind, value, num, extra) in enumerate(levels)]
+            for r in range(load.repeats if repeats is None else repeats)
+            for i, (kind, value, num, extra) in enumerate(levels)]
 
 
 def level_name(row: Mapping[str, Any]) -> str:

@@ -88,46 +88,24 @@ def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None
 
 
 def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
-    """The twin's median TTFT (ms), median TPOT (ms) and output tok/s of one load point as the trial measures it,
-    keyed as grid/twin/calibrate.py ``METRICS``: what a calibration compares with the measured point. A steady-state
-    closed loop (``load.closed_loop_start=staggered``) is replayed as the load generator runs it
-    (:func:`steady_point`); other points as the forecast does (:func:`_simulate_point`)."""
-    import statistics
+    """The twin's median TTFT (ms), median TPOT (ms) and output tok/s of the load point ``kind`` / ``level`` of
+    ``load`` as the trial measures it, keyed as grid/twin/calibrate.py ``METRICS``: what a calibration compares with
+    the measured point. The point (repeat 0, with its seed: grid/plan.py ``point_of``) is replayed as the load
+    generator plays it on the twin's virtual clock (grid/twin/simulate.py ``replay``: warm-up wave, staggered start,
+    request counts, tail) and summarized as a measured point is (``grid.metrics.loadpoint.summarize``), so the
+    replay and the live twin agree to float precision (tests/twin/test_replay.py)."""
+    from grid.metrics.loadpoint import summarize
+    from grid.plan import point_of
+    from grid.twin.simulate import replay
 
-    if kind == "concurrency" and load.steady and int(level) > 0:
-        return steady_point(perf, load, int(level))
-    row = _simulate_point(perf, load, kind, level)
-    return {"ttft_ms": statistics.median(row["ttft_ms"]) if row["ttft_ms"] else math.nan,
-            "tpot_ms": row["tpot_median_ms"], "output_tok_per_s": row["output_tok_per_s"]}
+    s = summarize(replay(perf, point_of(load, kind, level), load.input_len, load.output_len))
 
+    def value(key: str) -> float:
+        v = s.get(key)
+        return float(v) if isinstance(v, (int, float)) and v is not None else math.nan
 
-def steady_point(perf, load, c: int) -> dict[str, float]:
-    """A steady-state closed loop of ``c`` streams replayed as grid/loadgen/runner.py runs it: a warm-up wave in which
-    stream k asks for ``ceil(output_len x (k + 1) / c)`` tokens (phases spread over one request time), then the
-    ``load.prompts_for(c)`` measured requests, then ``c`` tail requests that keep every stream busy until the last
-    measured one ends. Median TTFT and TPOT (ms) over the measured requests; output tok/s by Little's law for a loop
-    held at ``c`` (``c x`` mean output tokens / mean end-to-end latency of the measured requests), which is what the
-    load generator's window counts when every stream is busy throughout. One full simulation (no wave shortcut: the
-    phases are what it measures); the forecasts keep the shortcut (:func:`_simulate_point`), whose waves prefill
-    together and so see a shorter TTFT than a stream arriving alone in a running batch."""
-    import statistics
-
-    from grid.twin.scheduler import TwinRequest
-    from grid.twin.simulate import simulate
-
-    isl, osl, n = load.input_len, load.output_len, load.prompts_for(c)
-    wave = [TwinRequest(f"w{k}", isl, max(1, math.ceil(osl * (k + 1) / c))) for k in range(c)]
-    measured = [TwinRequest(f"m{i}", isl, osl) for i in range(n)]
-    tail = [TwinRequest(f"t{j}", isl, osl) for j in range(c)]
-    res = simulate(perf, [(0.0, r) for r in wave + measured + tail], max_concurrency=c)
-    done = [r for r in res.requests if r.rid.startswith("m") and r.finish_reason != "abort"]
-    if not done:
-        return {"ttft_ms": math.nan, "tpot_ms": math.nan, "output_tok_per_s": math.nan}
-    tpot = [(r.e2e_s - r.ttft_s) * 1e3 / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
-    mean_e2e = statistics.fmean(r.e2e_s for r in done)
-    return {"ttft_ms": statistics.median(r.ttft_s * 1e3 for r in done),
-            "tpot_ms": statistics.median(tpot) if tpot else math.nan,
-            "output_tok_per_s": c * statistics.fmean(r.output_tokens for r in done) / mean_e2e}
+    return {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
+            "output_tok_per_s": value("output_tok_per_s")}
 
 
 def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:

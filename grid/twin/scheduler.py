@@ -236,11 +236,17 @@ class Scheduler:
                     else st.prefix - st.prefilled
                 batch.append((st, take))
                 budget -= take
-        ratio = self.ratio.current
-        reserved = sum(st.reserve(ratio) for st in self.running)
         admitted: list[_State] = []
+        if not self.waiting:  # nothing to admit: the running requests' reservations need not be summed
+            if not batch:
+                return None
+            order: list[_State] = []
+        else:
+            order = self._order()
+        ratio = self.ratio.current
+        reserved = sum(st.reserve(ratio) for st in self.running) if order else 0
         n_running = len(self.running)
-        for st in self._order():
+        for st in order:
             if budget <= 0 or n_running + len(admitted) >= self.max_running:
                 break
             need = st.reserve(ratio)
