@@ -77,7 +77,7 @@ def main() -> None:
                     # new prompts each time, enough for the warm-up, the wave, the measured and the tail requests:
                     # a prompt sent again would hit the radix cache
                     count = n + point.warmup_requests + point.wave_warmup + point.tail_prompts
-                    prompts = random_prompts(count, ISL, OSL, 1.0, model.vocab_size, seed=7 + 1000 * rep)
+                    prompts = random_prompts(count, ISL, OSL, 1.0, model.vocab_size, seed=7 + 1000 * rep + level)
                     twin0 = _cpu_s(pid) if pid else float("nan")
                     me0 = resource.getrusage(resource.RUSAGE_SELF)
                     t0 = time.perf_counter()

@@ -65,7 +65,8 @@ VCLOCK_STALL_S = 120.0
 #: Steps the scheduler runs on the virtual clock before it lets the HTTP handlers run (it also stops at the horizon,
 #: when a request's end lets its stream send again). Each handler then writes every event of those steps in one go:
 #: the events carry their own modelled times, so batching changes no number, only the real CPU (one socket write
-#: per batch instead of per token: 3.0x fewer real seconds for a 64-stream point, experiments/vclock_cost.py).
+#: per batch instead of per token: with orjson chunks, 2.3x fewer real seconds for a 64-stream GLM-5 point,
+#: experiments/vclock_cost.py, docs/twin.md "The virtual clock").
 VCLOCK_YIELD_STEPS = 64
 WARMUP_TEXT = "The capital city of France is"
 OOM_LINES = (
