@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -384,3 +385,29 @@ def test_a_request_over_the_context_is_refused_in_words_grid_reads(observed):
     got, _, _ = observed
     assert got["sglang"]["over context"] == (400, True)
     assert got["sglang"]["v1/models max_model_len"] == 2048
+
+
+def test_sglang_bench_serving_runs_against_the_twin_on_the_virtual_clock(tmp_path):
+    """A client that knows nothing of grid's clock (the released SGLang's own ``sglang.bench_serving``) gets a
+    working server from a twin on the virtual clock: every request of a closed loop answered. Its timings are not the
+    twin's modelled ones (it reads the wall clock, and the twin serves such requests without sleeping)."""
+    python, model, version = _setup()
+    mdir = tmp_path / "twin-model"
+    mdir.mkdir()
+    (mdir / "config.json").write_text(json.dumps(TINY.to_hf_config()))
+    port = _free_port()
+    twin = Server([sys.executable, "-m", "grid.twin", "--model-path", str(mdir), "--port", str(port),
+                   "--served-model-name", "tiny"],
+                  {"GRID_TWIN_HARDWARE": H100_X1.model_dump_json(), "GRID_TWIN_VERSION": version,
+                   "GRID_TWIN_TIME_SCALE": "1", "GRID_TWIN_CLOCK": "virtual"}, tmp_path / "twin.log", port)
+    try:
+        twin.wait_ready()
+        out = subprocess.run(
+            [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port", str(port),
+             "--dataset-name", "random-ids", "--num-prompts", "16", "--max-concurrency", "4",
+             "--random-input-len", "64", "--random-output-len", "16", "--tokenizer", model, "--model", "tiny"],
+            capture_output=True, text=True, timeout=300 * slack(), env={**os.environ, **_real_env(version)})
+    finally:
+        twin.stop()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"Successful requests:\s+16\b", out.stdout), out.stdout[-2000:]
