@@ -1,4 +1,4 @@
-"""How long does the twin take to rank a configuration space of 1,000+ in virtual time? (issue 15's speed target:
+"""How long does the twin take to rank a configuration space of 1,000+ in virtual time? (Target:
 under a minute on 2 cores; a benchmark script, not a timed test.)
 
 The space is the joint sweep (conf/sweep/joint.yaml, 640 configurations) with a finer memory-fraction axis (7 values

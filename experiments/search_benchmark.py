@@ -1,4 +1,4 @@
-"""How close does a search get to the exhaustive optimum, and for how many GPU-seconds? (issue 13's benchmark;
+"""How close does a search get to the exhaustive optimum, and for how many GPU-seconds? (A benchmark,
 not a timed test.) Method and results: docs/search.md.
 
 The twin cannot grade itself, so the "measured" score of each configuration is the twin's forecast (grid/search/
@@ -18,7 +18,7 @@ grid/search/optuna.py), one launch at a time. GPU-seconds are the twin's modelle
     python experiments/search_benchmark.py                      # +sweep=joint, 5 seeds, both modes, VARIANTS
     python experiments/search_benchmark.py --bias-mode flags --residual 0.052 --variant none
 
-**Calibrated forecasts** (issue 23; ``--true-coefficients SD_DECODE,SD_PREFILL``): the machine is not the spec
+**Calibrated forecasts** (``--true-coefficients SD_DECODE,SD_PREFILL``): the machine is not the spec
 sheet. Per seed, its decode and prefill times are the twin's times log-normal factors (:func:`true_coefficients`),
 and a configuration's measured score is the twin's forecast under them times the same bias and noise as above. The
 searches start from the spec-sheet forecasts; ``calibrate=1`` in a variant does what the sweep's driver does after

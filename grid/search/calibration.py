@@ -1,4 +1,4 @@
-"""The twin calibrated on the sweep's own measurements (issue 23): the measured load points as calibration
+"""The twin calibrated on the sweep's own measurements: the measured load points as calibration
 observations (grid/twin/calibrate.py), the run's calibration file, and a saved calibration as the starting point of a
 later sweep on the same hardware (``twin.calibration=PATH``).
 
@@ -11,7 +11,7 @@ calibration (a Bayesian update: the calibration so far is the prior, so each poi
 ``SearchPlan.recalibrate``). A resumed sweep fits every recorded point at the start (:func:`starting`).
 
 Only load points that count enter a calibration: status ``ok``, not host noise (grid/metrics/hostnoise.py); failed,
-partial and not-run points, and the configurations whose trial failed, never do (issue 23, item 4); nor do loads the
+partial and not-run points, and the configurations whose trial failed, never do; nor do loads the
 twin's replay cannot forecast (sessions, grid/search/predict.py ``unforecastable_load``): their prompts grow with
 their history and hit the prefix cache, so they would teach the replay of independent prompts the wrong speed.
 """

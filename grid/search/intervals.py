@@ -1,4 +1,4 @@
-"""Each configuration's forecast with its interval, as the sweep ends (issue 23: "each forecast with its interval").
+"""Each configuration's forecast with its interval, as the sweep ends.
 
 The forecast is the twin's score of the configuration as the sweep last calibrated it (grid/search/calibration.py;
 ``Candidate.forecast`` after ``Policy.reforecast``). Its interval is what the measurements say of the twin's error

@@ -1,7 +1,8 @@
 """Scrape SGLang's Prometheus ``/metrics`` (served with ``--enable-metrics``) and reduce it to the gauges grid keeps.
 
 Parsing is prometheus_client's own text parser (``text_string_to_metric_families``). Names and labels are SGLang's
-(sglang.md §2.8): scheduler gauges carry ``tp_rank``/``dp_rank``/... labels, so one name can have several samples;
+(docs/sources.md#sglang-http-api-and-bench_serving): scheduler gauges carry ``tp_rank``/``dp_rank``/... labels, so
+one name can have several samples;
 they are combined per gauge as :data:`GAUGES` says (requests and token counts add up over DP ranks, fractions take
 the largest rank, as 0.5.23's ``token_usage`` itself does over pools).
 

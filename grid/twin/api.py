@@ -1,4 +1,5 @@
-"""The twin's HTTP API (SGLang's routes, sglang.md §2), as a mixin of :class:`grid.twin.server.Twin`.
+"""The twin's HTTP API (SGLang's routes, docs/sources.md#sglang-http-api-and-bench_serving), as a mixin of
+:class:`grid.twin.server.Twin`.
 
 Routes: /health, /health_generate, /ready (0.5.23), /generate (stream or not, cumulative text), /v1/completions,
 /v1/chat/completions, /v1/models, /server_info and /get_server_info, /model_info and /get_model_info, /flush_cache,
@@ -28,9 +29,9 @@ from grid.twin.vclock import VCLOCK_TAG, parse_tag
 if TYPE_CHECKING:
     from grid.twin.server import Req, Twin
 
-HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT default (sglang.md §2.1)
+HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT default (docs/sources.md#sglang-http-api-and-bench_serving)
 FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, "
-            "the operation will not be performed.)\n")  # /flush_cache body (sglang.md §2.7)
+            "the operation will not be performed.)\n")  # /flush_cache body (docs/sources.md, SGLang HTTP API)
 
 
 class BadRequest(Exception):

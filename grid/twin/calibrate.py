@@ -19,7 +19,7 @@ batching and chunking stay the model's (Levenberg-Marquardt on forward differenc
 measured metric depends on stays at its prior (1.0). The uncertainty is the Laplace approximation at the optimum,
 widened by the residuals' excess over :data:`OBSERVATION_SD`.
 
-A measurement never hides in the fit (issue 23, item 4): callers pass only measured points (not failed, not
+A measurement never hides in the fit: callers pass only measured points (not failed, not
 infrastructure, not host noise: grid/metrics/hostnoise.py); after the fit, a metric whose residual is an outlier
 (:func:`outliers`) is named and left out, and the fit is repeated without it.
 """

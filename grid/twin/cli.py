@@ -291,7 +291,8 @@ def public_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-# --- launch-time resolution and checks (sglang.md §1.2/§1.3) ----------------------------------------------------------
+# --- launch-time resolution and checks (docs/sources.md#sglang-server-arguments-and-defaults)
+# ----------------------------------------------------------
 _A2A_FORCES_EP = ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
 
 

@@ -1,5 +1,5 @@
 """Which ``PerfModel`` class models a configuration (pure): the plain TP/EP/DP model, or a subclass for a mechanism
-kept in its own module (issue 15): pipeline parallelism (grid/twin/pipeline.py), speculative decoding
+kept in its own module: pipeline parallelism (grid/twin/pipeline.py), speculative decoding
 (grid/twin/speculative.py), with tensor parallelism across nodes (grid/twin/crossnode.py) and sliding-window or
 hybrid linear attention (grid/twin/attention.py) mixed into either. ``PerfModel(...)`` calls :func:`perf_class`
 itself, so callers construct ``PerfModel`` as before."""

@@ -1,4 +1,5 @@
-"""SGLang's log lines, per version (sglang.md §3), and the twin's log writer.
+"""SGLang's log lines, per version (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes), and the twin's
+log writer.
 
 Every line is ``[YYYY-mm-dd HH:MM:SS{prefix}] message`` (§3.1). Scheduler lines carry the rank prefix
 (``DP0`` with DP attention, ``TP0`` when tp > 1, ``EP0`` when ep > 1); the HTTP process and uvicorn lines have none.

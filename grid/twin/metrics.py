@@ -1,4 +1,5 @@
-"""The twin's Prometheus metrics (``/metrics`` with ``--enable-metrics``), named as SGLang names them (sglang.md §2.8).
+"""The twin's Prometheus metrics (``/metrics`` with ``--enable-metrics``), named as SGLang names them
+(docs/sources.md#sglang-http-api-and-bench_serving).
 
 All times are modelled seconds (real seconds x time_scale), the same clock as the log lines and ``/server_info``.
 A private registry is used so several twins can live in one process (tests).

@@ -49,7 +49,7 @@ Fitted constants and their derivation (all other numbers are spec-sheet or archi
 * VM all-reduce (``conf/hardware/rtx_pro_6000_x8_vm.yaml``): latency fitted to the seed single stream
   (183.8 s / 2048 = 89.7 ms per step vs 19.8 ms bare metal; (89.7-19.8) ms / 157 + 25 µs ≈ 470 µs), bus bandwidth to
   the seed's 64-concurrent run. Nothing else differs between the two RTX PRO 6000 hardware files.
-* Prefill GEMMs (issue 15 item 1) run at ``gemm_efficiency(rows, cols) = ETA_GEMM_MAX x rows/(rows+GEMM_ROWS_HALF)
+* Prefill GEMMs run at ``gemm_efficiency(rows, cols) = ETA_GEMM_MAX x rows/(rows+GEMM_ROWS_HALF)
   x cols/(cols+GEMM_COLS_HALF)`` of the dtype's peak, per GEMM kind: attention projections (rows = tokens per
   attention rank), dense MLP, shared experts, routed experts (rows = tokens x top_k / experts, cols = moe_intermediate
   / tp, or whole experts under EP) and the LM head; the attention core runs at ``ETA_ATTN_PREFILL`` 0.35 (E1 64K
@@ -79,7 +79,8 @@ GIB = 2**30
 MIB = 2**20
 
 # --- memory ---------------------------------------------------------------------------------------------------------
-# CUDA-visible memory per GPU vs the spec-sheet figure: H200 "141 GB" shows 143,771 MiB (sglang.md §1.2) = 140.4 GiB,
+# CUDA-visible memory per GPU vs the spec-sheet figure: H200 "141 GB" shows 143,771 MiB
+# (docs/sources.md#sglang-server-arguments-and-defaults) = 140.4 GiB,
 # i.e. 0.9957 x 141; the same factor turns RTX PRO 6000 "96 GB" into 95.6 GiB and H100 "80 GB" into 79.7 GiB.
 VISIBLE_MEM_FACTOR = 0.9957
 # Non-weight memory (CUDA context, NCCL buffers, cuBLAS/FlashInfer workspaces) resident before the KV pool is sized.
@@ -108,7 +109,8 @@ ETA_MOE = {"cutlass": 0.80, "b12x": 0.95, "triton": 0.65, "deep_gemm": 0.80, "tr
 B12X_SMALL_M = 8  # E1: b12x ahead of CUTLASS at c1-c8, behind from c16
 B12X_EFF_TFLOPS = 4.0  # effective expert-GEMM rate of b12x above SMALL_M, fitted to E1 c64 (590.7 tok/s)
 # torch.compile fuses elementwise ops: fewer kernels for captured batch sizes <= torch_compile_max_bs.
-# Assumption (sglang.md §5 row 5: maintainers call the gain small now, #6830).
+# Assumption (docs/sources.md#sglang-log-formats-readiness-phases-failure-modes: maintainers call the gain small now,
+# #6830).
 TORCH_COMPILE_KERNEL_FACTOR = 0.85
 # Two-batch overlap hides this fraction of the communication time (assumption; PR #4068 overlaps one micro-batch's
 # compute with the other's communication, so at most ~all of it, in practice about half).
@@ -176,7 +178,8 @@ class ServingConfig:
     tp_size: int = 1
     dp_size: int = 1
     ep_size: int = 1
-    mem_fraction_static: float | None = None  # None -> SGLang's auto rule (sglang.md §1.2)
+    # None -> SGLang's auto rule (docs/sources.md#sglang-server-arguments-and-defaults)
+    mem_fraction_static: float | None = None
     max_running_requests: int | None = None
     max_total_tokens: int | None = None
     chunked_prefill_size: int | None = None  # None -> by GPU memory; -1 disables chunking
@@ -204,7 +207,7 @@ class ServingConfig:
     decode_log_interval: int = 40
     page_size: int | None = None
     version: str = "0.5.9"
-    # --- issue 15: pipeline parallelism (grid/twin/pipeline.py) and speculative decoding (grid/twin/speculative.py)
+    # --- pipeline parallelism (grid/twin/pipeline.py) and speculative decoding (grid/twin/speculative.py)
     pp_size: int = 1
     nnodes: int = 1  # --nnodes: one server over this many nodes (tensor parallelism across nodes)
     speculative_algorithm: str | None = None  # EAGLE | EAGLE3 | NEXTN
@@ -227,7 +230,8 @@ def expert_coverage(tokens: int, experts: int, top_k: int) -> float:
 
 
 def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, version: str = "0.5.9") -> tuple:
-    """sglang.md §1.2: [1,2,4,8,12] + range(16,257,8) + range(272,512,16) + range(512,max_bs+1,32), <= max_bs.
+    """[1,2,4,8,12] + range(16,257,8) + range(272,512,16) + range(512,max_bs+1,32), <= max_bs
+    (docs/sources.md#sglang-server-arguments-and-defaults).
 
     0.5.23 (>= 0.5.14 here) also appends max_bs itself; two-batch overlap keeps even sizes only.
     """
@@ -243,7 +247,8 @@ def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, 
 
 
 def gpu_memory_defaults(gpu_mem_mib: float, tp_size: int, version: str = "0.5.9") -> tuple[int, int]:
-    """(chunked_prefill_size, decode cuda_graph_max_bs) by GPU memory, sglang.md §1.2 table."""
+    """(chunked_prefill_size, decode cuda_graph_max_bs) by GPU memory (the table in
+    docs/sources.md#sglang-server-arguments-and-defaults)."""
     new = version_tuple(version) >= (0, 5, 23)
     gib = gpu_mem_mib / 1024
     if gib < 20:
@@ -267,7 +272,7 @@ def auto_mem_fraction_static(
     enable_dp_attention: bool = False,
     speculative: bool = False,
 ) -> float:
-    """SGLang 0.5.9 ``_handle_gpu_memory_settings`` (sglang.md §1.2)."""
+    """SGLang 0.5.9 ``_handle_gpu_memory_settings`` (docs/sources.md#sglang-server-arguments-and-defaults)."""
     reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp_size * pp_size / 8 * 1024
     if enable_dp_attention:
         reserved += cuda_graph_max_bs * dp_size * 3
@@ -364,7 +369,7 @@ class PerfModel:
     """Resolved server settings and modelled step times for one (model, hardware, flags) triple."""
 
     def __new__(cls, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig):
-        # issue 15 hook: grid/twin/extensions.py picks pipeline.py / speculative.py / crossnode.py / attention.py
+        # grid/twin/extensions.py picks pipeline.py / speculative.py / crossnode.py / attention.py
         if cls is PerfModel:
             from grid.twin.extensions import perf_class
 
@@ -394,7 +399,7 @@ class PerfModel:
         # --- chunked prefill ----------------------------------------------------------------------------------------
         chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size is not None else chunk_default
         if self.dp_attention and chunk > 0:
-            chunk //= self.dp  # sglang.md §1.3 DP attention
+            chunk //= self.dp  # docs/sources.md#sglang-server-arguments-and-defaults DP attention
         self.chunked_prefill_size: int = int(chunk)
         self.max_prefill_tokens: int = int(cfg.max_prefill_tokens)
 
@@ -429,7 +434,8 @@ class PerfModel:
                 enable_dp_attention=self.dp_attention,
             )
 
-        # --- KV dtype and DSA backends (sglang.md §1.2 DSA auto-configuration) ---------------------------------
+        # --- KV dtype and DSA backends (docs/sources.md#sglang-server-arguments-and-defaults DSA auto-configuration)
+        # ---------------------------------
         is_dsa = m.dsa is not None
         kv = cfg.kv_cache_dtype
         if kv == "auto":
@@ -465,7 +471,8 @@ class PerfModel:
         self.weight_gb_per_gpu: float = self._bytes.total / 1e9
         weight_gib = self._bytes.total / GIB
 
-        # --- KV capacity (sglang.md §1.2 profile_max_num_token) -----------------------------------------------
+        # --- KV capacity (docs/sources.md#sglang-server-arguments-and-defaults profile_max_num_token)
+        # -----------------------------------------------
         self.kv_cell_bytes: int = self._kv_cell_bytes()
         self.runtime_overhead_gib = RUNTIME_OVERHEAD_GIB_BASE + RUNTIME_OVERHEAD_GIB_PER_PEER * (tp - 1)
         avail_gib = self.gpu_mem_gib - weight_gib - self.runtime_overhead_gib

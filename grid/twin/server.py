@@ -2,7 +2,8 @@
 
 The HTTP routes are in grid/twin/api.py (a mixin of :class:`Twin`); fault effects in grid/twin/faults.py.
 
-One asyncio loop, one aiohttp application. Lifecycle (sglang.md §3.4, §7.2):
+One asyncio loop, one aiohttp application. Lifecycle
+(docs/sources.md#sglang-log-formats-readiness-phases-failure-modes):
 
 1. *loading*: the port is not bound (connection refused) while the modelled startup phases
    (``PerfModel.startup_phases_s()``, divided by time_scale) elapse; their log lines are printed as each phase begins

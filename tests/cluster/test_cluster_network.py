@@ -1,4 +1,4 @@
-"""Single-machine mode as a new user on a shared machine meets it (issue 9 §2 items 5-7): another process holds the
+"""Single-machine mode as a new user on a shared machine meets it: another process holds the
 dashboard port, RAY_ADDRESS points elsewhere and a `ray start` cluster is recorded as the latest one. grid starts its
 own local cluster anyway, moves the dashboard to a free port and says so, and nothing it starts (Ray's GCS, raylet,
 object manager, workers, dashboard, dashboard and runtime-env agents, the twin server) listens beyond 127.0.0.1."""

@@ -1,4 +1,4 @@
-"""Two runs started together (issue 26 item 7): the dashboard port grid checked as free is taken by the other run's
+"""Two runs started together: the dashboard port grid checked as free is taken by the other run's
 Ray before grid's own Ray binds it. Ray 2.60 then failed with a traceback and exit 1 ('Failed to find a valid port
 for dashboard after 0 retries'); grid starts again on another port and says so."""
 

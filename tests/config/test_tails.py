@@ -1,5 +1,5 @@
 """Each load point gets enough completed requests that the tail it is judged by is not its slowest request
-(issue 26, item 4): the rule, the defaults it sets, the notes before and after a sweep, and the load it plans."""
+the rule, the defaults it sets, the notes before and after a sweep, and the load it plans."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def test_the_report_command_is_the_one_launched(sweep):
 
 
 def test_the_twin_calibrates_itself_on_the_real_server(sweep):
-    """Issue 23: the calibration runs inside a real sweep too. On a CPU host the twin's spec-sheet forecasts decide
+    """The calibration runs inside a real sweep too. On a CPU host the twin's spec-sheet forecasts decide
     nothing until it is calibrated (grid/twin/perf.py ``forecasts_need_calibration``); the resumed run fits every
     point recorded before the SIGKILL and updates on each configuration it measures after."""
     run_dir = sweep["run_dir"]

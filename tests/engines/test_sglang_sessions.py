@@ -1,4 +1,4 @@
-"""Multi-turn sessions against the released SGLang server's radix cache (issue 24 item 4): ``python -m grid.run
+"""Multi-turn sessions against the released SGLang server's radix cache: ``python -m grid.run
 +sweep=cpu_prefix_cache engine=sglang hardware=cpu_host``. Runs when tests/engines/test_sglang_cpu.py runs (the same
 ``GRID_SGLANG_*`` variables) and skips otherwise.
 

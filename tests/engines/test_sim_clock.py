@@ -1,4 +1,4 @@
-"""The twin's ``time_scale=auto`` accounts for the host (issue 26, item 1): a host with more runnable threads than
+"""The twin's ``time_scale=auto`` accounts for the host: a host with more runnable threads than
 cores gives the twin less than a core, so each decode step gets that much more real time."""
 
 from __future__ import annotations

@@ -538,7 +538,7 @@ def test_steady_tail_requests_that_fail_are_not_resent():
 
 
 def test_an_emoji_split_into_escaped_surrogate_halves_is_rejoined(tmp_path):
-    # issue 22 item 3: "\ud83d" then "\ude00" in two events (JS/UTF-16 servers and gateways); a lone half -> U+FFFD
+    # "\ud83d" then "\ude00" in two events (JS/UTF-16 servers and gateways); a lone half -> U+FFFD
     from grid.storage.parquet import read_table, write_trial
 
     def script(i, body):

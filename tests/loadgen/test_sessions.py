@@ -1,4 +1,4 @@
-"""Multi-turn sessions (issue 24 item 4): the ``sessions`` dataset kind (a JSONL file, or generated), the prompts a
+"""Multi-turn sessions: the ``sessions`` dataset kind (a JSONL file, or generated), the prompts a
 turn carries, and the load settings that size a sessions point."""
 
 import json

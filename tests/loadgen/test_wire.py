@@ -1,4 +1,4 @@
-"""What real servers send on the wire (issue 9 §2 items 1-2, issue 11 item 6): SSE line ends, a stream without
+"""What real servers send on the wire: SSE line ends, a stream without
 [DONE], a multi-byte character cut off at the end, a rate with a cap on requests in flight, user datasets."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from grid.storage.schema import request_rows
 
 from .scripted import DONE, Reply, ScriptedServer, cmpl_event, usage
 
-# The stream of issue 9 §2.1: one event, then [DONE]; each line ended by CR and events by CR CR.
+# A stream seen from a real server: one event, then [DONE]; each line ended by CR and events by CR CR.
 EVENT = (b'data: {"choices":[{"index":0,"text":" a","finish_reason":"length"}],'
          b'"usage":{"prompt_tokens":8,"completion_tokens":1}}')
 ISSUE_STREAM = EVENT + b"\r\r" + b"data: [DONE]\r\r"

@@ -128,7 +128,7 @@ def test_every_rule_message_is_sglangs_own_in_its_release_range():
             if rule.releases(parse_version(r)) and rule.source(parse_version(r)) is None:
                 missing.append((rule.name, r))
     # The ast extraction does not see the 0.5.20-0.5.21 tilelang message (built in a form it does not read); the
-    # refusal there is issue 9's observation.
+    # refusal there was observed by running those releases.
     assert set(missing) <= {("tilelang_fp8_cuda", "0.5.20"), ("tilelang_fp8_cuda", "0.5.21")}, missing
 
 

@@ -1,4 +1,6 @@
-"""The same sweep settings yield the right SGLang command line for each release (sglang.md §0, §7), and every
+"""The same sweep settings yield the right SGLang command line for each release
+(docs/sources.md#sglang-server-arguments-and-defaults,
+docs/sources.md#sglang-log-formats-readiness-phases-failure-modes), and every
 rendered command line is one the twin's per-version parser accepts without a deprecation warning."""
 
 import pytest

@@ -21,6 +21,9 @@ SOURCES = ROOT / "docs" / "sources.md"
 FORBIDDEN = {
     "path outside the repository": re.compile(re.escape("..") + "/" + "shared"),
     "absolute machine path": re.compile("(?<![A-Za-z0-9_.~-])/" + "work/"),
+    # a citation must be one a reader can follow: an upstream file or issue link, or docs/sources.md
+    "a reference file the repository does not hold": re.compile(r"\bsglang" + r"\.md\b"),
+    "a tracker issue the repository does not hold": re.compile(r"\b[Ii]ssue" + r"s? #?\d+"),
 }
 SOURCES_LINK = re.compile(r"docs/sources\.md#([A-Za-z0-9_-]+)")
 IN_PAGE_LINK = re.compile(r"\]\(#([A-Za-z0-9_-]+)\)")
@@ -81,8 +84,10 @@ def test_github_anchor_matches_github_rendering():
 
 
 def test_forbidden_patterns_catch_what_they_should():
-    bad_lines = ["Source: ../" + "shared/reference/x.md", "see /" + "work/main/conf"]
-    good_lines = ["docs/sources.md#hardware-spec-sheets", "https://example.org/network/x", "a/homework/b"]
+    bad_lines = ["Source: ../" + "shared/reference/x.md", "see /" + "work/main/conf", "(sglang" + ".md §1.2)",
+                 "# issue" + " 26 item 5: ...", "(Issue" + " 9 §2)"]
+    good_lines = ["docs/sources.md#hardware-spec-sheets", "https://example.org/network/x", "a/homework/b",
+                  "https://github.com/sgl-project/sglang/issues/6830", "the issue is the host", "sglang#6830"]
     assert all(any(p.search(line) for p in FORBIDDEN.values()) for line in bad_lines)
     assert not any(p.search(line) for p in FORBIDDEN.values() for line in good_lines)
 

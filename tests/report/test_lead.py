@@ -1,4 +1,4 @@
-"""What the report leads with (issue 26 item 9): the best's lead over the runner-up and the sweep's base with its
+"""What the report leads with: the best's lead over the runner-up and the sweep's base with its
 confidence, one row per configuration x load level, and a long refusal reason once per group."""
 
 from types import SimpleNamespace
@@ -128,7 +128,7 @@ def test_one_row_per_configuration_and_level_and_refusals_grouped():
 
 
 def test_a_skipped_configuration_is_said_skipped_never_failed():
-    # issue 26 item 10: the console printed "failed" for a configuration whose node's actor was lost
+    # the console printed "failed" for a configuration whose node's actor was lost
     from grid.report.render import no_winner_text
 
     rows = [row("a", "A", 8, 100.0), row("s", "S", 8, None, status="not_run", trial_status="skipped",

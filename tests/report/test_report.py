@@ -115,7 +115,7 @@ def write_skipping(run_dir, plan, ttfts_by_level, skipped_levels, judged):
 
 
 def test_rejudging_never_picks_from_levels_early_stopping_skipped_for_another_objective(tmp_path):
-    # issue 26 item 2: the main job re-judged under max_goodput with SLOs named the configuration measured first,
+    # the main job re-judged under max_goodput with SLOs named the configuration measured first,
     # the others having had levels skipped for throughput, and offered to measure nothing
     from grid.sweep.driver import plan_run
 

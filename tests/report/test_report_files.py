@@ -147,7 +147,7 @@ def test_report_html_in_a_headless_browser(recorded_run, tmp_path_factory):
                                                "Timeline of the sweep"]
         assert all(done and w > 300 and h > 150 for _, done, w, h in images), images
         headings = [h.text for h in driver.find_elements("tag name", "h2")]
-        # the page leads with the answer (issue 26 item 9): the best, its command, its lead; then the caveats
+        # the page leads with the answer: the best, its command, its lead; then the caveats
         assert headings[:4] == ["Best: mem_fraction_static=0.85", "Caveats", "What was measured",
                                 "Every configuration x load level"]
         lead = [li.text for li in driver.find_elements("css selector", "#lead li")]

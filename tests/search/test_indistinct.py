@@ -1,4 +1,4 @@
-"""Before the sweep, say what the twin cannot separate (issue 26 item 5): the shipped cuda_graph sweep on the default
+"""Before the sweep, say what the twin cannot separate: the shipped cuda_graph sweep on the default
 hardware launched all 6 configurations though every forecast was the same, and nothing said so."""
 
 import pytest

@@ -1,10 +1,12 @@
-"""/metrics parsing (prometheus_client's parser) on SGLang-named fixtures (sglang.md §2.8) and the twin's own body."""
+"""/metrics parsing (prometheus_client's parser) on SGLang-named fixtures
+(docs/sources.md#sglang-http-api-and-bench_serving) and the twin's own body."""
 
 import pytest
 
 from grid.server.metrics_scrape import parse_metrics, summarize_series
 
-# Names, types and labels as sglang.md §2.8 lists them: scheduler gauges with model_name/engine_type/tp_rank/pp_rank/
+# Names, types and labels as docs/sources.md#sglang-http-api-and-bench_serving lists them: scheduler gauges with
+# model_name/engine_type/tp_rank/pp_rank/
 # moe_ep_rank (+ dp_rank with DP), tokenizer counters with model_name; two DP ranks.
 BODY = """\
 # HELP sglang:num_running_reqs The number of running requests.

@@ -62,7 +62,7 @@ def test_timeout_kills_group(tmp_path):
 
 
 def test_a_process_still_starting_its_interpreter_gets_real_seconds_whatever_its_modelled_timeout(tmp_path):
-    # issue 26: the twin's startup clock runs 200x, so its modelled timeout is 9 real seconds; on a busy host its
+    # the twin's startup clock runs 200x, so its modelled timeout is 9 real seconds; on a busy host its
     # interpreter had not even opened the port by then and the configuration was charged a startup_timeout
     port = free_port()
     s = ManagedServer([sys.executable, SCRIPT, str(port), "100", "0"], {}, tmp_path / "s.log", "127.0.0.1", port,
@@ -97,7 +97,7 @@ def test_port_in_use_detected_before_launch(tmp_path):
 
 
 def test_a_startup_timeout_names_the_phase_the_log_shows(tmp_path):
-    # issue 26 item 5: a server stuck capturing CUDA graphs was reported as "phases seen: refused" only
+    # a server stuck capturing CUDA graphs was reported as "phases seen: refused" only
     port = free_port()
     script = ("import sys, time; print('[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB'); "
               "print('[2026-12-02 10:00:09 TP0] Load weight end. type=GlmMoeDsaForCausalLM, avail mem=22.10 GB'); "

@@ -1,4 +1,4 @@
-"""Issue 9 §2 items 3 and 8, issue 11 item 6 (configuration): /metrics in either SGLang spelling, a run directory
+"""What real servers and runs bring, in configuration: /metrics in either SGLang spelling, a run directory
 whose files differ in columns, and the load settings for capped rates and user datasets."""
 
 from __future__ import annotations

@@ -281,7 +281,7 @@ def test_progress_line_names_the_repeat():
 
 
 def test_the_gate_catches_a_speculative_configuration_planted_to_answer_differently(tmp_path):
-    """Issue 24: with greedy sampling a speculative configuration must answer token for token as the same
+    """With greedy sampling a speculative configuration must answer token for token as the same
     configuration without it. The twin plays a speculative server whose answer to one accuracy prompt of twenty
     diverges from its first token (GRID_TWIN_FAULTS speculative_divergence); the plain one is healthy under the same
     fault list. The exact-match share drops 5 points, under the default accuracy.max_drop of 10: the token

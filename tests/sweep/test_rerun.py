@@ -1,4 +1,4 @@
-"""Re-run what you choose (issue 26 item 3): recorded configurations run again by status, error class, label or hash
+"""Re-run what you choose: recorded configurations run again by status, error class, label or hash
 without touching the others, a probe now off re-runs what the probe had marked invalid, and the earlier files are
 kept, set aside."""
 

@@ -1,5 +1,5 @@
 """``+sweep=prefix_cache`` on the twin, shrunk: multi-turn sessions through Ray Tune, the server actor and the
-Parquet tables (issue 24 item 4). Each turn's cached tokens, the hit rate falling once the conversations outgrow
+Parquet tables. Each turn's cached tokens, the hit rate falling once the conversations outgrow
 the KV pool, the radix cache off finding nothing, and a search that measures every configuration and calibrates the
 twin on none of them (its forecasts replay independent prompts)."""
 

@@ -46,7 +46,7 @@ def test_every_configuration_recorded_with_verdict(sweep):
     # fa3 needs SM90: refused before launch with the reason and its source, no server started
     assert set(fa3.trial_status) == {"invalid"} and set(fa3.status) == {"not_run"}
     assert set(fa3.trial_error_class) == {"refused"} and fa3.startup_s.isna().all()
-    # recorded by the driver before the sweep, without a Ray Tune trial (issue 26 item 6: about 5 s each)
+    # recorded by the driver before the sweep, without a Ray Tune trial (a trial costs about 5 s)
     trial_dirs = {d.name for d in (run_dir / "tune").glob("*/*") if d.is_dir()}
     assert trial_dirs == set(lp.config_hash) - set(fa3.config_hash) and len(trial_dirs) == 2
     assert fa3.node_hostname.isna().all() and "Recorded 2 configuration(s) refused before launch" in stdout

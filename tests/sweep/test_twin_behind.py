@@ -1,4 +1,4 @@
-"""The twin never presents host noise as a finding (issue 26 item 1): each load point on the twin records how far the
+"""The twin never presents host noise as a finding: each load point on the twin records how far the
 twin fell behind its own clock; beyond grid.metrics.hostnoise.HOST_NOISE_MAX_PCT the point is not counted, the report
 says so, and a resume measures the configuration again."""
 

@@ -202,7 +202,7 @@ HELD_OUT = {
     "dc-h200-70b-tp8-burst", "tt340-qwen3moe-a100-isl2048",
     # added later (the concurrency-4 comment of the same issue), after the new-token-ratio change; nothing fitted
     "ix870-c4-1k1k", "ix870-c4-1k8k", "ix870-c4-8k1k",
-    # issue 15 mechanisms, no constant fitted: pipeline parallelism, speculative decoding (MTP)
+    # mechanisms with no constant fitted: pipeline parallelism, speculative decoding (MTP)
     "sonar1447-a100-qwen3moe-pp2", *(f"e1-glm5-mtp-c{c}" for c in (1, 2, 4, 8, 16, 32, 64)),
     "achatbot183-gptoss20b-h100-c32",  # sliding-window attention
     *(f"pr10404-h200-qwen3next-tp{tp}" for tp in (2, 4, 8)),  # hybrid linear attention

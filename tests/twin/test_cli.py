@@ -1,4 +1,5 @@
-"""SGLang launch_server flags per version (sglang.md §0, §1) and the launch-time checks (§1.3)."""
+"""SGLang launch_server flags per version and the launch-time checks
+(docs/sources.md#sglang-server-arguments-and-defaults)."""
 
 from __future__ import annotations
 

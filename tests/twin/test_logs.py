@@ -1,4 +1,5 @@
-"""Log line formats against the verbatim examples in sglang.md §3, and parsing them back."""
+"""Log line formats against the verbatim examples in
+docs/sources.md#sglang-log-formats-readiness-phases-failure-modes, and parsing them back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exact-number tests of the pure functions in grid.twin.perf (sglang.md §1.2 arithmetic) and model sanity."""
+"""Exact-number tests of the pure functions in grid.twin.perf (the arithmetic of
+docs/sources.md#sglang-server-arguments-and-defaults) and model sanity."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_gpu_memory_table():
 
 
 def test_auto_mem_fraction_h200_example():
-    # sglang.md §1.2: H200 tp=1 -> reserve 512+12288+512+128 = 13,440 MiB -> 0.907
+    # docs/sources.md#sglang-server-arguments-and-defaults: H200 tp=1 -> reserve 512+12288+512+128 = 13,440 MiB -> 0.907
     assert auto_mem_fraction_static(143_771, 8192, 256, 1) == 0.907
     # RTX PRO 6000 (96 GB x 0.9957 = 97,879 MiB), tp 8: 512+12288+1024+1024 = 14,848 MiB -> 0.848
     assert auto_mem_fraction_static(96 * 0.9957 * 1024, 8192, 512, 8) == 0.848
@@ -151,7 +152,7 @@ def test_gemm_efficiency_falls_with_small_per_gpu_shapes():
 
 
 def test_prefill_dense_hopper_faster_moe_tp_sliced_slower():
-    """Issue 15 item 1: dense prefill on Hopper runs at ~0.5 of peak, TP-sliced MoE experts far below it."""
+    """Dense prefill on Hopper runs at ~0.5 of peak, TP-sliced MoE experts far below it."""
     llama = PerfModel(model("llama3_1_8b"), hardware("h100_x1"), ServingConfig())
     t = llama.prefill_step_s(8192)
     flops = 2 * 8192 * (7.0e9)  # non-embedding weights of Llama-3.1-8B, x 8,192 tokens

@@ -1,5 +1,5 @@
 """The twin's radix cache (grid/twin/radix.py): exact hits, LRU eviction, and the multi-turn hit rate against
-concurrency (issue 24 item 4)."""
+concurrency."""
 
 import pytest
 

@@ -1,4 +1,6 @@
-"""The twin as a process: readiness phases, HTTP API, logs, metrics, auth, faults, SIGTERM (sglang.md §2, §3, §7)."""
+"""The twin as a process: readiness phases, HTTP API, logs, metrics, auth, faults, SIGTERM
+(docs/sources.md#sglang-http-api-and-bench_serving,
+docs/sources.md#sglang-log-formats-readiness-phases-failure-modes)."""
 
 from __future__ import annotations
 
@@ -287,7 +289,8 @@ def test_reasoning_sigterm_and_no_metrics(tmp_path):
         msg = json.loads(t.request("POST", "/v1/chat/completions", chat)[1])["choices"][0]["message"]
         assert msg["reasoning_content"] == "Let me answer." and msg["content"] == "4"
         msg = json.loads(t.request("POST", "/v1/chat/completions", {**chat, "max_tokens": 2})[1])["choices"][0]
-        assert msg["message"]["content"] is None and msg["finish_reason"] == "length"  # sglang.md §5 row 9
+        # docs/sources.md#sglang-log-formats-readiness-phases-failure-modes
+        assert msg["message"]["content"] is None and msg["finish_reason"] == "length"
         off = {**chat, "chat_template_kwargs": {"enable_thinking": False}}
         msg = json.loads(t.request("POST", "/v1/chat/completions", off)[1])["choices"][0]["message"]
         assert msg["content"] == "4" and msg["reasoning_content"] is None

@@ -1,4 +1,4 @@
-"""Multi-turn sessions against the twin's radix cache, through grid's load runner (issue 24 item 4): each turn is
+"""Multi-turn sessions against the twin's radix cache, through grid's load runner: each turn is
 sent after the previous answer, with the whole history, and the twin finds that history in its cache."""
 
 import re

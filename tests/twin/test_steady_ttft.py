@@ -5,8 +5,8 @@ The steady schedule replays grid/loadgen/runner.py: every worker starts at once 
 c asking for (k+1)/c of the output length; then the measured requests; then tail requests (which keep the load on;
 the simulation lets them finish, the runner cancels them: only the measured requests' TTFTs are compared).
 GLM-5-NVFP4 on 8x RTX PRO 6000 (VM), trtllm backends, no CUDA graphs, ISL/OSL 256, 64 streams, 2 measured
-requests per stream, as experiments/steady_state.py measures it on the running twin and as grid issue 14 saw it
-(TTFT about 4.1 s and 7.7 s at concurrency 64).
+requests per stream, as experiments/steady_state.py measures it on the running twin and as an earlier grid
+saw it (TTFT about 4.1 s and 7.7 s at concurrency 64).
 """
 
 from __future__ import annotations

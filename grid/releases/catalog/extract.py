@@ -5,7 +5,7 @@ JSON-able data; no SGLang prose (help texts, docstrings) is kept, only names, ty
 metric names, the scheduler's log-line templates and the messages of launch-time refusals.
 
 - :func:`server_options`: imports ``sglang.srt.server_args`` with stubbed heavy dependencies (grid/releases/catalog/
-  stubs.py) and calls ``ServerArgs.add_cli_args`` on a fresh ``argparse.ArgumentParser`` (issue 9). When the import
+  stubs.py) and calls ``ServerArgs.add_cli_args`` on a fresh ``argparse.ArgumentParser``. When the import
   fails, :func:`ast_options` reads the literal ``add_argument`` calls instead (types and computed choices are then
   missing, and the data says ``"extracted_by": "ast"``).
 - :func:`routes`: ``@app.get/post/put/delete/api_route`` decorators and ``add_api_route`` calls in

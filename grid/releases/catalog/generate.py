@@ -27,7 +27,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-#: The oldest release the catalog covers (issue 9: 0.5.9 .. newest).
+#: The oldest release the catalog covers (0.5.9 .. newest).
 FIRST_RELEASE = "0.5.9"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CACHE_DIR = Path(".cache/sglang-wheels")

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-#: Third-party packages imported for real: msgspec (0.5.20+ ServerArgs is a msgspec-validated dataclass; issue 9),
+#: Third-party packages imported for real: msgspec (0.5.20+ ServerArgs is a msgspec-validated dataclass),
 #: the typing helpers and yaml (grid depends on them). pydantic is stubbed: real pydantic rejects stubbed field types.
 REAL_PACKAGES = frozenset({"msgspec", "typing_extensions", "yaml",
                            "packaging", "orjson"})

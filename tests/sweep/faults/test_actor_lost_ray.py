@@ -1,4 +1,4 @@
-"""The node's ServerActor is killed mid-trial in a real sweep (issue 11 item 3): an infrastructure failure, never
+"""The node's ServerActor is killed mid-trial in a real sweep: an infrastructure failure, never
 charged to the configuration. A new actor is made, the configuration runs again within the invocation, every
 configuration gets its verdict once, nothing of the lost attempt is stored twice, and the exit status is 0."""
 

@@ -1,4 +1,4 @@
-"""The fault suite (issue 4): every server fault injected through the twin gets a trial status and an error class,
+"""The fault suite: every server fault injected through the twin gets a trial status and an error class,
 keeps the load points already measured, marks the rest not_run, stores the server log tail and leaves no process of
 the server's group behind."""
 
@@ -58,7 +58,7 @@ def test_scheduler_dies_mid_load_is_server_hang(tmp_path, trial):
     # point 0 takes ~19 modelled s (2 prompts x 1024 tokens, one at a time), point 1 about as long (4 prompts, 2 at a
     # time); the scheduler dies 30 modelled s after ready, inside point 1. Real-time overheads between ready and the
     # load (probe, warm-up, CPU contention) count in modelled time times the clock scale: at x2 the fault stays in
-    # point 1 unless they exceed ~5.5 real s (at x10, 1.1 s: the test failed so on a host loaded to 5-8x, issue 26)
+    # point 1 unless they exceed ~5.5 real s (at x10, 1.1 s: the test failed so on a host loaded to 5-8x)
     faults = [{"kind": "scheduler_dies_after_s", "after_s": 30}]
     spec = make_spec(tmp_path, "engine.time_scale=2", "load.min_prompts=2", "load.output_len=1024",
                      "load.stall_timeout_s=10", faults=faults)

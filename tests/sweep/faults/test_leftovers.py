@@ -1,4 +1,4 @@
-"""Leftover process groups (issue 11 item 4): every group a run starts is recorded in the run directory with its
+"""Leftover process groups: every group a run starts is recorded in the run directory with its
 leader's start time and the run id its processes carry in GRID_RUN_ID; the next invocation ends what is left of an
 earlier run's groups, and only processes that match all three."""
 
@@ -84,8 +84,8 @@ def test_managed_server_records_its_group_and_removes_it_on_stop(tmp_path, monke
     assert ProcessRegistry(tmp_path / "processes").records() == [] and group_members(record.pgid) == []
 
 
-# A server whose child leaves the process group (setsid) keeping the listening socket: issue 26 item 10 found such a
-# child stall a run for over 400 s, and the next run, carrying the same run id marker, neither found nor ended it.
+# A server whose child leaves the process group (setsid) keeping the listening socket: such a child was
+# seen to stall a run for over 400 s, and the next run, carrying the same run id marker, neither found nor ended it.
 ESCAPING_SERVER = """
 import socket, subprocess, sys, time
 s = socket.socket()

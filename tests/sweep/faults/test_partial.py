@@ -1,4 +1,4 @@
-"""The fault suite, issue 11 items 1, 2 and 5: a server that breaks partway through a load point, runtime errors in
+"""The fault suite: a server that breaks partway through a load point, runtime errors in
 its log during load, and timeouts shorter than the time to first token. Each fault is injected into the twin through
 GRID_TWIN_FAULTS (grid/twin/faults.py); each test checks the statuses, classes, which points ran and what is stored.
 
@@ -130,7 +130,7 @@ def test_stall_timeout_below_ttft_is_said_before_and_after(tmp_path, trial):
     # 8192-token prompts need ~0.3 modelled s to the first token on one H100 (2 x 8B x 8192 = 131 TFLOP at about half
     # of the 989 TFLOP/s dense BF16 peak, plus attention and the front end); stall_timeout 0.2 s is shorter. The clock
     # runs at x1 so that the 0.1 s between the timeout and the first token is 0.1 real s: at x10 (10 ms) the point
-    # read partial, not failed, on a host loaded to 5-8x (issue 26; a late event loop is the likely cause)
+    # read partial, not failed, on a host loaded to 5-8x (a late event loop is the likely cause)
     spec = make_spec(tmp_path, "load.concurrency=[1]", "load.input_len=8192", "load.output_len=16",
                      "load.stall_timeout_s=0.2", "engine.time_scale=1")
     plans = expand(spec)

@@ -1,4 +1,4 @@
-"""Pure parts of the fault handling (issue 11 items 1, 2, 5): runtime-error patterns, the poll-line filter of stored
+"""Pure parts of the fault handling: runtime-error patterns, the poll-line filter of stored
 log tails, the verdict after a load point, which request failures come from the server, and the timeout notes."""
 
 import pytest
