@@ -144,6 +144,9 @@ COST_FIELDS: tuple[tuple[str, str], ...] = (
      "summary.json `estimate_error` give its error on the run"),
     ("every launchable configuration", "the same over every configuration not refused and not already recorded "
      "(shown when it differs)"),
+    ("not counted", "expected launches the twin cannot model (its own argument checks refuse a configuration that "
+     "grid's pre-launch checks let through), named instead of counted as 0; when it can model none of them the line "
+     "reads `No cost estimate on HARDWARE: the twin cannot model any of the N expected launches (...)`"),
 )
 
 
@@ -216,10 +219,21 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     elif unforecastable and engine_class(spec.engine.kind).forecastable():
         lines.append(f"Exhaustive search, no cost estimate: {unforecastable}")
     elif engine_class(spec.engine.kind).forecastable():
+        # launches the twin cannot model (its argument checks refuse what grid's pre-launch checks let through)
+        # have no modelled cost: say so rather than count them as 0 GPU-hours
+        blind = [p.label for p in sp.plans if p.config_hash in launches and sp.forecasts.get(p.config_hash) is None]
+        not_counted = (f"; not counted: {len(blind)} the twin cannot model ({', '.join(blind[:3])}"
+                       f"{', ...' if len(blind) > 3 else ''})" if blind else "")  # nor can it say how long they run
+        if blind and len(blind) == len(launches):
+            lines.append(f"No cost estimate on {spec.hardware.name}: the twin cannot model any of the "
+                         f"{len(launches)} {'launches left' if recorded else 'expected launches'} "
+                         f"({', '.join(blind[:3])}{', ...' if len(blind) > 3 else ''})")
+            return lines
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"
                      + (f" (every launchable configuration: {every / 3600:.2f})"
-                        if f"{every / 3600:.2f}" != f"{gpu_s / 3600:.2f}" else ""))  # the same sum in another order
+                        if f"{every / 3600:.2f}" != f"{gpu_s / 3600:.2f}" else "")  # the same sum in another order
+                     + not_counted)
         lines.append(ESTIMATE_CAVEAT)
     return lines

@@ -128,6 +128,28 @@ def test_the_cost_line_names_every_launchable_configuration_only_when_it_differs
                                       "model): 24.78 GPU-hours for the expected launches")
 
 
+def test_the_cost_line_says_which_launches_the_twin_cannot_model(tmp_path):
+    """A launch the twin cannot model has no modelled cost: the estimate says so and names it, instead of counting
+    it as 0 GPU-hours; with none modelled there is no estimate."""
+    spec = spec_for(["+sweep=mem_fraction", "search=twin_guided"], tmp_path)
+    engine = get_engine(spec)
+    plans = expand(spec)
+    sp = build(spec, engine, plans, engine.version())
+    launches = expected_launches(sp)
+    blind = launches[:2]
+    for h in blind:
+        sp.forecasts[h] = None
+    labels = [p.label for p in plans if p.config_hash in blind]
+    line = sp.cost_lines(spec)[1]
+    assert line.startswith("Estimated cost on rtx_pro_6000_x8_vm")
+    assert line.endswith(f"; not counted: 2 the twin cannot model ({', '.join(labels)})"), line
+    for h in launches:
+        sp.forecasts[h] = None
+    lines = sp.cost_lines(spec)
+    assert lines[1].startswith("No cost estimate on rtx_pro_6000_x8_vm: the twin cannot model any of the 5 expected "
+                               "launches (") and lines[1].endswith(", ...)") and len(lines) == 2
+
+
 def test_a_resumed_plan_counts_only_the_launches_left(tmp_path):
     """After a resume the plan says what is left: the policy resumed with the recorded configurations (their
     scores known), and the GPU-hours of only the launches left."""
