@@ -43,32 +43,41 @@ def point_of(load: LoadSpec, kind: str, value: float) -> LoadPoint:
     """The first load point of ``load`` (repeat 0) at ``kind`` (``concurrency`` or ``rate``) / ``value``, as
     :func:`points_of` makes it; with seed ``load.seed * 1000`` when the load has no such level (a capacity probe, a
     forecast of another level)."""
-    levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
-    index = levels.index((kind, float(value))) if (kind, float(value)) in levels else 0
-    extra: dict[str, Any] = ({"steady": load.steady} if kind == "concurrency" else
-                             {"arrival": load.arrival, "burstiness": load.burstiness,
-                              "max_concurrency": load.max_concurrency})
-    return LoadPoint(kind, value, load.prompts_for(value), warmup_requests=load.warmup_requests,
-                     seed=load.seed * 1000 + index, **extra)
+    levels = _levels(load, traces=False)
+    index = next((i for i, (k, v, _, _) in enumerate(levels) if (k, v) == (kind, float(value))), None)
+    if index is not None:
+        return _point(levels[index], load, index)
+    level = _levels(load.model_copy(update={"concurrency": [value] if kind == "concurrency" else [],
+                                            "request_rate": [value] if kind == "rate" else []}), traces=False)[0]
+    return _point(level, load, 0)
 
 
 def points_of(load: LoadSpec, repeats: int | None = None) -> list[LoadPoint]:
     """:func:`load_points` of a plan with ``load`` (``repeats``: instead of ``load.repeats``)."""
-    steady = load.steady
+    levels = _levels(load)
+    return [_point(level, load, r * len(levels) + i)
+            for r in range(load.repeats if repeats is None else repeats) for i, level in enumerate(levels)]
+
+
+def _point(level: tuple[str, float, int, dict[str, Any]], load: LoadSpec, index: int) -> LoadPoint:
+    kind, value, num, extra = level
+    return LoadPoint(kind, value, num, warmup_requests=load.warmup_requests, seed=load.seed * 1000 + index, **extra)
+
+
+def _levels(load: LoadSpec, traces: bool = True) -> list[tuple[str, float, int, dict[str, Any]]]:
+    """(kind, value, requests, LoadPoint settings) of each level of ``load``, in the order a trial runs them
+    (``traces``: with the trace replays, whose offsets are read from the dataset)."""
     levels: list[tuple[str, float, int, dict[str, Any]]] = [
-        ("concurrency", float(c), load.prompts_for(c), {"steady": steady}) for c in load.concurrency]
+        ("concurrency", float(c), load.prompts_for(c), {"steady": load.steady}) for c in load.concurrency]
     levels += [("rate", float(r), load.prompts_for(r), {"arrival": load.arrival, "burstiness": load.burstiness,
                                                        "max_concurrency": load.max_concurrency})
                for r in load.request_rate]
-    if load.trace_points:
+    if traces and load.trace_points:
         offsets = build_dataset(load.dataset, DatasetArgs(0, 1, 1, 1.0, 1, 0, load.dataset_path)).offsets_s or ()
         num = min(load.num_prompts or len(offsets), len(offsets))
         levels += [("trace", float(s), num, {"max_concurrency": load.max_concurrency,
                                              "offsets_s": tuple(offsets[:num])}) for s in load.trace_points]
-    return [LoadPoint(kind, value, num, warmup_requests=load.warmup_requests,
-                      seed=load.seed * 1000 + r * len(levels) + i, **extra)
-            for r in range(load.repeats if repeats is None else repeats)
-            for i, (kind, value, num, extra) in enumerate(levels)]
+    return levels
 
 
 def level_name(row: Mapping[str, Any]) -> str:

@@ -453,7 +453,7 @@ async def run_load_point(
         try:
             warm_items = [(j, prompts[(point.num_prompts + j) % n]) for j in range(point.warmup_requests)]
             if virtual:
-                warm, _ = await _virtual_closed_loop(sess, warm_items, workers if closed else 1, warmup=True)
+                warm, _ = await _virtual_loop(sess, warm_items, workers if closed else 1, warmup=True)
             else:
                 warm = await _closed_loop(sess, warm_items, workers if closed else 1, warmup=True, t0=None)
             await sess.drain()
@@ -472,9 +472,11 @@ async def run_load_point(
             elif closed and any(p.session is not None for p in prompts):
                 records, t0 = await _session_loop(sess, prompts, point.num_prompts, workers, t0, target.time_scale)
             elif virtual and closed:
-                records, t0 = await _virtual_closed_loop(sess, items, workers, warmup=False)
-            elif virtual:
-                records, t0 = await _virtual_open_loop(sess, items, offsets_s, point.max_concurrency)
+                records, t0 = await _virtual_loop(sess, items, workers)
+            elif virtual:  # capped: a stream per slot; uncapped: a stream per request
+                cap = point.max_concurrency
+                records, t0 = await _virtual_loop(sess, items, len(items) if cap is None else cap,
+                                                  offsets_s=offsets_s, last=cap is None)
             elif closed:
                 records = await _closed_loop(sess, items, workers, warmup=False, t0=t0)
             else:
@@ -580,29 +582,35 @@ class _Streams:
             await self.sess.vclock_post(vclock.DONE_PATH, {"stream": s})
 
 
-async def _virtual_closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers: int, *, warmup: bool
-                               ) -> tuple[list[RequestRecord], int]:
-    """A closed loop on the twin's virtual clock (grid/loadgen/vclock.py): ``min(workers, len(items))`` streams,
-    each sending its next item at the modelled time its previous answer ended. Returns the records, stamped in
-    modelled ns, and the point's start (modelled ns). A request whose answer carries no time (it failed) ends its
-    stream; the others take the remaining items."""
-    k = min(workers, len(items))
+async def _virtual_loop(sess: _Session, items: list[tuple[int, Prompt]], k: int, *, warmup: bool = False,
+                        offsets_s: list[float] | None = None, last: bool = False) -> tuple[list[RequestRecord], int]:
+    """``k`` streams on the twin's virtual clock (grid/loadgen/vclock.py), each taking the next item when its previous
+    answer ended: a closed loop of ``k`` workers, or with ``offsets_s`` an open loop in which item i is due at the
+    point's start plus ``offsets_s[i]`` (modelled s) and is sent when due, or at once if its stream freed later
+    (``slot_wait_ns``: how long it waited for the stream). An uncapped open loop is one stream per item, each
+    sending once (``last``). The twin's clock waits for every stream, so the client never sleeps. A request whose
+    answer carries no time (it failed) ends its stream; the others take the remaining items. Returns the records,
+    stamped in modelled ns, and the point's start (modelled ns)."""
+    k = min(k, len(items))
     if k == 0:
         return [], 0
     streams = _Streams(sess)
     await streams.open(k)
-    t0 = streams.now_ns(0)
+    t0, vt0 = streams.now_ns(0), streams.vt[0]
     out: list[RequestRecord] = []
-    it = iter(items)
+    it = iter(zip(items, offsets_s if offsets_s is not None else [None] * len(items)))
 
     async def stream(s: int) -> None:
         try:
-            for index, prompt in it:
+            for (index, prompt), offset in it:
+                due = None if offset is None else vt0 + offset
                 rec = sess.new_record(index, prompt, warmup)
-                rec.scheduled_perf_ns = streams.now_ns(s)
+                rec.scheduled_perf_ns = streams.now_ns(s) if due is None else vclock.to_ns(due)
                 if not warmup:
                     rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
-                going = await streams.send(s, rec, prompt)
+                if due is not None and not last:
+                    rec.slot_wait_ns = max(0, streams.now_ns(s) - rec.scheduled_perf_ns)
+                going = await streams.send(s, rec, prompt, at=due, last=last)
                 out.append(rec)
                 if not going:
                     return
@@ -610,43 +618,6 @@ async def _virtual_closed_loop(sess: _Session, items: list[tuple[int, Prompt]], 
             await streams.close(s)
 
     await asyncio.gather(*(stream(s) for s in range(k)))
-    return out, t0
-
-
-async def _virtual_open_loop(sess: _Session, items: list[tuple[int, Prompt]], offsets_s: list[float],
-                             max_concurrency: int | None) -> tuple[list[RequestRecord], int]:
-    """An open loop on the twin's virtual clock (grid/loadgen/vclock.py): request i is due at the point's start plus
-    ``offsets_s[i]`` (modelled s). Uncapped, each request is a stream of its own that sends once, when it is due
-    (marked last); capped at ``max_concurrency``, each slot is a stream that takes the next request when its previous
-    answer ended and sends it when it is due, or at once if it is overdue (``slot_wait_ns`` is how long it waited).
-    The twin's clock waits for every stream, so no request is late and the client sends without sleeping. Returns
-    the records, stamped in modelled ns, and the point's start (modelled ns)."""
-    k = len(items) if max_concurrency is None else min(max_concurrency, len(items))
-    if k == 0:
-        return [], 0
-    streams = _Streams(sess)
-    await streams.open(k)
-    t0, vt0 = streams.now_ns(0), streams.vt[0]
-    out: list[RequestRecord] = []
-    it = iter(zip(items, offsets_s))
-
-    async def slot(s: int) -> None:
-        try:
-            for (index, prompt), offset in it:
-                due = vt0 + offset
-                rec = sess.new_record(index, prompt, False)
-                rec.scheduled_perf_ns = vclock.to_ns(due)
-                rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
-                if max_concurrency is not None:
-                    rec.slot_wait_ns = max(0, streams.now_ns(s) - rec.scheduled_perf_ns)
-                going = await streams.send(s, rec, prompt, at=due, last=max_concurrency is None)
-                out.append(rec)
-                if not going:
-                    return
-        finally:
-            await streams.close(s)
-
-    await asyncio.gather(*(slot(s) for s in range(k)))
     return out, t0
 
 
@@ -678,10 +649,13 @@ async def _session_loop(sess: _Session, prompts: list[Prompt], num: int, workers
     plan: list[tuple[int, list[Prompt]]] = []  # virtual: (index of the first turn, the turns measured) per conversation
     if streams.vt:
         t0 = streams.now_ns(0)
+        planned = 0
         for turns in convs:
-            take = turns[:max(0, num - sum(len(t) for _, t in plan))]
-            if take:
-                plan.append((sum(len(t) for _, t in plan), take))
+            take = turns[:num - planned]
+            if not take:
+                break
+            plan.append((planned, take))
+            planned += len(take)
     shared = iter(convs)
     sent = [0]
 

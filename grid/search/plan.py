@@ -222,13 +222,12 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
         # launches the twin cannot model (its argument checks refuse what grid's pre-launch checks let through)
         # have no modelled cost: say so rather than count them as 0 GPU-hours
         blind = [p.label for p in sp.plans if p.config_hash in launches and sp.forecasts.get(p.config_hash) is None]
-        not_counted = (f"; not counted: {len(blind)} the twin cannot model ({', '.join(blind[:3])}"
-                       f"{', ...' if len(blind) > 3 else ''})" if blind else "")  # nor can it say how long they run
+        named = ", ".join(blind[:3]) + (", ..." if len(blind) > 3 else "")
         if blind and len(blind) == len(launches):
             lines.append(f"No cost estimate on {spec.hardware.name}: the twin cannot model any of the "
-                         f"{len(launches)} {'launches left' if recorded else 'expected launches'} "
-                         f"({', '.join(blind[:3])}{', ...' if len(blind) > 3 else ''})")
+                         f"{len(launches)} {'launches left' if recorded else 'expected launches'} ({named})")
             return lines
+        not_counted = f"; not counted: {len(blind)} the twin cannot model ({named})" if blind else ""
         lines.append(f"Estimated cost on {spec.hardware.name} ({spec.hardware.total_gpus} GPUs, the twin's startup and "
                      f"load model): {gpu_s / 3600:.2f} GPU-hours for the "
                      f"{'launches left' if recorded else 'expected launches'}"

@@ -102,7 +102,7 @@ def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
 
     def value(key: str) -> float:
         v = s.get(key)
-        return float(v) if isinstance(v, (int, float)) and v is not None else math.nan
+        return float(v) if isinstance(v, (int, float)) else math.nan
 
     return {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
             "output_tok_per_s": value("output_tok_per_s")}

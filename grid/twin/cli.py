@@ -291,8 +291,7 @@ def public_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-# --- launch-time resolution and checks (docs/sources.md#sglang-server-arguments-and-defaults)
-# ----------------------------------------------------------
+# --- launch-time resolution and checks (docs/sources.md#sglang-server-arguments-and-defaults) ---------------
 _A2A_FORCES_EP = ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
 
 

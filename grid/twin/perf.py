@@ -434,8 +434,7 @@ class PerfModel:
                 enable_dp_attention=self.dp_attention,
             )
 
-        # --- KV dtype and DSA backends (docs/sources.md#sglang-server-arguments-and-defaults DSA auto-configuration)
-        # ---------------------------------
+        # --- KV dtype and DSA backends (DSA auto-configuration, docs/sources.md#sglang-server-arguments-and-defaults)
         is_dsa = m.dsa is not None
         kv = cfg.kv_cache_dtype
         if kv == "auto":
@@ -471,8 +470,7 @@ class PerfModel:
         self.weight_gb_per_gpu: float = self._bytes.total / 1e9
         weight_gib = self._bytes.total / GIB
 
-        # --- KV capacity (docs/sources.md#sglang-server-arguments-and-defaults profile_max_num_token)
-        # -----------------------------------------------
+        # --- KV capacity (profile_max_num_token, docs/sources.md#sglang-server-arguments-and-defaults) -------
         self.kv_cell_bytes: int = self._kv_cell_bytes()
         self.runtime_overhead_gib = RUNTIME_OVERHEAD_GIB_BASE + RUNTIME_OVERHEAD_GIB_PER_PEER * (tp - 1)
         avail_gib = self.gpu_mem_gib - weight_gib - self.runtime_overhead_gib

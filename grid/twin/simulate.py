@@ -204,10 +204,10 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     ``point.tail_prompts`` tail requests that keep every stream busy until the last measured one ends); an open loop
     sends request i at ``offsets[i]`` (grid/loadgen/arrivals.py with the point's seed, or a trace's offsets over its
     replay speed), waiting for one of ``max_concurrency`` slots when capped. What the replay leaves out: the
-    ``warmup_requests`` sent before the point (they end before it starts) and the radix cache (each prompt is new).
-    Sessions are not replayed (their prompts grow with the answers): ValueError.
+    ``warmup_requests`` sent before the point (they end before it starts) and the radix cache (each prompt is new);
+    sessions are not replayable from lengths alone (their prompts grow with the answers).
     """
-    import math as _math
+    import math
 
     from grid.loadgen import vclock
     from grid.loadgen.arrivals import send_offsets
@@ -220,7 +220,7 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
         c = int(point.value)
         cap: int | None = c
         base = n + point.warmup_requests
-        plan += [(0.0, TwinRequest(f"w{k}", isl, max(1, _math.ceil(osl * (k + 1) / c))), base + k, "warm")
+        plan += [(0.0, TwinRequest(f"w{k}", isl, max(1, math.ceil(osl * (k + 1) / c))), base + k, "warm")
                  for k in range(point.wave_warmup)]
         plan += [(0.0, TwinRequest(f"m{i}", isl, osl), i, "measured") for i in range(n)]
         base += point.wave_warmup

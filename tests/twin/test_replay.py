@@ -63,8 +63,22 @@ def test_replay_of_a_point_is_what_the_live_twin_measures(tmp_path):
     assert compared >= 4 * 20  # TTFT, TPOT, ITL, E2E percentiles, throughputs, concurrency of each point
 
 
-def test_replay_refuses_what_it_cannot_play():
+def test_replay_of_a_closed_loop_started_at_once_is_the_simulation_of_its_requests():
+    """Without a warm-up wave or a tail the replay adds nothing to ``simulate``: the same per-request TTFT and E2E
+    (modelled ns, exactly), and a window from the first send to the last end."""
+    from grid.metrics.request import request_metrics
+    from grid.twin.scheduler import TwinRequest
+    from grid.twin.simulate import simulate
+
     perf = _perf()
-    sim = replay(perf, LoadPoint("concurrency", 2, 4), ISL, OSL)
-    assert len(sim.records) == 4 and all(r.status == "ok" and r.output_tokens == OSL for r in sim.records)
-    assert sim.window_kind == "all_requests" and sim.clock == "virtual"
+    sim = replay(perf, LoadPoint("concurrency", 2, 5), ISL, OSL)
+    full = simulate(perf, [(0.0, TwinRequest(f"m{i}", ISL, OSL)) for i in range(5)], max_concurrency=2)
+    assert sim.window_kind == "all_requests" and sim.clock == "virtual" and sim.window_start_perf_ns == 0
+    assert [r.status for r in sim.records] == ["ok"] * 5 and [r.output_tokens for r in sim.records] == [OSL] * 5
+    by_rid = {r.rid: r for r in full.requests}
+    for rec in sim.records:
+        want = by_rid[f"m{rec.request_index}"]
+        got = request_metrics(rec, 1.0)
+        assert got.ttft_ms == pytest.approx(want.ttft_s * 1e3, abs=1e-6)
+        assert got.e2e_ms == pytest.approx(want.e2e_s * 1e3, abs=1e-6)
+    assert sim.window_end_perf_ns == max(r.end_perf_ns for r in sim.records)

@@ -179,13 +179,11 @@ def test_virtual_open_loop_point_is_reproducible_and_on_schedule(tmp_path, cap):
     assert {k: v for k, v in sa.items() if k not in HOST_KEYS} == {k: v for k, v in sb.items() if k not in HOST_KEYS}
     from grid.loadgen.arrivals import send_offsets
 
-    due = [a.window_start_perf_ns + proto.to_ns(a.window_start_perf_ns / 1e9 + o) - a.window_start_perf_ns
-           for o in send_offsets(24, 40.0, "poisson", seed=5)]
     recs = sorted(a.records, key=lambda r: r.request_index)
     assert [r.scheduled_perf_ns for r in recs] == [proto.to_ns(a.window_start_perf_ns / 1e9 + o)
                                                    for o in send_offsets(24, 40.0, "poisson", seed=5)]
     if cap is None:
-        assert [r.send_perf_ns for r in recs] == [r.scheduled_perf_ns for r in recs] and due
+        assert [r.send_perf_ns for r in recs] == [r.scheduled_perf_ns for r in recs]
         assert all(r.slot_wait_ns is None for r in recs)
     else:
         assert all(r.send_perf_ns == r.scheduled_perf_ns + r.slot_wait_ns for r in recs)
