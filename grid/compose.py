@@ -81,6 +81,9 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
         engine = engine_class(spec.engine.kind)
     except EngineUnavailable as err:  # an unknown kind: the registered ones are the allowed values
         raise ConfigError(str(err)) from None
+    if not engine.twin and spec.engine.clock == "virtual" and "clock" in spec.engine.model_fields_set:
+        raise ConfigError(f"engine.clock=virtual: only the twin (engine=sim) has a virtual clock, not "
+                          f"engine={spec.engine.kind}")
     check_settings(spec, engine.dialect.check_setting)
     check_dataset_api(spec)
     engine.check_spec(spec)

@@ -53,15 +53,16 @@ class SimEngine(Engine):
         flags = self.dialect.render(trial.settings, parse_version(version))
         argv = [sys.executable, "-m", "grid.twin", "--model-path", str(self.model_dir())]
         argv += flags + self.common_args(port)
-        scale = self.time_scale(flags, trial)
+        # the virtual clock keeps no wall clock once ready: the serving scale means nothing to it
+        scale = self.time_scale(flags, trial) if self.spec.engine.clock == "real" else 1.0
         startup = self.spec.engine.startup_time_scale or scale
         env = {
             "GRID_TWIN_HARDWARE": self.spec.hardware.model_dump_json(),
             "GRID_TWIN_VERSION": version,
             "GRID_TWIN_TIME_SCALE": repr(scale),
             "GRID_TWIN_STARTUP_TIME_SCALE": repr(startup),
-            # the twin's virtual clock (grid/loadgen/vclock.py); unset: the wall clock x time_scale
-            **({"GRID_TWIN_CLOCK": "virtual"} if self.spec.engine.clock == "virtual" else {}),
+            # virtual: the twin's virtual clock (grid/loadgen/vclock.py); real: the wall clock x time_scale
+            "GRID_TWIN_CLOCK": self.spec.engine.clock,
             **self.spec.engine.env,
         }
         return LaunchPlan(argv, env, self.spec.engine.host, port, scale, startup)

@@ -43,9 +43,10 @@
   arrival inside the window (``window_kind="steady_state"``).
 * Measured request i uses ``prompts[i % len(prompts)]``; warm-up request j uses ``prompts[(num_prompts + j) %
   len(prompts)]``, so pass ``num_prompts + warmup_requests`` prompts to keep warm-up prompts out of the measured set.
-* Timeouts are in real seconds: ``read_timeout_s`` is the longest silence (no bytes) a response may have;
-  ``stall_timeout_s`` the longest time without a new generated token (counted from the send while no token has
-  arrived yet). A request hit by either fails with ``read_timeout`` / ``stall_timeout``; the load point goes on.
+* Timeouts are in real seconds (modelled ones on the virtual clock): ``read_timeout_s`` is the longest silence (no
+  bytes) a response may have; ``stall_timeout_s`` the longest time without a new generated token (counted from the
+  send while no token has arrived yet). A request hit by either fails with ``read_timeout`` / ``stall_timeout``; the
+  load point goes on.
 * A failed request is never dropped: it is in ``records`` with its error class.
 
 ``time_scale`` (modelled seconds per real second) rescales the schedule and is carried to the result; raw
@@ -59,7 +60,9 @@ time the previous answer's last event carried (plus a session's think time; a ca
 request to be due). Every ``*_perf_ns`` stamp of a record (scheduled, send, each event, end) and the window are then
 modelled nanoseconds, the result's ``time_scale`` is 1 and its ``clock`` is ``"virtual"``: the point's numbers
 depend on the configuration, the load plan and the seed, not on the host. The client never sleeps: the twin's clock
-waits for it. Sessions follow a plan fixed in advance (``_session_loop``). Timeouts stay real seconds (a backstop).
+waits for it. Sessions follow a plan fixed in advance (``_session_loop``). The timeouts travel with each request in
+modelled seconds and the twin plays them (it aborts the request when its client would have given up); in real time
+only :data:`VIRTUAL_BACKSTOP_S` remains.
 """
 
 from __future__ import annotations
@@ -189,6 +192,8 @@ class _Session:
         self.stall_ns = None if stall_timeout_s is None else int(stall_timeout_s * 1e9)
         self.on_request_done = on_request_done
         self.virtual = target.clock == "virtual"
+        # virtual clock: the client's timeouts in modelled seconds, which the twin plays (grid/loadgen/vclock.py)
+        self.vlimits: tuple[float | None, float | None] = (None, None)
         # request in flight -> (parser, io task, [exchange]); read by the watchdog
         self.inflight: dict[int, tuple[StreamParser, asyncio.Task, list]] = {}
         self._abort: dict[int, tuple[str, str]] = {}  # request index -> (error class, message) of a cancellation
@@ -361,10 +366,8 @@ class _Session:
             entry[1].cancel()
 
     def _progress_ns(self, rec: RequestRecord) -> int:
-        """perf ns of the in-flight request's last known progress: its last token, else its send. On the virtual
-        clock the parsed stamps are modelled time, so the watchdog (a real-time backstop) goes by the last read."""
-        if self.virtual:
-            return max(rec.raw_reads[-1][0] if rec.raw_reads else 0, rec.send_perf_ns or 0)
+        """perf ns of the in-flight request's last known progress: its last token, else its send (the wall clock
+        only: on the virtual clock the twin plays the timeouts)."""
         return rec.last_token_perf_ns or rec.send_perf_ns or 0
 
     async def watchdog(self) -> None:
@@ -407,6 +410,12 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return "client_error", msg
 
 
+#: Virtual clock: the real seconds without a byte after which a request fails with ``read_timeout`` all the same (a
+#: twin that stopped answering; the modelled timeouts are the twin's to play). A point's requests may legitimately
+#: wait long in real time while the twin simulates the ones sent before them.
+VIRTUAL_BACKSTOP_S = 600.0
+
+
 async def run_load_point(
     target: Target,
     point: LoadPoint,
@@ -439,8 +448,13 @@ async def run_load_point(
     offsets_ns = offsets_to_ns(offsets_s, target.time_scale)
     n = len(prompts)
     pool = Pool(target.base_url.rstrip("/") + endpoint.path, connect_timeout_s=min(read_timeout_s, 60.0))
+    vlimits = (stall_timeout_s, read_timeout_s)
+    if virtual:  # the twin plays the timeouts in modelled time; real time keeps only a backstop
+        read_timeout_s, stall_timeout_s = max(read_timeout_s, VIRTUAL_BACKSTOP_S), None
     try:
         sess = _Session(target, pool, endpoint, read_timeout_s, stall_timeout_s, on_request_done)
+        if virtual:
+            sess.vlimits = vlimits
         if closed:  # one connection per worker, open before the first send (connecting is not part of any request)
             await pool.prewarm(min(workers, max(point.num_prompts, point.warmup_requests)))
         elif point.max_concurrency is not None:  # the cap bounds the connections needed: open them ahead too
@@ -531,8 +545,13 @@ class _Streams:
         self._ended: set[int] = set()  # streams whose request marked last was answered: the twin dropped them
 
     async def open(self, k: int) -> None:
+        """Begin a point of ``k`` streams. A twin that cannot be reached (it exited) gets its requests all the same,
+        each failing as on the wall clock (``conn_error``)."""
         if self.sess.virtual and k:
-            vt0 = float((await self.sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
+            try:
+                vt0 = float((await self.sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
+            except (aiohttp.ClientConnectionError, OSError):
+                vt0 = 0.0
             self.vt = [vt0] * k
 
     def now_ns(self, s: int) -> int:
@@ -551,18 +570,26 @@ class _Streams:
             await asyncio.sleep((due - now) / 1e9)
 
     async def send(self, s: int, rec: RequestRecord, prompt: Prompt, *, at: float | None = None,
-                   last: bool = False, parsed: bool = False) -> bool:
-        """Send ``rec`` from stream ``s``; False when the stream cannot go on (virtual: the answer carried no time).
+                   last: bool = False, parsed: bool = False) -> None:
+        """Send ``rec`` from stream ``s``. A request whose answer carried no time (refused with an HTTP error, a reset
+        connection, a twin that exited) leaves the stream's present where it was.
         Virtual clock: it is sent at the stream's present, or at ``at`` (modelled s) if that is later; ``last``: the
         stream sends nothing after it. ``parsed``: return once the record is parsed (its text is known)."""
         if not self.vt:
             await (self.sess.request_parsed(rec, prompt) if parsed else self.sess.request(rec, prompt))
-            return True
+            return
         vt = self.vt[s] if at is None else max(self.vt[s], at)
         fut = self.sess.want_parsed(rec) if parsed else None
         try:
-            await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index, last))
-            end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
+            await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index, last, *self.sess.vlimits))
+            timeout = vclock.timed_out(rec.raw_reads) if rec.error_class is None else None
+            if timeout is not None:  # the twin played this client's timeout: the stream goes on from that instant
+                error_class, end = timeout
+                limit = self.sess.vlimits[0 if error_class == "stall_timeout" else 1]
+                rec.fail(error_class, f"no {'token' if error_class == 'stall_timeout' else 'bytes'} for {limit:g} "
+                                      "modelled s (played by the twin on its virtual clock)")
+            else:
+                end = vclock.last_vt(rec.raw_reads) if rec.error_class is None else None
             rec.send_perf_ns = vclock.to_ns(vt)  # the parser runs later, in the session's parse task
             rec.end_perf_ns = rec.send_perf_ns if end is None else vclock.to_ns(end)
             if fut is not None:
@@ -570,16 +597,18 @@ class _Streams:
         finally:
             if fut is not None:
                 self.sess.forget_parsed(rec)
-        if end is None:
-            return False
+        if end is None:  # refused before it reached the scheduler, or the twin is gone: the stream's present holds
+            return
         self.vt[s] = end
         if last:
             self._ended.add(s)
-        return True
 
     async def close(self, s: int) -> None:
         if self.vt and s not in self._ended:
-            await self.sess.vclock_post(vclock.DONE_PATH, {"stream": s})
+            try:
+                await self.sess.vclock_post(vclock.DONE_PATH, {"stream": s})
+            except (aiohttp.ClientConnectionError, OSError):
+                pass  # the twin is gone, and its streams with it
 
 
 async def _virtual_loop(sess: _Session, items: list[tuple[int, Prompt]], k: int, *, warmup: bool = False,
@@ -589,7 +618,7 @@ async def _virtual_loop(sess: _Session, items: list[tuple[int, Prompt]], k: int,
     point's start plus ``offsets_s[i]`` (modelled s) and is sent when due, or at once if its stream freed later
     (``slot_wait_ns``: how long it waited for the stream). An uncapped open loop is one stream per item, each
     sending once (``last``). The twin's clock waits for every stream, so the client never sleeps. A request whose
-    answer carries no time (it failed) ends its stream; the others take the remaining items. Returns the records,
+    answer carries no time (it failed) leaves its stream's present unchanged. Returns the records,
     stamped in modelled ns, and the point's start (modelled ns)."""
     k = min(k, len(items))
     if k == 0:
@@ -610,10 +639,8 @@ async def _virtual_loop(sess: _Session, items: list[tuple[int, Prompt]], k: int,
                     rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
                 if due is not None and not last:
                     rec.slot_wait_ns = max(0, streams.now_ns(s) - rec.scheduled_perf_ns)
-                going = await streams.send(s, rec, prompt, at=due, last=last)
+                await streams.send(s, rec, prompt, at=due, last=last)
                 out.append(rec)
-                if not going:
-                    return
         finally:
             await streams.close(s)
 
@@ -688,10 +715,8 @@ async def _session_loop(sess: _Session, prompts: list[Prompt], num: int, workers
                 rec = sess.new_record(index, prompt, False)
                 rec.scheduled_perf_ns = streams.now_ns(s)
                 rec.scheduled_offset_ns = rec.scheduled_perf_ns - t0
-                going = await streams.send(s, rec, prompt, parsed=True)
+                await streams.send(s, rec, prompt, parsed=True)
                 out.append(rec)
-                if not going:
-                    return
                 if rec.status != "ok":
                     break
                 answered_ns = rec.end_perf_ns or time.perf_counter_ns()
@@ -768,11 +793,11 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
                 start[:] = [rec.scheduled_perf_ns]
             if kind == "tail":
                 in_tail.add(index)
-            going = await streams.send(s, rec, prompt)
+            await streams.send(s, rec, prompt)
             in_tail.discard(index)
             {"warm": warm, "measured": out, "tail": tails}[kind].append(rec)
-            if (kind == "tail" and rec.status != "ok") or not going:
-                return  # cancelled at the end, or failed: a server that fails requests gets no more from this worker
+            if kind == "tail" and rec.status != "ok":
+                return  # a tail request cancelled at the end
             if kind == "measured":
                 left -= 1
                 if left == 0:

@@ -15,6 +15,12 @@ earlier. A closed-loop point therefore tells the twin which streams it runs and 
   open loop at the next arrival's scheduled time if that is later);
 * ``POST /grid/vclock/done`` with ``{"stream": s}`` once stream ``s`` sends no more (not needed after a request
   marked :data:`H_LAST` that the twin answered).
+* the client's timeouts travel with each request in modelled seconds (:data:`H_STALL`: no new token for that long;
+  :data:`H_READ`: no bytes for that long) and the twin plays them: at the modelled instant the client would give up,
+  it aborts the request (its KV freed, as SGLang does when a client disconnects) and ends the response with the SSE
+  comment line :func:`timeout_line` (``: grid-timeout stall_timeout 4105.25``), which every SSE parser skips; the
+  stream may send again from that instant. A dead scheduler, a hang or an overloaded queue thus fails requests with
+  ``stall_timeout``/``read_timeout`` at the same modelled times on any host, and takes no real time.
 
 The twin never lets its clock pass the earliest time at which a stream may still send (its *horizon*): while a
 stream's request is in flight that stream cannot send; once it ended at ``e`` it may send from ``e``. Every load plan
@@ -35,6 +41,8 @@ H_VT = "X-Grid-VT"
 H_STREAM = "X-Grid-Stream"
 H_SEQ = "X-Grid-Seq"
 H_LAST = "X-Grid-Last"
+H_STALL = "X-Grid-Stall-S"
+H_READ = "X-Grid-Read-S"
 BEGIN_PATH = "/grid/vclock/begin"
 DONE_PATH = "/grid/vclock/done"
 FIELD = "grid_vt"
@@ -42,15 +50,37 @@ FIELD = "grid_vt"
 ENV_CLOCK = "GRID_TWIN_CLOCK"
 
 _LAST_VT = re.compile(rb'"grid_vt":\s*([-+0-9.eE]+)')
+_TIMEOUT = b": grid-timeout "
+_TIMEOUT_RE = re.compile(rb": grid-timeout (stall_timeout|read_timeout) ([-+0-9.eE]+)")
+#: The error classes a twin on the virtual clock plays (grid/loadgen/records.py)
+TIMEOUT_CLASSES = ("stall_timeout", "read_timeout")
 
 
-def headers(vt: float, stream: int, seq: int, last: bool = False) -> dict[str, str]:
+def headers(vt: float, stream: int, seq: int, last: bool = False, stall_s: float | None = None,
+            read_s: float | None = None) -> dict[str, str]:
     """The headers of a request that stream ``stream`` sends at modelled time ``vt`` (s) as request ``seq``
-    (``last``: the stream sends nothing after it)."""
+    (``last``: the stream sends nothing after it; ``stall_s``/``read_s``: the client's timeouts, modelled s)."""
     out = {H_VT: repr(float(vt)), H_STREAM: str(int(stream)), H_SEQ: str(int(seq))}
     if last:
         out[H_LAST] = "1"
+    if stall_s is not None:
+        out[H_STALL] = repr(float(stall_s))
+    if read_s is not None:
+        out[H_READ] = repr(float(read_s))
     return out
+
+
+def timeout_line(error_class: str, vt: float) -> bytes:
+    """The SSE comment that ends a response the twin timed out for its client: ``error_class`` (one of
+    :data:`TIMEOUT_CLASSES`) at modelled time ``vt`` (s)."""
+    return _TIMEOUT + f"{error_class} {vt!r}\n\n".encode()
+
+
+def timed_out(reads: list[tuple[int, bytes]]) -> tuple[str, float] | None:
+    """``(error class, modelled s)`` when a response's reads end with :func:`timeout_line`, else None."""
+    tail = b"".join(d for _, d in reads[-2:])[-300:]  # the line is the response's last bytes
+    found = _TIMEOUT_RE.findall(tail)
+    return (found[-1][0].decode(), float(found[-1][1])) if found else None
 
 
 def last_vt(reads: list[tuple[int, bytes]]) -> float | None:

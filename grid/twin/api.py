@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from grid.twin.server import Req, Twin
 
 HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT default (docs/sources.md#sglang-http-api-and-bench_serving)
+#: Virtual clock: real seconds a /health_generate waits at most for its request (a backstop: the answer is decided in
+#: modelled time)
+HEALTH_BACKSTOP_REAL_S = 30.0
 FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, "
             "the operation will not be performed.)\n")  # /flush_cache body (docs/sources.md, SGLang HTTP API)
 
@@ -70,14 +73,21 @@ class _Chunks:
     """The bytes a streamed response has ready, written together when its handler is about to wait (one socket write
     per wake-up, not one per event: on the virtual clock a handler finds many steps' events at once)."""
 
-    __slots__ = ("resp", "parts")
+    __slots__ = ("resp", "parts", "sealed")
 
     def __init__(self, resp: web.StreamResponse) -> None:
         self.resp = resp
         self.parts: list[bytes] = []
+        self.sealed = False  # the response ended early (a timeout the twin played): later bytes are dropped
 
     def add(self, data: bytes) -> None:
-        self.parts.append(data)
+        if not self.sealed:
+            self.parts.append(data)
+
+    def seal(self, data: bytes) -> None:
+        """End the response with ``data``: nothing added after it is written."""
+        self.add(data)
+        self.sealed = True
 
     async def flush(self) -> None:
         if self.parts:
@@ -218,7 +228,9 @@ class TwinAPI(_TwinState):
         """``(tokens so far, finished, modelled time or None)`` each time the request moved. On the wall clock, at each
         wake-up (what a late handler finds coalesces); on the virtual clock with grid's headers, once per scheduler
         step that moved it, stamped with the step's end (so the events are the same however late the handler runs).
-        What the handler added to ``out`` is written before each wait. Ends after the finished entry."""
+        What the handler added to ``out`` is written before each wait. Ends after the finished entry; a request whose
+        client's timeout the twin played (``Req.timeout``) ends instead with the timeout line
+        (grid/loadgen/vclock.py), and whatever the handler adds after it is dropped."""
         steps = req.steps
         if steps is None:
             while True:
@@ -237,6 +249,9 @@ class TwinAPI(_TwinState):
                 req.event.clear()
             t, n, done = steps[i]
             i += 1
+            if done and req.timeout is not None:
+                out.seal(vproto.timeout_line(*req.timeout))
+                return
             yield n, done, t
             if done:
                 return
@@ -273,17 +288,30 @@ class TwinAPI(_TwinState):
             return web.Response(status=503)
         if request.path == "/health":
             return web.Response(status=200)
-        tic = time.perf_counter()
+        tic_unix = self.model_unix()
         comp = textgen.Completion(head=(), seed=0, eos_after=None)
+        healthy = await (self._health_virtual(comp) if self.virtual else self._health_real(comp))
+        if healthy:
+            return web.Response(status=200)
+        hms = time.strftime("%H:%M:%S", time.localtime(tic_unix))
+        self.log.info(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                      f"{HEALTH_CHECK_TIMEOUT_S:.0f} seconds. tic start time: {hms}. last_heartbeat time: {hms}",
+                      level="error")
+        return web.Response(status=503)
+
+    async def _health_real(self, comp: textgen.Completion) -> bool:
+        """Wall clock: a 1-token request; healthy when it (or any request) produced a token within
+        ``HEALTH_CHECK_TIMEOUT_S`` modelled seconds."""
+        tic = time.perf_counter()
         req = self.submit(comp, prompt=[0], max_new=1, rid=f"HEALTH_CHECK_{time.time()}", internal=True)
         deadline = tic + HEALTH_CHECK_TIMEOUT_S / self.scale
         try:
             while True:
                 if req.n_out > 0 or req.finished or self.last_output_real > tic:
-                    return web.Response(status=200)
+                    return True
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
-                    break
+                    return False
                 req.event.clear()
                 try:
                     await asyncio.wait_for(req.event.wait(), min(remaining, 0.05))
@@ -291,11 +319,28 @@ class TwinAPI(_TwinState):
                     pass
         finally:
             self.abort(req)
-        hms = time.strftime("%H:%M:%S", time.localtime(self.unix0 + self.m_base + (tic - self.t0) * self.scale))
-        self.log.info(f"Health check failed. Server couldn't get a response from detokenizer for last "
-                      f"{HEALTH_CHECK_TIMEOUT_S:.0f} seconds. tic start time: {hms}. last_heartbeat time: {hms}",
-                      level="error")
-        return web.Response(status=503)
+
+    async def _health_virtual(self, comp: textgen.Completion) -> bool:
+        """Virtual clock: a dead scheduler answers no token, ever (so: unhealthy at once); otherwise a 1-token request
+        through the scheduler is healthy when its first token came within ``HEALTH_CHECK_TIMEOUT_S`` modelled seconds
+        of its arrival. :data:`HEALTH_BACKSTOP_REAL_S` real seconds bound the wait (a scheduler that died meanwhile
+        ends it sooner)."""
+        if self.sched_dead:
+            return False
+        req = self.submit(comp, prompt=[0], max_new=1, rid=f"HEALTH_CHECK_{time.time()}", internal=True)
+        backstop = time.perf_counter() + HEALTH_BACKSTOP_REAL_S
+        try:
+            while req.t_first is None and not req.finished and not self.sched_dead:
+                if time.perf_counter() > backstop:
+                    return False
+                req.event.clear()
+                try:
+                    await asyncio.wait_for(req.event.wait(), 0.05)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.abort(req)
+        return req.t_first is not None and req.t_first - req.t_arrive <= HEALTH_CHECK_TIMEOUT_S
 
     async def h_ready(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503)

@@ -166,13 +166,14 @@ class ExitAfterLoad(RuntimeCrash):
 
 @register
 class SchedulerDies(Fault):
-    """Injected ``{"kind": "scheduler_dies_after_s", "after_s": S}``: S modelled seconds after ready the scheduler stops
-    producing tokens (requests hang); the port stays open and ``/health`` keeps answering 200."""
+    """Injected ``{"kind": "scheduler_dies_after_s", "after_s": S}``: S modelled seconds after ready
+    (:meth:`Twin.served_s`; checked after each scheduler step) the scheduler stops producing tokens (requests hang
+    until their clients give up); the port stays open and ``/health`` keeps answering 200."""
 
     kind = "scheduler_dies_after_s"
 
     def runtime_due(self, twin):
-        return twin.ready and twin.mnow() - twin.ready_at >= self.at_s
+        return twin.ready and twin.served_s() >= self.at_s
 
     def fire_runtime(self, twin):
         twin.sched_dead = True

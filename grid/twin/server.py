@@ -52,7 +52,7 @@ from grid.twin.api import BadRequest, TwinAPI, _AccessLogger
 from grid.twin.faults import Fault, NanOutput, RepeatToken, faults_from_failures, parse_faults
 from grid.twin.metrics import TwinMetrics
 from grid.twin.speculative import acceptance as speculative_acceptance
-from grid.twin.vclock import VCLOCK_TAG, VClock
+from grid.twin.vclock import VCLOCK_TAG, Deadlines, VClock, limit_of
 
 ENV_HARDWARE = "GRID_TWIN_HARDWARE"
 ENV_VERSION = "GRID_TWIN_VERSION"
@@ -127,7 +127,7 @@ class PrefixCache:
 # --- requests ----------------------------------------------------------------------------------------------------------
 class Req:
     __slots__ = ("rid", "comp", "prompt_tokens", "max_new", "cached", "n_out", "finished", "reason", "event",
-                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held", "stream", "steps")
+                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held", "stream", "steps", "limit", "timeout")
 
     def __init__(self, rid: str, comp: textgen.Completion, prompt_tokens: int, max_new: int, cached: int,
                  t_arrive: float, internal: bool = False) -> None:
@@ -150,6 +150,10 @@ class Req:
         # virtual clock, requests with grid's headers: (modelled time, tokens so far, finished) per step that moved it;
         # the handlers write one event per entry, stamped with its time
         self.steps: list[tuple[float, int, bool]] | None = None
+        # virtual clock: the client's timeout that fires first (error class, modelled s; vclock.limit_of), and once
+        # the twin played it, (error class, modelled time it fired)
+        self.limit: tuple[str, float] | None = None
+        self.timeout: tuple[str, float] | None = None
 
 
 class Twin(TwinAPI):
@@ -179,6 +183,8 @@ class Twin(TwinAPI):
         self.virtual = clock == "virtual" and not any(
             f.startup_event() is not None or f.bind_at_s is not None or f.ready_at_s is not None for f in faults)
         self.vclock = VClock()
+        self.deadlines = Deadlines()  # virtual clock: when the clients of requests in flight would give up
+        self.skipped_s = 0.0  # virtual clock: modelled seconds skipped to align each point's start (VClock.begin)
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
         ep = args.ep_size
@@ -636,6 +642,9 @@ class Twin(TwinAPI):
         if tag is not None:
             req.stream, req.steps = tag.stream, []
             self.vclock.sent(tag.stream, tag.last)
+            req.limit = limit_of(tag)
+            if req.limit is not None:
+                self.deadlines.push(send + req.limit[1], req)
         self.reqs[rid] = req
         frontend_s = 0.0 if internal else self.perf.frontend_latency_s(n_in)
         self.vclock.push(send + frontend_s, tag.seq if tag is not None else 1 << 62, (req, priority))
@@ -658,6 +667,7 @@ class Twin(TwinAPI):
     def vclock_begin(self, streams: int) -> float:
         """A load point of ``streams`` streams begins (POST /grid/vclock/begin): their first send time (modelled s)."""
         t0 = self.vclock.begin(streams, self.mclock)
+        self.skipped_s += t0 - self.mclock
         self.mclock = t0
         self.wake.set()
         return t0
@@ -684,14 +694,15 @@ class Twin(TwinAPI):
             pass
         self._finish(req, "abort")
 
-    def _finish(self, req: Req, reason: str) -> None:
+    def _finish(self, req: Req, reason: str, at: float | None = None) -> None:
+        """``req`` ends for ``reason`` (``at``: the modelled time it ended on the virtual clock, default now)."""
         if req.finished:
             return
         req.finished = True
         req.reason = reason
         req.t_last = req.t_last or self.mnow()
         if req.steps is not None:
-            t = self.mclock
+            t = self.mclock if at is None else at
             if req.steps and req.steps[-1][0] == t and req.steps[-1][1] == req.n_out:
                 req.steps[-1] = (t, req.n_out, True)
             else:
@@ -815,31 +826,43 @@ class Twin(TwinAPI):
     async def _vloop(self) -> None:
         """The scheduler on the virtual clock (after ready): arrivals are released in modelled-time order and steps
         run back to back without sleeping, but only from a time no stream can still send before
-        (:meth:`VClock.horizon`); otherwise it waits for a send, a stream's end or a new point. Real time is only the
-        backstop: a point whose streams stay silent for :data:`VCLOCK_STALL_S` real seconds is forgotten."""
-        sched, vc = self.sched, self.vclock
+        (:meth:`VClock.horizon`) and no client can still give up before (:class:`Deadlines`); otherwise it waits for
+        a send, a stream's end or a new point. A dead scheduler makes no steps: its requests wait until their
+        clients' timeouts, which the clock then jumps to. Real time is only the backstop: a point whose streams stay
+        silent for :data:`VCLOCK_STALL_S` real seconds is forgotten."""
+        sched, vc, deadlines = self.sched, self.vclock, self.deadlines
         steps = 0
         while not self.stop.is_set():
-            if self.sched_dead:
-                await self.stop.wait()
-                return
             horizon = vc.horizon()
-            while (at := vc.next_at()) is not None and at < horizon and (at <= self.mclock or not sched.has_work()):
+            due = deadlines.next_at()
+            stepping = not self.sched_dead and sched.has_work()
+            # arrivals due by now, or, with nothing to step, the next one unless a client gives up first
+            while (at := vc.next_at()) is not None and at < horizon and (
+                    at <= self.mclock or (not stepping and at <= due)):
                 at, (req, priority) = vc.pop()
                 self.mclock = max(self.mclock, at)
                 self._vrelease(at, req, priority)
-            if sched.has_work() and self.mclock < horizon:
+                stepping = not self.sched_dead and sched.has_work()
+            if due <= self.mclock:
+                self._expire(self.mclock, inclusive=True)
+                continue
+            if stepping and self.mclock < min(horizon, due):
                 now = self.mclock
                 step = sched.step(now)
                 dur = float(step.stats.duration_s)
                 end = now + dur
                 self.mclock = end
+                if due < end:  # a client gave up during the step: before its tokens of this step reached it
+                    self._expire(end, inclusive=False)
                 self._apply(step, end, dur)
                 steps += 1
                 if step.stats.kind == "idle" and dur <= 0:
                     await asyncio.sleep(0.001)
                 elif steps % VCLOCK_YIELD_STEPS == 0:
                     await asyncio.sleep(0)  # let the handlers write what the steps since produced, in one go each
+                continue
+            if not stepping and due < math.inf and due <= horizon:
+                self.mclock = max(self.mclock, due)  # nothing happens before a client gives up: jump there
                 continue
             self.wake.clear()
             try:
@@ -849,6 +872,33 @@ class Twin(TwinAPI):
                     self.log.sched(f"virtual clock: no stream sent for {VCLOCK_STALL_S:g} s; forgetting the load "
                                    "point's streams", level="warning")
                     vc.drop_all()
+
+    def _expire(self, now: float, inclusive: bool) -> None:
+        """Time out every request whose client gave up before modelled time ``now`` (``inclusive``: or at it): no
+        token (or no byte) for its timeout since its last token, or since its send. It is aborted at that instant
+        (its KV freed, nothing cached) and its response ends with the timeout line (grid/loadgen/vclock.py); a
+        request that made progress since its entry was pushed is pushed again at its new deadline."""
+        deadlines = self.deadlines
+        while (at := deadlines.next_at()) < now or (inclusive and at == now):
+            _, req = deadlines.pop()
+            if req.finished or req.limit is None:
+                continue
+            error_class, limit_s = req.limit
+            fires = (req.t_last if req.t_last is not None else req.t_arrive) + limit_s
+            if fires < now or (inclusive and fires == now):
+                req.timeout = (error_class, fires)
+                try:
+                    self.sched.abort(req.rid)
+                except Exception:  # noqa: BLE001 - not yet released to the scheduler, or already dropped
+                    pass
+                self._finish(req, "abort", at=fires)
+            else:
+                deadlines.push(fires, req)
+
+    def served_s(self) -> float:
+        """Modelled seconds since ready: on the virtual clock without the jumps that align each point's start
+        (``skipped_s``), so that a fault timed from ready falls where the load put it."""
+        return self.mnow() - self.ready_at - (self.skipped_s if self.virtual else 0.0)
 
     def _log_prefill(self, st, end: float) -> None:
         elapsed = max(1e-9, end - self._prefill_last_t)

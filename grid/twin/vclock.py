@@ -29,6 +29,8 @@ class Tag(NamedTuple):
     stream: int
     seq: int  # the client's request index: ties in arrival time go by it
     last: bool = False  # the stream sends nothing after this request
+    stall_s: float | None = None  # the client's stall timeout (no new token for this long), modelled s
+    read_s: float | None = None  # the client's read timeout (no bytes for this long), modelled s
 
 
 #: The virtual-clock headers of the HTTP request being handled (set by the twin's middleware ``TwinAPI._vclock_mw``;
@@ -45,9 +47,51 @@ def parse_tag(headers) -> Tag | None:
         vt = float(headers[proto.H_VT])
         stream = int(headers[proto.H_STREAM])
         seq = int(headers.get(proto.H_SEQ, 0))
+        stall, read = (float(headers[h]) if h in headers else None for h in (proto.H_STALL, proto.H_READ))
     except (KeyError, ValueError, TypeError):
         return None
-    return Tag(vt, stream, seq, headers.get(proto.H_LAST) == "1") if math.isfinite(vt) else None
+    if not math.isfinite(vt) or any(x is not None and not x > 0 for x in (stall, read)):
+        return None
+    return Tag(vt, stream, seq, headers.get(proto.H_LAST) == "1", stall, read)
+
+
+def limit_of(tag: Tag | None) -> tuple[str, float] | None:
+    """The client timeout that fires first for a request with ``tag``, as ``(error class, modelled s)``: the stall
+    timeout (no new token) or the read timeout (no bytes), whichever is shorter (the twin's streamed events carry
+    each step's tokens, so both count from the last token, or from the send before the first); None without
+    either."""
+    if tag is None:
+        return None
+    limits = [(s, c) for s, c in ((tag.stall_s, "stall_timeout"), (tag.read_s, "read_timeout")) if s is not None]
+    if not limits:
+        return None
+    s, c = min(limits)
+    return c, s
+
+
+class Deadlines:
+    """The requests whose client gives up after a modelled timeout (:func:`limit_of`), in a lazy heap keyed by the
+    earliest time each could time out. An entry is only a lower bound: the owner re-checks the request's progress
+    when its time comes and pushes it again if it moved (once per timeout span at most). Pure."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._n = 0
+
+    def push(self, at: float, item: Any) -> None:
+        heapq.heappush(self._heap, (at, self._n, item))
+        self._n += 1
+
+    def next_at(self) -> float:
+        """The earliest entry's time (modelled s), ``inf`` when there is none."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def pop(self) -> tuple[float, Any]:
+        at, _, item = heapq.heappop(self._heap)
+        return at, item
+
+    def clear(self) -> None:
+        self._heap.clear()
 
 
 class VClock:

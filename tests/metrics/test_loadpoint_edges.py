@@ -24,8 +24,11 @@ def test_window_checks_and_messages():
     failed_at_start = record([], status="failed", end_ms=0)
     summarize(LoadPointResult([failed_at_start], T0, T0 + 1, 1.0))                          # a 1 ns window is fine
     summarize(LoadPointResult([record([], status="failed", end_ms=0)], T0, T0 + MAX_PLAUSIBLE_NS, 1.0))  # a day too
+    # every request failed at the start (a twin on the virtual clock that exited): a zero window, nothing to rate
+    s = summarize(LoadPointResult([record([], status="failed", end_ms=0)], T0, T0, 1.0))
+    assert (s["duration_s"], s["concurrency_mean"], s["output_tok_per_s"], s["failed"]) == (0.0, 0.0, None, 1)
     with pytest.raises(TimingError, match=r"^measured window is 0 ns: zero$"):
-        summarize(LoadPointResult([record([], status="failed", end_ms=0)], T0, T0, 1.0))
+        summarize(LoadPointResult([record([(0, 1)], end_ms=0)], T0, T0, 1.0))  # a completed request needs time
     with pytest.raises(TimingError, match=r"^measured window is -1 ns: negative$"):
         summarize(LoadPointResult([record([], status="failed", end_ms=0)], T0, T0 - 1, 1.0))
     with pytest.raises(TimingError, match=r"^measured window of 2\.00 days is not plausible$"):

@@ -176,12 +176,13 @@ def test_a_resume_measures_host_noise_again(tmp_path):
 def test_a_twin_that_cannot_keep_its_clock_says_so(tmp_path):
     # a clock 2000x real time: no host delivers a 16-stream decode step every few tens of microseconds (measured
     # 56-61% behind)
-    _, rows, reported = run_one(spec_for(tmp_path / "fast", "load.concurrency=[16]", "engine.time_scale=2000"))
+    _, rows, reported = run_one(spec_for(tmp_path / "fast", "load.concurrency=[16]", "engine.clock=real",
+                                          "engine.time_scale=2000"))
     assert rows[0]["twin_behind_pct"] > HOST_NOISE_MAX_PCT and rows[0]["twin_delivery_lag_ms"] > 0
     assert reported[0]["twin_behind_pct"] == rows[0]["twin_behind_pct"]
     assert rows[0]["host_noise_max_pct"] == reported[0]["host_noise_max_pct"] == HOST_NOISE_MAX_PCT
     assert host_noise(reported[0])  # the console's progress line says "host noise, not counted"
-    _, rows, _ = run_one(spec_for(tmp_path / "slow", "load.concurrency=[1]", "engine.time_scale=10",
+    _, rows, _ = run_one(spec_for(tmp_path / "slow", "load.concurrency=[1]", "engine.clock=real", "engine.time_scale=10",
                                   "objective.host_noise_max_pct=1000"))
     assert rows[0]["host_noise_max_pct"] == 1000.0  # each point records the bound it is judged by
     assert rows[0]["twin_behind_pct"] >= 0 and rows[0]["twin_delivery_lag_ms"] >= 0   # recorded on every twin point

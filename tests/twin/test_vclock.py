@@ -305,13 +305,14 @@ def test_engine_clock_reaches_the_twin_and_is_refused_for_other_engines(tmp_path
     from grid.engines.base import get_engine
     from grid.sweep.space import expand
 
-    spec = compose_spec(["+sweep=cuda_graph", "engine.clock=virtual"], str(tmp_path))
-    assert spec.engine.clock == "virtual"
+    spec = compose_spec(["+sweep=cuda_graph"], str(tmp_path))
+    assert spec.engine.clock == "virtual"  # the default
     plan = next(iter(expand(spec)))
-    assert get_engine(spec).launch_plan(plan, 30000).env[proto.ENV_CLOCK] == "virtual"
-    real = compose_spec(["+sweep=cuda_graph"], str(tmp_path / "real"))
+    launch = get_engine(spec).launch_plan(plan, 30000)
+    assert launch.env[proto.ENV_CLOCK] == "virtual" and launch.time_scale == 1.0
+    real = compose_spec(["+sweep=cuda_graph", "engine.clock=real"], str(tmp_path / "real"))
     assert real.engine.clock == "real"
-    assert proto.ENV_CLOCK not in get_engine(real).launch_plan(next(iter(expand(real))), 30000).env
+    assert get_engine(real).launch_plan(next(iter(expand(real))), 30000).env[proto.ENV_CLOCK] == "real"
     rate = compose_spec(["engine.clock=virtual", "load.request_rate=[2.0]"], str(tmp_path / "rate"))
     assert rate.engine.clock == "virtual"  # every load plan runs on it
     with pytest.raises(ConfigError, match="only the twin"):
@@ -319,19 +320,72 @@ def test_engine_clock_reaches_the_twin_and_is_refused_for_other_engines(tmp_path
                      str(tmp_path / "openai"))
 
 
-def test_the_stall_watchdog_keeps_to_real_time_on_the_virtual_clock():
-    """The parsed stamps of a virtual-clock request are modelled ns: the watchdog (real time) goes by its last read."""
-    from types import SimpleNamespace
+def test_timeout_line_round_trip_and_limits():
+    from grid.twin.vclock import limit_of, parse_tag
 
-    from grid.loadgen.records import RequestRecord
-    from grid.loadgen.runner import _Session
+    line = proto.timeout_line("stall_timeout", 4105.25)
+    assert line == b": grid-timeout stall_timeout 4105.25\n\n"
+    reads = [(1, b'data: {"grid_vt":4100.5}\n\n'), (2, b'data: {"grid_vt":4101.5}\n\n' + line)]
+    assert proto.timed_out(reads) == ("stall_timeout", 4105.25)
+    assert proto.timed_out(reads[:1]) is None and proto.last_vt(reads) == 4101.5
+    tag = parse_tag(proto.headers(1.0, 2, 3, stall_s=20.0, read_s=600.0))
+    assert tag is not None and limit_of(tag) == ("stall_timeout", 20.0)
+    assert limit_of(parse_tag(proto.headers(1.0, 2, 3, read_s=5.0))) == ("read_timeout", 5.0)
+    assert limit_of(parse_tag(proto.headers(1.0, 2, 3))) is None
+    assert parse_tag({**proto.headers(1.0, 2, 3), proto.H_STALL: "0"}) is None  # not a timeout: not grid's headers
 
-    rec = RequestRecord(request_index=0, prompt_index=0, api="generate", stream=True, max_tokens=4,
-                        planned_input_len=4)
-    rec.send_perf_ns, rec.last_token_perf_ns = 1_000, proto.to_ns(4096.5)
-    rec.raw_reads.append((5_000, b'data: {"grid_vt":4096.5}\n\n'))
-    assert _Session._progress_ns(SimpleNamespace(virtual=True), rec) == 5_000  # type: ignore[arg-type]
-    assert _Session._progress_ns(SimpleNamespace(virtual=False), rec) == proto.to_ns(4096.5)  # type: ignore[arg-type]
+
+def test_a_dead_scheduler_fails_requests_at_their_modelled_timeouts(tmp_path):
+    """The scheduler hangs after the first request: every later request fails with stall_timeout exactly
+    stall_timeout_s modelled seconds after it was sent (the twin plays the client's timeout), its stream sends the next
+    one at that instant, /health_generate answers 503 at once, and none of it waits in real time."""
+    import time as _time
+
+    d = tmp_path / "dead"
+    d.mkdir()
+    twin = TwinProc(d, ["--served-model-name", "m"], scale=1.0, env=VIRTUAL,
+                    faults=[{"kind": "hang_after_requests", "after_requests": 1}])
+    try:
+        assert twin.wait_ready(60)[-1] == 200, twin.log()
+        target = Target(f"http://127.0.0.1:{twin.port}", api="generate", model="m", time_scale=1.0, clock="virtual")
+        tic = _time.perf_counter()
+        res = run_load_point_sync(target, LoadPoint("concurrency", 2, num_prompts=6, warmup_requests=1),
+                                  _prompts(7), read_timeout_s=600.0, stall_timeout_s=250.0)
+        assert _time.perf_counter() - tic < 30  # 3 x 250 modelled s on each of 2 streams: no real waiting
+        assert [r.error_class for r in res.records] == ["stall_timeout"] * 6
+        for r in res.records:
+            assert r.end_perf_ns - r.send_perf_ns == proto.to_ns(250.0)
+            assert "250 modelled s" in (r.error_message or "")
+        sends = sorted(r.send_perf_ns for r in res.records)
+        assert sends == [res.window_start_perf_ns + proto.to_ns(250.0 * k) for k in (0, 0, 1, 1, 2, 2)]
+        tic = _time.perf_counter()
+        assert twin.status("/health_generate") == 503 and _time.perf_counter() - tic < 5
+        assert twin.status("/health") == 200  # the front end still answers
+    finally:
+        twin.stop()
+
+
+def test_queued_requests_time_out_in_modelled_time_and_free_their_slot(tmp_path):
+    """One running request at a time (--max-running-requests 1) and a stall timeout shorter than the queue's wait:
+    the same requests time out at the same modelled instants on every run, and the ones that ran are unaffected."""
+    d = tmp_path / "queue"
+    d.mkdir()
+    twin = TwinProc(d, ["--served-model-name", "m", "--max-running-requests", "1"], scale=1.0, env=VIRTUAL)
+    try:
+        assert twin.wait_ready(60)[-1] == 200, twin.log()
+        target = Target(f"http://127.0.0.1:{twin.port}", api="generate", model="m", time_scale=1.0, clock="virtual")
+        runs = [run_load_point_sync(target, LoadPoint("concurrency", 6, num_prompts=18), _prompts(18),
+                                    read_timeout_s=600.0, stall_timeout_s=0.5) for _ in range(2)]
+        assert _timings(runs[0]) == _timings(runs[1])
+        classes = [r.error_class for r in runs[0].records]
+        assert "stall_timeout" in classes and None in classes
+        for r in runs[0].records:
+            if r.error_class == "stall_timeout":  # no token came: it timed out exactly 0.5 s after its send
+                assert r.first_token_perf_ns is None and r.end_perf_ns - r.send_perf_ns == proto.to_ns(0.5)
+            else:
+                assert r.status == "ok" and r.output_tokens == r.max_tokens
+    finally:
+        twin.stop()
 
 
 def test_startup_faults_keep_their_timeline_on_the_virtual_clock(tmp_path):

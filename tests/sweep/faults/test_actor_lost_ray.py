@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=lost", "+sweep.grid.mem_fraction_static=[0.80,0.81]",
         "load.concurrency=[1]", "load.repeats=3", "load.min_prompts=2", "load.input_len=16", "load.output_len=256",
-        "engine.time_scale=2", "engine.startup_time_scale=50", "engine.stop_grace_s=3", "ray.dashboard=false",
+        "engine.clock=real", "engine.time_scale=2",  # the kill must land inside a trial: real time
+        "engine.startup_time_scale=50", "engine.stop_grace_s=3", "ray.dashboard=false",
         "ray.num_cpus=2",
         "search=exhaustive",  # every configuration runs (the default search skips hopeless ones)
         COUNT_HOST_NOISE]

@@ -283,7 +283,7 @@ def test_a_port_retry_keeps_the_clock_the_server_was_given(tmp_path, monkeypatch
     from grid.sweep.measure import start_server
     from grid.sweep.space import expand
 
-    spec = make_spec(tmp_path, "load.concurrency=[1]", "engine.time_scale=auto")
+    spec = make_spec(tmp_path, "load.concurrency=[1]", "engine.clock=real", "engine.time_scale=auto")
     engine = get_engine(spec)
     engine.prepare(spec.run_dir)
     plan = expand(spec)[0]
