@@ -23,7 +23,8 @@ def slack() -> float:
     return min(SLACK_CAP, max(1.0, host_load_per_core()))
 
 
-#: The override for tests that check verdicts, orchestration, resume or tables, not numbers: every load point counts.
+#: The override for tests that check verdicts, orchestration, resume or tables on a server that keeps real time (real
+#: SGLang, the twin with engine.clock=real), not numbers: every load point counts.
 #: Under the default bound (objective.host_noise_max_pct 20) a host loaded to several runnable threads per core made
 #: every point host noise (measured while Ray still ran its workers at niceness 15; README, "The twin's clock"): the
 #: search stopped launching, no best was named, and a resume measured the points again.

@@ -77,12 +77,13 @@ class EngineSpec(_Spec):
     base_url: str | None = Field(None, description="openai only: http://HOST:PORT of a server that is already up")
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
     time_scale: float | Literal["auto"] = Field(
-        1.0, description="twin only: modelled seconds per real second while serving; 'auto': the fastest clock at "
-                         "which one decode step of the configuration still lasts min_step_real_ms (times the host's "
+        1.0, description="twin with clock=real only: modelled seconds per real second while serving; 'auto': the "
+                         "fastest clock at which one decode step of the configuration still lasts min_step_real_ms (times the host's "
                          "load average per core where above 1: grid.engines.sim.auto_time_scale), capped at "
                          "max_time_scale")
-    max_time_scale: float = Field(20.0, ge=1, description="twin only: cap of the 'auto' time scale")
-    min_step_real_ms: float = Field(4.0, gt=0, description="twin only: shortest real decode step 'auto' allows")
+    max_time_scale: float = Field(20.0, ge=1, description="twin with clock=real only: cap of the 'auto' time scale")
+    min_step_real_ms: float = Field(4.0, gt=0, description="twin with clock=real only: shortest real decode step "
+                                                           "'auto' allows")
     startup_time_scale: float | None = Field(
         None, gt=0, description="twin only: the same until the server is ready (None: time_scale)")
     clock: Literal["real", "virtual"] = Field(
@@ -90,7 +91,7 @@ class EngineSpec(_Spec):
                             "ready, the twin's clock moves only with its scheduler and every request and event carries "
                             "its modelled time, so a load point's metrics depend on the configuration, load and seed, "
                             "not on the host (grid/loadgen/vclock.py: closed and open loops, capped or not, "
-                            "traces and sessions)")
+                            "traces and sessions; the client's timeouts are played in modelled seconds)")
     python: str = Field("python", description="sglang only: interpreter that has sglang installed")
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0: pick a free port per launch")

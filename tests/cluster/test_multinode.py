@@ -20,7 +20,7 @@ from grid.status import read_status
 from tests.cluster.multinode_cluster import LocalCluster
 from tests.cluster.test_cluster_network import niceness
 from tests.sweep.test_resume import wait_for
-from tests.timing import COUNT_HOST_NOISE, slack
+from tests.timing import slack
 from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,11 +34,7 @@ WORKERS = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}},
 SWEEP = ["+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
          "sweep.grid.mem_fraction_static=[0.85,0.88,0.9,0.92]", "load.concurrency=[1,4]", "load.input_len=64",
          "load.output_len=64", "ray.dashboard=false",
-         # the twin's clock slows with the host's load (20 on a quiet host). Under 4x load trials start ~2 min apart;
-         # they overlap because Tune may start one per node (grid/sweep/driver.py max_concurrent_trials)
-         "engine.time_scale=auto",
-         "load.min_prompts=8",  # orchestration, not tails (tests/config/test_tails.py): 8 requests per point
-         COUNT_HOST_NOISE]
+         "load.min_prompts=8"]  # orchestration, not tails (tests/config/test_tails.py): 8 requests per point
 
 
 def grid_run(cluster, run_dir, *args, popen=False):

@@ -18,7 +18,7 @@ import pytest
 from grid.compose import compose_spec
 from grid.server.process import group_alive
 from grid.sweep.driver import plan_run
-from tests.timing import COUNT_HOST_NOISE, slack
+from tests.timing import slack
 from tests.grid_cli import grid_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,10 +27,9 @@ FRACTIONS = [0.80, 0.81, 0.10, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87, 0.88]  # 0.10
 ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=resume",
         f"+sweep.grid.mem_fraction_static=[{','.join(map(str, FRACTIONS))}]",
         "load.concurrency=[1]", "load.min_prompts=2", "load.input_len=16", "load.output_len=8",
-        "engine.time_scale=20", "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3",
+        "load.stall_timeout_s=600", "ray.dashboard=false", "engine.stop_grace_s=3",
         "search=exhaustive",  # every configuration runs (the default search skips hopeless ones)
-        "search.try_known_failures=true",  # 0.10 (the failure table: weights do not fit) runs first, not last
-        COUNT_HOST_NOISE]
+        "search.try_known_failures=true"]  # 0.10 (the failure table: weights do not fit) runs first, not last
 
 
 def command(run_dir, *extra):

@@ -124,6 +124,31 @@ def test_nothing_measured_keeps_the_prior():
     assert cal.text().endswith("prefill 1.00x (prior), frontend 1.00x (prior)")
 
 
+def test_measurements_the_twin_already_explains_are_not_iterated():
+    """The twin measuring itself (the virtual clock): the spec-sheet coefficients explain every measurement, so the fit
+    keeps them, narrows their sd as a fit would, and replays each observation once plus once per coefficient for the
+    covariance (4), not the dozen more an iteration would try."""
+    calls = {"n": 0}
+
+    def counted(c: int, input_len: int):
+        inner = _replay(c, input_len)
+
+        def replay(perf):
+            calls["n"] += 1
+            return inner(perf)
+        return replay
+
+    obs = []
+    for c, isl in ((1, 2048), (8, 1024)):
+        replay = counted(c, isl)
+        perf = _perf()
+        obs.append(Observation(f"c{c}", perf, replay, dict(_replay(c, isl)(perf))))
+    cal = fit(obs)
+    assert cal.coefficients == Coefficients() and cal.outliers == ()
+    assert calls["n"] == 2 * 4
+    assert cal.sd["decode"] < PRIOR_SD["decode"] and cal.error_after["tpot_ms"] < 1e-9
+
+
 def test_bad_measurements_are_refused_by_name():
     good = _observation(8)
     with pytest.raises(ValueError, match=r"'c8/isl1024': measured ttft_ms=0.0; it must be a positive number"):
