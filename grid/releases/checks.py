@@ -21,7 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grid.releases.flags import SETTINGS, SettingError, Version, check_setting, parse_version, to_argv, unknown_flags
+from grid.releases.flags import (
+    SETTINGS,
+    SettingError,
+    Version,
+    check_setting,
+    is_speculative,
+    parse_version,
+    to_argv,
+    unknown_flags,
+)
 
 #: a2a backends that force ``ep_size := tp_size`` (0.5.9 ``_handle_a2a_moe``, --ep-size;
 #: docs/sources.md#sglang-server-arguments-and-defaults).
@@ -323,6 +332,35 @@ def _cross_node(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | 
     return None if why is None else (int(s.get("nnodes") or 1), why)
 
 
+def _gpus_short(s: dict[str, Any], model: Any, hardware: Any = None) -> tuple | None:
+    """(GPUs needed, tp, pp, data-parallel replicas, nodes, GPUs per node) when the server needs more GPUs on a node
+    than ``hardware`` has, else None. SGLang gives each scheduler the GPU id ``pp_rank x tp_per_node + tp_rank``
+    within its node (srt/entrypoints/engine.py), and each data-parallel replica without DP attention the next
+    ``tp x pp`` (srt/managers/data_parallel_controller.py ``base_gpu_id``); DP attention runs its ranks on the TP
+    GPUs."""
+    have = int(getattr(hardware, "gpu_count", 0) or 0)
+    if not have:
+        return None
+    tp, pp, dp = (int(s.get(k) or 1) for k in ("tp_size", "pp_size", "dp_size"))
+    nnodes = int(s.get("nnodes") or 1)
+    replicas = 1 if s.get("enable_dp_attention") else dp
+    need = tp * pp * replicas
+    return (need, tp, pp, replicas, nnodes, have) if -(-need // nnodes) > have else None
+
+
+def _pp_speculative(algorithms: tuple[str, ...] | None = None, prefill_ok: bool = False
+                    ) -> Callable[[dict[str, Any], Any], tuple | None]:
+    """A rule's ``when`` for pipeline parallelism with speculative decoding: refused for every algorithm (None), or
+    for those in ``algorithms`` (upper case); ``prefill_ok``: accepted on a prefill server of a PD pair."""
+    def when(s: dict[str, Any], model: Any) -> tuple | None:
+        if int(s.get("pp_size") or 1) <= 1 or not is_speculative(s):
+            return None
+        if algorithms is not None and str(s["speculative_algorithm"]).upper() not in algorithms:
+            return None
+        return None if prefill_ok and s.get("disaggregation_mode") == "prefill" else ()
+    return when
+
+
 #: The host CPU as the device (``hardware.vendor: cpu``, SGLang's ``--device cpu``).
 CPU = (Hardware(vendor="cpu"),)
 
@@ -496,6 +534,23 @@ RULES: list[Rule] = [
              "init.", phase="load_weights", phase_fraction=0.0,
              log_line="ModuleNotFoundError: No module named 'aiter'"),
          reads=("attention_backend", "dsa_prefill_backend", "dsa_decode_backend")),
+    # -- a parallel shape larger than the node: SGLang has no argument check for it; the scheduler of the first GPU id
+    # beyond the node's count dies in set_device (srt/model_executor/model_runner.py, 0.5.9-0.5.23) with CUDA's
+    # cudaErrorInvalidDevice, "invalid device ordinal" (CUDA Runtime API, error types)
+    Rule("shape_needs_gpus", "0.5.9", None,
+         "the configuration needs {} GPUs (tp_size {} x pp_size {} x {} data-parallel replicas) over {} node(s) of {} "
+         "GPUs: a scheduler started on a GPU id beyond them fails with RuntimeError: CUDA error: invalid device "
+         "ordinal", _gpus_short,
+         "SGLang assigns GPU ids base_gpu_id + pp_rank x tp_per_node + tp_rank (srt/entrypoints/engine.py) and each "
+         "DP replica the next tp x pp (srt/managers/data_parallel_controller.py), then calls set_device "
+         "(srt/model_executor/model_runner.py); CUDA Runtime API cudaErrorInvalidDevice",
+         hardware=(Hardware("nvidia"), Hardware("amd")), stage="requirement", with_hardware=True,
+         twin_failure=TwinFailure(
+             "shape_needs_gpus", "tp_size x pp_size (x dp_size without DP attention) exceeds the GPUs of a node: the "
+             "scheduler of the first missing GPU dies when it selects its device, before loading weights; use fewer "
+             "ranks or more nodes (--nnodes).", phase="init_distributed", phase_fraction=0.0,
+             log_line="RuntimeError: CUDA error: invalid device ordinal"),
+         reads=("tp_size", "pp_size", "dp_size", "enable_dp_attention", "nnodes")),
     # -- the host CPU as the device (--device cpu), read off the released server on a CPU-only host (SGLang 0.5.9 and
     # 0.5.23; docs/sources.md#cpu-host). The first is grid's own refusal (SGLang starts, then takes the host's
     # memory); the others are SGLang's errors at start (stage "start": launched last, as a known failure).
@@ -570,6 +625,25 @@ RULES: list[Rule] = [
          lambda s, m: () if int(s.get("pp_size") or 1) > 1 and not s.get("disable_overlap_schedule") else None,
          "check_server_args / check_pipeline_parallel_compat",
          reads=("pp_size", "disable_overlap_schedule")),
+    # --pp-size > 1 with speculative decoding: 0.5.9-0.5.10 check_server_args asserts disable_overlap_schedule, no
+    # speculative algorithm and no mixed chunked prefill in one message; 0.5.11-0.5.20 the first two (0.5.20:
+    # arg_groups/validation_hook.py, the non-NPU branch); 0.5.21+ check_pipeline_parallel_compat accepts EAGLE
+    # (not multi-layer) on a prefill server only, or with SGLANG_ENABLE_PP_SPEC=1, which grid does not read here
+    Rule("pp_no_speculative_mixed", "0.5.9", "0.5.10",
+         "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill.",
+         _pp_speculative(), "check_server_args", reads=("pp_size", "speculative_algorithm")),
+    Rule("pp_no_speculative", "0.5.11", "0.5.20",
+         "Pipeline parallelism is not compatible with overlap schedule, speculative decoding",
+         _pp_speculative(), "check_server_args", reads=("pp_size", "speculative_algorithm")),
+    Rule("pp_speculative_eagle_only", "0.5.21", None,
+         "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding",
+         lambda s, m: (None if is_speculative(s) and str(s["speculative_algorithm"]).upper() in ("EAGLE", "DSPARK")
+                       else _pp_speculative()(s, m)),
+         "check_pipeline_parallel_compat", reads=("pp_size", "speculative_algorithm")),
+    Rule("pp_speculative_prefill_only", "0.5.21", None,
+         "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)",
+         _pp_speculative(("EAGLE",), prefill_ok=True), "check_pipeline_parallel_compat",
+         reads=("pp_size", "speculative_algorithm", "disaggregation_mode")),
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,

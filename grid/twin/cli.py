@@ -396,10 +396,9 @@ def _served_name(args, ver, model):
 
 @_check
 def _pp(args, ver, model):
-    # pp_size > 1 without --disable-overlap-schedule: the shared rule pp_needs_no_overlap (grid/releases/checks.py)
+    # pp_size > 1 without --disable-overlap-schedule or with speculative decoding: the shared rules pp_needs_no_overlap
+    # and pp_no_speculative* (grid/releases/checks.py); mixed chunked prefill is not a setting grid sweeps
     if args.pp_size > 1:
-        if args.speculative_algorithm is not None:
-            raise ValueError("Pipeline parallelism is not compatible with speculative decoding.")
         if args.enable_mixed_chunk:
             raise ValueError("Pipeline parallelism is not compatible with mixed chunked prefill.")
     if args.speculative_algorithm is not None and args.enable_mixed_chunk:

@@ -86,11 +86,18 @@ def _requirement(rule: str) -> Callable[[_Ctx], bool]:
     if not rules:
         raise KeyError(f"no requirement rule named {rule!r} in grid/releases/checks.py RULES")
 
+    reads = sorted({k for r in rules for k in r.reads})
+
     def when(c: _Ctx) -> bool:
-        settings = {"attention_backend": c.cfg.attention_backend, "dsa_prefill_backend": c.perf.dsa_prefill_backend,
-                    "dsa_decode_backend": c.perf.dsa_decode_backend}
+        # every setting the rule reads, as the server resolved it (the DSA backends: the performance model's pick)
+        settings = {k: getattr(c.perf, k) if k in RESOLVED_BY_PERF else getattr(c.cfg, k, None) for k in reads}
         return any(r.refuses(settings, c.v, c.model, c.hw) is not None for r in rules)
     return when
+
+
+#: Settings whose value the server resolves at start-up (the performance model holds the resolved value, the
+#: ServingConfig the flag as given, possibly None)
+RESOLVED_BY_PERF = ("dsa_prefill_backend", "dsa_decode_backend")
 
 
 _CAPTURE_HINT = (

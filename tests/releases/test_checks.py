@@ -44,6 +44,8 @@ CONFIGS = [
     {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "dsa_prefill_backend": "tilelang", "dsa_decode_backend": "tilelang"},
     {"tp_size": 8, "kv_cache_dtype": "bfloat16", "dsa_prefill_backend": "tilelang", "dsa_decode_backend": "fa3"},
     {"tp_size": 8, "kv_cache_dtype": "bfloat16", "dsa_decode_backend": "triton"},
+    {"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True, "speculative_algorithm": "EAGLE"},
+    {"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True, "speculative_algorithm": "NEXTN"},
 ]
 VERSIONS = ["0.5.9", "0.5.13", "0.5.14", "0.5.16", "0.5.20", "0.5.22", "0.5.23"]
 
@@ -87,6 +89,20 @@ def test_reasons_are_sglangs_messages():
     assert "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. 'lpm' is not supported." in check_config(
         {"enable_priority_scheduling": True, "schedule_policy": "lpm"}, "0.5.9")[0]
     assert check_config({"enable_priority_scheduling": True, "schedule_policy": "fcfs"}, "0.5.9") == []
+
+
+def test_pipeline_parallelism_with_speculative_decoding_is_refused_with_each_releases_words():
+    eagle = {"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True, "speculative_algorithm": "EAGLE"}
+    assert check_config(eagle, "0.5.9") == [
+        "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill."]
+    assert check_config(eagle, "0.5.20") == [
+        "Pipeline parallelism is not compatible with overlap schedule, speculative decoding"]
+    assert check_config(eagle, "0.5.23") == [
+        "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)"]
+    assert check_config({**eagle, "speculative_algorithm": "NEXTN"}, "0.5.23") == [
+        "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding"]
+    assert check_config({**eagle, "disaggregation_mode": "prefill"}, "0.5.23") == []
+    assert check_config({**eagle, "pp_size": 1}, "0.5.9") == []
 
 
 def test_choices_and_versions():
