@@ -583,6 +583,7 @@ class _Streams:
         try:
             await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index, last, *self.sess.vlimits))
             timeout = vclock.timed_out(rec.raw_reads) if rec.error_class is None else None
+            end: float | None
             if timeout is not None:  # the twin played this client's timeout: the stream goes on from that instant
                 error_class, end = timeout
                 limit = self.sess.vlimits[0 if error_class == "stall_timeout" else 1]

@@ -147,6 +147,7 @@ class _TwinState:
         last_gen_throughput: float
         last_output_real: float
         generation_requests: dict[Any, Any]
+        sched_dead: bool
         reasoning_model: bool
         eos_id: int
         submit: Callable[..., Any]
@@ -154,6 +155,7 @@ class _TwinState:
         new_rid: Callable[[], str]
         validate: Callable[[int, int], None]
         mnow: Callable[[], float]
+        model_unix: Callable[[], float]
         behind_s: Callable[[], float]
         _lag_sum_s: float
         virtual: bool
