@@ -38,14 +38,17 @@ def test_host_load_per_core_reads_the_load_average_over_the_cores_this_process_m
 
 
 def test_the_main_jobs_launch_slows_its_clock_on_a_loaded_host(monkeypatch, tmp_path):
-    spec = compose_spec(["+sweep=nsa_backends"], str(tmp_path))
+    spec = compose_spec(["+sweep=nsa_backends", "engine.clock=real"], str(tmp_path))
     engine = get_engine(spec)
     plan = next(p for p in expand(spec) if p.label == "prefill=trtllm decode=trtllm")
+    virtual = get_engine(compose_spec(["+sweep=nsa_backends"], str(tmp_path)))
+    assert virtual.launch_plan(plan, 30000).time_scale == 1.0  # the virtual clock (the default) has no serving scale
     monkeypatch.setattr(sim, "host_load_per_core", lambda: 0.5)
     quiet = engine.launch_plan(plan, 30000)
     monkeypatch.setattr(sim, "host_load_per_core", lambda: 3.0)
     busy = engine.launch_plan(plan, 30000)
     assert (quiet.time_scale, busy.time_scale) == (20.0, 7.493)   # its 89.91 ms step: 22.48, capped; 22.48 / 3
     assert busy.env["GRID_TWIN_TIME_SCALE"] == "7.493"
-    fixed = get_engine(compose_spec(["+sweep=nsa_backends", "engine.time_scale=20"], str(tmp_path)))
+    fixed = get_engine(compose_spec(["+sweep=nsa_backends", "engine.clock=real", "engine.time_scale=20"],
+                                    str(tmp_path)))
     assert fixed.launch_plan(plan, 30000).time_scale == 20.0   # a fixed scale is the user's: never changed
