@@ -7,7 +7,9 @@ never matches):
 
 1. ``client-bound``: the client, not the server, sets the pace. Open loop: requests leave on average
    ``CLIENT_LATE_MS`` or more after their scheduled time. Closed loop: the server runs fewer than half the requests
-   the point asks for, nothing queues, and the GPUs are busy less than half the time.
+   the point asks for, nothing queues, and the GPUs are busy less than half the time; never on the twin's virtual
+   clock (a point without ``client_lag_pct``), whose client cannot be late: the twin waits for it, and the server
+   figures sampled in real time there say how fast the host simulated, not what the server did.
 2. ``kv-capacity/queue-bound``: requests wait in the server's queue (mean >= 1 and >= a quarter of the running
    count) - because the KV pool is full (token usage >= ``KV_FULL``) or the running-request cap holds them back.
 3. ``interconnect-bound``: the busiest GPU's PCIe (or NVLink) traffic is >= ``LINK_BOUND`` of the link's capacity.
@@ -103,6 +105,7 @@ def classify(row: dict[str, Any]) -> tuple[str, str]:
     if row.get("point_kind") == "rate" and late is not None and late >= CLIENT_LATE_MS:
         return "client-bound", f"requests left {late:.0f} ms after their scheduled time on average"
     if (row.get("point_kind") == "concurrency" and value and running is not None and running < 0.5 * value
+            and row.get("client_lag_pct") is not None
             and (queue or 0) < 0.5 and sm is not None and sm < 0.5):
         return "client-bound", f"the server ran {running:.1f} of the {value:.0f} requests asked for with an empty queue"
     # 2. KV capacity / queue

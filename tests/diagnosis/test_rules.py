@@ -10,7 +10,7 @@ SEED = {"status": "ok", "completed": 64, "point_kind": "concurrency", "point_val
         "gpu_telemetry_source": "nvml", "gpu_sm_util_mean": 1.0, "gpu_mem_bw_util_mean": 0.52,
         "gpu_power_w_mean": 328.0, "gpu_power_limit_w": 600.0, "gpu_power_frac_mean": 328 / 600,
         "gpu_pcie_bytes_per_s": 0.7e6, "gpu_pcie_capacity_bytes_per_s": 63 * GB,
-        "srv_running_mean": 60.0, "srv_queue_mean": 0.0, "srv_token_usage_max": 0.08}
+        "srv_running_mean": 60.0, "srv_queue_mean": 0.0, "srv_token_usage_max": 0.08, "client_lag_pct": 0.1}
 
 
 def test_seed_session_telemetry_is_not_interconnect_bound():

@@ -43,11 +43,13 @@ def test_open_loop_client_late_at_50_ms():
     assert verdict(client_queue_mean_ms=500.0) == "latency-bound"
 
 
-CLOSED = {"srv_running_mean": 31.0, "srv_queue_mean": 0.0, "gpu_sm_util_mean": 0.4}  # of 64 asked
+CLOSED = {"srv_running_mean": 31.0, "srv_queue_mean": 0.0, "gpu_sm_util_mean": 0.4,  # of 64 asked
+          "client_lag_pct": 0.0}  # a point on a real clock (the twin's virtual clock records none)
 
 
 def test_closed_loop_client_bound_running_below_half_of_the_level():
     assert verdict(**CLOSED) == "client-bound"
+    assert verdict(**{**CLOSED, "client_lag_pct": None}) != "client-bound"  # the virtual clock's client is never late
     assert classify({**BASE, **CLOSED})[1] == "the server ran 31.0 of the 64 requests asked for with an empty queue"
     assert verdict(**{**CLOSED, "srv_running_mean": 31.99}) == "client-bound"
     assert verdict(**{**CLOSED, "srv_running_mean": 32.0}) == "launch/CPU-overhead-bound"

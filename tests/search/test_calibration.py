@@ -125,8 +125,8 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
     def grid_run(args, run_dir, expect=0):
         return run_grid(*args, run_dir=run_dir, expect=expect)
 
-    first = grid_run([*SWEEP, "search=exhaustive", "search.early_stop=false", "ray.dashboard=false",
-                      "engine.time_scale=5"], tmp_path / "a")
+    first = grid_run([*SWEEP, "search=exhaustive", "search.early_stop=false", "ray.dashboard=false"],
+                     tmp_path / "a")
     rows = read_table(tmp_path / "a", "load_points").to_pylist()
     # the load points the calibration may use (grid/search/calibration.py counts): a host-noise point may be left
     # out, and then must be absent from the calibration, but at least MIN_CALIBRATED_POINTS must enter it
@@ -141,9 +141,9 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
     assert not [s for s in saved["sources"] for r in noisy
                 if s.endswith(f"({r['config_hash']}) concurrency {r['point_value']:g}")]
     assert len(saved["sources"]) == n and saved["key"]["hardware"] == "h100_x1"  # one per counted point
-    # the twin measured against its own forecast: what the calibration learns is the load generator's delivery time
-    # on the twin's fast clock, which TTFT shows most
-    assert saved["error_after"]["ttft_ms"] < saved["error_before"]["ttft_ms"]
+    # the twin measured against its own forecast on the virtual clock: the spec-sheet twin already explains every
+    # point (its replay is the measurement), so the fit keeps it
+    assert saved["error_after"]["ttft_ms"] <= saved["error_before"]["ttft_ms"] < 1e-6
     printed = " ".join(first.stdout.split())
     # with at most one point left out each configuration has one that counts: both recalibrate the twin
     assert "the twin was not recalibrated on" not in printed

@@ -319,12 +319,12 @@ def test_twin_serves_tp_across_described_nodes_speculative_and_pipeline(tmp_path
     t.stop()
     assert "ValueError: the twin cannot model --nnodes 2 here: the hardware description" in t.log()
     # on a hardware file describing two nodes, TP over both is served (grid/twin/crossnode.py); so are speculative
-    # decoding and pipeline parallelism on the default hardware
+    # decoding on the default hardware, and pipeline parallelism on two GPUs (one would be refused: shape_needs_gpus)
     for name, args, hw in (
             ("ib", ["--tp-size", "16", "--nnodes", "2"], {"hw": hardware("h100_x16_ib")}),
             ("spec", ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk",
                       "1", "--speculative-num-draft-tokens", "4"], {}),
-            ("pp", ["--pp-size", "2", "--disable-overlap-schedule"], {})):
+            ("pp", ["--pp-size", "2", "--disable-overlap-schedule"], {"hw": hardware("a100_x2")})):
         (tmp_path / name).mkdir()
         t = TwinProc(tmp_path / name, args, scale=50.0, **hw)
         try:
