@@ -406,7 +406,8 @@ def test_sglang_bench_serving_runs_against_the_twin_on_the_virtual_clock(tmp_pat
             [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port", str(port),
              "--dataset-name", "random-ids", "--num-prompts", "16", "--max-concurrency", "4",
              "--random-input-len", "64", "--random-output-len", "16", "--tokenizer", model, "--model", "tiny"],
-            capture_output=True, text=True, timeout=300 * slack(), env={**os.environ, **_real_env(version)})
+            capture_output=True, text=True, timeout=300 * slack(), env={**os.environ, **_real_env(version)},
+            cwd=tmp_path)  # bench_serving writes its results file (sglang_MMDD_*.jsonl) into the working directory
     finally:
         twin.stop()
     assert out.returncode == 0, out.stderr[-2000:]
