@@ -183,7 +183,8 @@ class Twin(TwinAPI):
         self.virtual = clock == "virtual" and not any(
             f.startup_event() is not None or f.bind_at_s is not None or f.ready_at_s is not None for f in faults)
         self.vclock = VClock()
-        self.deadlines = Deadlines()  # virtual clock: when the clients of requests in flight would give up
+        # virtual clock: when the clients of requests in flight would give up
+        self.deadlines = Deadlines(done=lambda req: req.finished)
         self.skipped_s = 0.0  # virtual clock: modelled seconds skipped to align each point's start (VClock.begin)
         self.t0 = time.perf_counter()
         self.unix0 = time.time()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import heapq
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 #: Each point's streams start at the next multiple of this many modelled seconds, so a point's arithmetic (float
 #: sums of send times and step durations) does not depend on how much modelled time passed before it (health
@@ -72,26 +72,29 @@ def limit_of(tag: Tag | None) -> tuple[str, float] | None:
 class Deadlines:
     """The requests whose client gives up after a modelled timeout (:func:`limit_of`), in a lazy heap keyed by the
     earliest time each could time out. An entry is only a lower bound: the owner re-checks the request's progress
-    when its time comes and pushes it again if it moved (once per timeout span at most). Pure."""
+    when its time comes and pushes it again if it moved (once per timeout span at most). Entries whose item is
+    ``done`` (its request ended) are dropped before they count, so an idle twin never jumps its clock to the deadline
+    of a request already answered. Pure."""
 
-    def __init__(self) -> None:
+    def __init__(self, done: Callable[[Any], bool]) -> None:
         self._heap: list[tuple[float, int, Any]] = []
         self._n = 0
+        self._done = done
 
     def push(self, at: float, item: Any) -> None:
         heapq.heappush(self._heap, (at, self._n, item))
         self._n += 1
 
     def next_at(self) -> float:
-        """The earliest entry's time (modelled s), ``inf`` when there is none."""
-        return self._heap[0][0] if self._heap else math.inf
+        """The earliest live entry's time (modelled s), ``inf`` when there is none."""
+        heap = self._heap
+        while heap and self._done(heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
 
     def pop(self) -> tuple[float, Any]:
         at, _, item = heapq.heappop(self._heap)
         return at, item
-
-    def clear(self) -> None:
-        self._heap.clear()
 
 
 class VClock:

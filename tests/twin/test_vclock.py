@@ -365,6 +365,25 @@ def test_a_dead_scheduler_fails_requests_at_their_modelled_timeouts(tmp_path):
         twin.stop()
 
 
+def test_answered_requests_deadlines_do_not_move_an_idle_twins_clock(tmp_path):
+    """Every request carries its client's timeouts; once answered, its deadline must not count: a 5000 s stall
+    timeout (longer than the 4096 s epoch) left behind by a finished point would jump the idle twin's clock past the
+    next epoch, so the next point would start one epoch later."""
+    twin = _twin(tmp_path, "idle", env=VIRTUAL, scale=1.0)
+    try:
+        target = Target(f"http://127.0.0.1:{twin.port}", api="generate", model="m", time_scale=1.0, clock="virtual")
+        starts = []
+        for _ in range(2):
+            res = run_load_point_sync(target, LoadPoint("concurrency", 2, num_prompts=4), _prompts(4),
+                                      read_timeout_s=6000.0, stall_timeout_s=5000.0)
+            assert [r.status for r in res.records] == ["ok"] * 4
+            assert res.window_end_perf_ns - res.window_start_perf_ns < proto.to_ns(100.0)
+            starts.append(res.window_start_perf_ns)
+        assert starts[1] - starts[0] == proto.to_ns(4096.0)  # the next epoch, not one past a stale deadline
+    finally:
+        twin.stop()
+
+
 def test_queued_requests_time_out_in_modelled_time_and_free_their_slot(tmp_path):
     """One running request at a time (--max-running-requests 1) and a stall timeout shorter than the queue's wait:
     the same requests time out at the same modelled instants on every run, and the ones that ran are unaffected."""
