@@ -109,6 +109,23 @@ class _NoTuneResumeAdvice(logging.Filter):
         return not message.startswith(self.DROP)
 
 
+class _NoStagingRace(logging.Filter):
+    """Drops Ray Tune's error about a vanished temporary file while it copies its experiment state to storage
+    (ray/tune/execution/experiment_state.py, ray/train/_internal/syncer.py): Tune saves the state by writing a
+    ``.<uuid>-tmp-<name>`` file and renaming it, while the copy of the previous save may still be listing the same
+    folder (ray-project/ray#60556 made the names unique; the listing race is left), and the next save copies the
+    renamed file. grid resumes from its Parquet tables, never from Tune's state, so nothing is lost."""
+
+    LOGGERS = ("ray.tune.execution.experiment_state", "ray.train._internal.syncer")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            return not (isinstance(error, FileNotFoundError) and "-tmp-" in str(error))
+        message = record.getMessage()  # the syncer's warning carries the traceback in its text
+        return not ("FileNotFoundError" in message and "-tmp-" in message)
+
+
 def registry_dir(spec: RunSpec) -> Path:
     """Where the run's process groups are recorded (grid.server.process.ProcessRegistry)."""
     return (Path(spec.run_dir) / "processes").resolve()
@@ -274,10 +291,11 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
     from grid.cluster.actor import NAMESPACE, NODE_RESOURCE, ActorOwner, grid_nodes
     from grid.sweep.trial import run_trial
 
-    for name in _NoTuneResumeAdvice.LOGGERS:
-        tune_log = logging.getLogger(name)
-        if not any(isinstance(f, _NoTuneResumeAdvice) for f in tune_log.filters):
-            tune_log.addFilter(_NoTuneResumeAdvice())
+    for kind in (_NoTuneResumeAdvice, _NoStagingRace):
+        for name in kind.LOGGERS:
+            tune_log = logging.getLogger(name)
+            if not any(isinstance(f, kind) for f in tune_log.filters):
+                tune_log.addFilter(kind())
 
     from grid.cluster.local import ray_init_args, start_ray
 

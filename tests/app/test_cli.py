@@ -105,6 +105,37 @@ def test_tune_resume_advice_is_filtered_and_other_warnings_kept():
     assert f.filter(rec("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."))
 
 
+def test_tunes_staging_race_is_filtered_and_other_sync_errors_kept(tmp_path):
+    import logging
+    import sys
+    import traceback
+
+    import pyarrow.fs
+
+    from grid.sweep.driver import _NoStagingRace
+
+    def error_copying(name):  # what Ray's syncer raises when a file listed for the copy is gone when opened
+        try:
+            pyarrow.fs.copy_files(str(tmp_path / name), str(tmp_path / "copy"))
+        except Exception:
+            return sys.exc_info()
+        raise AssertionError("copied a file that does not exist")
+
+    def rec(exc_info, name="ray.tune.execution.experiment_state", msg="Saving experiment state failed: "):
+        return logging.LogRecord(name, logging.ERROR, "experiment_state.py", 1, msg, None, exc_info)
+
+    f = _NoStagingRace()
+    race = error_copying(".86f73f1e-tmp-searcher-state-2026-12-06_14-41-19.pkl")
+    assert race[0] is FileNotFoundError
+    assert not f.filter(rec(race))
+    assert not f.filter(rec(None, "ray.train._internal.syncer",  # the syncer's warning has the traceback as text
+                            "Last sync command failed with the following error:\n"
+                            + "".join(traceback.format_exception(*race))))
+    assert f.filter(rec(error_copying("experiment_state.json")))  # a file that should be there: kept
+    assert f.filter(rec((PermissionError, PermissionError("denied -tmp-"), None)))
+    assert f.filter(rec(None, msg="Saving the experiment state took ~12.00 seconds"))
+
+
 def test_time_left_counts_the_launches_left():
     from grid.sweep.progress import time_left_s
 
