@@ -98,14 +98,20 @@ def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
     from grid.plan import point_of
     from grid.twin.simulate import replay
 
-    s = summarize(replay(perf, point_of(load, kind, level), load.input_len, load.output_len))
+    point = point_of(load, kind, level)
+    key = (_model_key(perf), point, load.input_len, load.output_len)
+    if key not in _REPLAYS:
+        if len(_REPLAYS) > _WAVES_MAX:
+            _REPLAYS.clear()
+        s = summarize(replay(perf, point, load.input_len, load.output_len))
 
-    def value(key: str) -> float:
-        v = s.get(key)
-        return float(v) if isinstance(v, (int, float)) else math.nan
+        def value(name: str) -> float:
+            v = s.get(name)
+            return float(v) if isinstance(v, (int, float)) else math.nan
 
-    return {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
-            "output_tok_per_s": value("output_tok_per_s")}
+        _REPLAYS[key] = {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
+                         "output_tok_per_s": value("output_tok_per_s")}
+    return dict(_REPLAYS[key])
 
 
 def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
@@ -212,14 +218,25 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=N
 #: coefficients. tests/search/test_search.py checks the shortcut against a full simulation.
 _WAVES: dict[tuple, object] = {}
 _WAVES_MAX = 4096
+#: :func:`replay_point`'s results by (model, load point, lengths): a replay is a function of them alone, and a
+#: calibration asks for the same one once per repeat of a level and again after every trial (each of the main job's
+#: trials refitted its points, 16 replays, where 8 are distinct).
+_REPLAYS: dict[tuple, dict[str, float]] = {}
+
+
+def _model_key(perf) -> tuple:
+    """What a simulation reads of ``perf`` (a ``PerfModel`` is a function of its model, hardware and server settings,
+    grid/twin/perf.py): its class, calibration coefficients, the model's and the hardware's every field (a test or a
+    user may define two under one name) and the settings."""
+    return (type(perf).__name__, getattr(perf, "coefficients", None), perf.model.model_dump_json(),
+            perf.hardware.model_dump_json(), perf.cfg)
 
 
 def _wave_key(perf, tokens: int, requests: int) -> tuple:
     cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None)
     if len(_WAVES) > _WAVES_MAX:
         _WAVES.clear()
-    return (type(perf).__name__, getattr(perf, "coefficients", None), perf.model.name, perf.hardware.name, cfg,
-            min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
+    return (*_model_key(perf)[:4], cfg, min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
 
 
 def _repeat(res, waves: int):
