@@ -551,6 +551,19 @@ RULES: list[Rule] = [
              "ranks or more nodes (--nnodes).", phase="init_distributed", phase_fraction=0.0,
              log_line="RuntimeError: CUDA error: invalid device ordinal"),
          reads=("tp_size", "pp_size", "dp_size", "enable_dp_attention", "nnodes")),
+    # from 0.5.22 the check that dp_divides_tp copies is a bare assert (no message, so not in the catalog's refusals):
+    # `assert cfg.tp_size % cfg.attn_dp_size == 0` in _handle_data_parallelism (srt/arg_groups/parallel_hook.py,
+    # 0.5.22 and 0.5.23), raised while the server arguments are resolved, before anything starts
+    Rule("dp_divides_tp_assert", "0.5.22", None,
+         "tp_size must be divisible by dp_size with DP attention: SGLang stops at a bare AssertionError", _dp_divides,
+         "SGLang's _handle_data_parallelism asserts tp_size % attn_dp_size == 0 without a message "
+         "(srt/arg_groups/parallel_hook.py, 0.5.22-0.5.23)",
+         stage="requirement",
+         twin_failure=TwinFailure(
+             "dp_divides_tp_assert", "DP attention with a dp_size that does not divide tp_size: SGLang's argument "
+             "handling stops at a bare assert before any process starts; use a dp_size that divides tp_size.",
+             phase="init_distributed", phase_fraction=0.0, log_line="AssertionError"),
+         reads=("enable_dp_attention", "dp_size", "tp_size")),
     # -- the host CPU as the device (--device cpu), read off the released server on a CPU-only host (SGLang 0.5.9 and
     # 0.5.23; docs/sources.md#cpu-host). The first is grid's own refusal (SGLang starts, then takes the host's
     # memory); the others are SGLang's errors at start (stage "start": launched last, as a known failure).

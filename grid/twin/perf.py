@@ -387,7 +387,10 @@ class PerfModel:
         self.dp_attention = cfg.enable_dp_attention and self.dp > 1
         # dp without attention-DP: independent replicas, each of tp GPUs (requests split evenly)
         self.replicas = 1 if self.dp_attention else self.dp
-        self.attn_tp = tp // self.dp if self.dp_attention else tp
+        # attention-TP width: tp // dp with attention DP (SGLang's derive_attn_tp_size); 0 when dp > tp, which SGLang
+        # refuses (rules dp_divides_tp, dp_divides_tp_assert): the model of such a server only carries the failure,
+        # so it keeps one rank rather than divide by zero
+        self.attn_tp = max(1, tp // self.dp) if self.dp_attention else tp
         self.ep = max(1, cfg.ep_size)
 
         self.gpu_mem_gib = hw.memory_gb * VISIBLE_MEM_FACTOR

@@ -28,6 +28,7 @@ from grid.twin.failures import FAILURE_TABLE, find_failures
 ROOT = Path(__file__).resolve().parents[2]
 #: every requirement rule and the failure-table row that shows it on the twin (declared on the rule)
 LINKED = {r.name: r.twin_failure.id for r in RULES if r.twin_failure is not None}
+SHAPE_RULES = ("shape_needs_gpus", "dp_divides_tp_assert")
 
 
 def _hardware() -> list[HardwareSpec]:
@@ -45,10 +46,8 @@ def _configs() -> list[dict]:
     sparse-attention backends and the KV cache dtype; joint.yaml's 640 collapse to the few that differ there)."""
     import itertools
 
-    # the parallel shape (shape_needs_gpus reads it) is left to test_a_shape_larger_than_the_node_...: the shipped
-    # sweeps' DP shapes on a 1-GPU file reach what SGLang refuses with a bare assert (tp_size % dp_size under DP
-    # attention) and grid's rules do not yet declare
-    keys = sorted({k for r in RULES if r.name in LINKED and r.name != "shape_needs_gpus" for k in r.reads}
+    # the parallel shape (shape_needs_gpus and dp_divides_tp_assert read it) is left to the two tests of shapes below
+    keys = sorted({k for r in RULES if r.name in LINKED and r.name not in SHAPE_RULES for k in r.reads}
                   | {"kv_cache_dtype"})
     out: dict[tuple, dict] = {}
     for path in sorted((ROOT / "conf" / "sweep").glob("*.yaml")):
@@ -155,3 +154,31 @@ def test_a_shape_larger_than_the_node_is_refused_and_crashes_the_twin_alike(rele
         assert ("shape_needs_gpus" in failures) is refused, (settings, failures)
         if refused:
             assert failures["shape_needs_gpus"].log_lines == ("RuntimeError: CUDA error: invalid device ordinal",)
+
+
+@pytest.mark.parametrize("release", ["0.5.21", "0.5.22", "0.5.23"])
+def test_dp_attention_that_does_not_divide_tp_is_refused_and_crashes_the_twin_alike(release):
+    """DP attention with dp_size not dividing tp_size: SGLang's own argument check up to 0.5.21 (dp_divides_tp, its
+    message), a bare assert from 0.5.22 (dp_divides_tp_assert: refused before launch, and the twin launched anyway
+    stops with ``AssertionError`` at the start); dp_size above tp_size no longer divides the twin's model by zero."""
+    version = parse_version(release)
+    h100x8 = next(hw for hw in _hardware() if hw.name == "h100_x8")
+    model = MODELS["glm5_nvfp4"]
+    for settings, refused in (({"tp_size": 8, "dp_size": 4}, False), ({"tp_size": 8, "dp_size": 3}, True),
+                              ({"tp_size": 2, "dp_size": 4}, True), ({"tp_size": 2, "dp_size": 3,
+                                                                      "enable_dp_attention": False}, False)):
+        settings = {"enable_dp_attention": True, **settings}
+        reasons = check_config(settings, version, model, h100x8)
+        if release == "0.5.21":
+            assert reasons == (["tp_size must be divisible by dp_size * attn_cp_size"] if refused else []), settings
+            continue
+        assert reasons == (["tp_size must be divisible by dp_size with DP attention: SGLang stops at a bare "
+                            "AssertionError"] if refused else []), settings
+        perf = perf_model(model, h100x8, to_argv(settings, version), release)
+        assert perf is not None, settings
+        failures = {f.id: f for f in find_failures(model, h100x8, perf.cfg, perf)}
+        assert ("dp_divides_tp_assert" in failures) is refused, (settings, failures)
+        if refused:
+            assert failures["dp_divides_tp_assert"].log_lines == ("AssertionError",)
+            assert failures["dp_divides_tp_assert"].effect == "startup_crash"
+            assert failures["dp_divides_tp_assert"].at_s == 0.0  # the start of the first phase: before anything runs
