@@ -365,6 +365,24 @@ class _Bytes:
     total: float
 
 
+@dataclass(frozen=True, slots=True)
+class _DecodeFixed:
+    """The batch-size terms of a decode step (:meth:`PerfModel._decode_fixed`): seconds, FLOPs and bytes per GPU."""
+
+    bs: int  # requests per replica
+    cov: float  # fraction of experts the batch touches
+    t_dense: float
+    t_experts: float
+    flops: float  # the weights' FLOPs
+    attn_flops_per_key: float
+    peak_flops: float  # achievable FLOP/s
+    comm: float
+    t_launch_gpu: float
+    t_cpu_eager: float
+    t_cpu: float
+    allreduce_bytes: float
+
+
 class PerfModel:
     """Resolved server settings and modelled step times for one (model, hardware, flags) triple."""
 
@@ -470,6 +488,8 @@ class PerfModel:
         # --- weights ---------------------------------------------------------------------------------------------------
         self.params = param_counts(m)
         self._bytes = self._weight_bytes()
+        self._kv_tok = self._kv_read_bytes_per_token()
+        self._decode_by_bs: dict[int, _DecodeFixed] = {}
         self.weight_gb_per_gpu: float = self._bytes.total / 1e9
         weight_gib = self._bytes.total / GIB
 
@@ -610,77 +630,95 @@ class PerfModel:
     def uses_cuda_graph(self, batch_size: int) -> bool:
         return self.cuda_graph_max_bs > 0 and 0 < batch_size <= self.cuda_graph_max_bs
 
-    def _decode_terms(self, batch_size: int, context_tokens: float) -> dict[str, float]:
+    def _decode_fixed(self, batch_size: int) -> _DecodeFixed:
+        """The terms of a decode step that depend on the batch size alone (weights, collectives, kernel launches, CPU),
+        computed once per size: a simulation asks for the same sizes at every step."""
+        fixed = self._decode_by_bs.get(batch_size)
+        if fixed is not None:
+            return fixed
         m, hw = self.model, self.hardware
         bs = max(1, math.ceil(batch_size / self.replicas))
-        ctx = context_tokens / self.replicas
         bw = hw.memory_bandwidth_gbps * 1e9
-        # attention runs per DP rank on 1/dp of the requests; MoE sees the whole (gathered) batch
-        attn_ctx = ctx / self.dp if self.dp_attention else ctx
         cov = expert_coverage(bs, m.num_experts, m.experts_per_token) if m.is_moe else 0.0
         t_dense = self._bytes.dense / (ETA_BW_DENSE * bw)
         runner = self.moe_runner_class
         eta_moe = ETA_MOE.get(runner, ETA_MOE["cutlass"])
         t_experts = self._bytes.experts * cov / (eta_moe * bw)
-        # KV reads: dense MLA on SM120 reads all context; DSA reads <= index_topk keys per request plus indexer keys
-        kv_tok = self._kv_read_bytes_per_token()
-        if self.dsa_active and m.dsa is not None:
-            n_req = max(1, bs)
-            capped = min(attn_ctx, n_req * m.dsa.index_topk)
-            kv_bytes = capped * kv_tok + attn_ctx * (m.dsa.index_head_dim + 4) * m.num_layers
-        else:
-            kv_bytes = attn_ctx * kv_tok
-        t_kv = kv_bytes / (ETA_KV * bw)
         # compute (decode): 2 FLOPs per active weight per token, plus attention over the context
         active_per_gpu = (
             self.params.attention / self.attn_tp
             + (self.params.dense_mlp + self.params.shared_experts + self.params.head) / self.tp
             + (self.params.experts * m.experts_per_token / max(1, m.num_experts)) / self.tp
         )
-        flops = 2 * bs * active_per_gpu
         heads = m.num_attention_heads / self.attn_tp
         per_key = 4 * (m.kv_lora_rank + m.qk_rope_head_dim) if m.attention == "mla" else 4 * m.head_dim
-        flops += heads * per_key * (kv_bytes / max(kv_tok, 1)) * (1 if m.attention == "mla" else 1)
-        t_compute = flops / (ETA_FLOPS * _peak_tflops(hw, self._quant_dtype) * 1e12)
         if runner == "b12x" and bs > B12X_SMALL_M and m.is_moe:
             moe_flops = 2 * bs * self.params.experts * m.experts_per_token / max(1, m.num_experts) / self.tp
             t_experts = max(t_experts, moe_flops / (B12X_EFF_TFLOPS * 1e12))
-        t_memory = t_dense + t_experts + t_kv
         comm = self._n_allreduce() * self._allreduce_s(bs)
         if self.cfg.two_batch_overlap and bs >= 2:
             comm *= 1 - TBO_HIDDEN_FRACTION
         kernels = self._kernels_per_step(bs)
-        t_launch_gpu = kernels * T_KERNEL_GPU
         graph = self.uses_cuda_graph(bs)
-        t_cpu_eager = 0.0 if graph else kernels * T_OP_CPU_EAGER
-        gpu = max(t_memory, t_compute) + comm + t_launch_gpu
-        t_cpu = T_STEP_CPU + bs * T_REQ_CPU
+        n = self.tp
+        fixed = _DecodeFixed(
+            bs=bs, cov=cov, t_dense=t_dense, t_experts=t_experts, flops=2 * bs * active_per_gpu,
+            attn_flops_per_key=heads * per_key, peak_flops=ETA_FLOPS * _peak_tflops(hw, self._quant_dtype) * 1e12,
+            comm=comm, t_launch_gpu=kernels * T_KERNEL_GPU, t_cpu_eager=0.0 if graph else kernels * T_OP_CPU_EAGER,
+            t_cpu=T_STEP_CPU + bs * T_REQ_CPU,
+            allreduce_bytes=(self._n_allreduce() * 2 * (n - 1) / n * bs * m.hidden_size * 2) if n > 1 else 0.0)
+        self._decode_by_bs[batch_size] = fixed
+        return fixed
+
+    def _decode_terms(self, batch_size: int, context_tokens: float, total_only: bool = False):
+        """A decode step's terms in seconds (and bytes, FLOPs) for ``batch_size`` requests holding ``context_tokens``
+        KV tokens; with ``total_only`` just the step's seconds."""
+        m, f = self.model, self._decode_fixed(batch_size)
+        bw = self.hardware.memory_bandwidth_gbps * 1e9
+        ctx = context_tokens / self.replicas
+        # attention runs per DP rank on 1/dp of the requests; MoE sees the whole (gathered) batch
+        attn_ctx = ctx / self.dp if self.dp_attention else ctx
+        # KV reads: dense MLA on SM120 reads all context; DSA reads <= index_topk keys per request plus indexer keys
+        kv_tok = self._kv_tok
+        if self.dsa_active and m.dsa is not None:
+            n_req = max(1, f.bs)
+            capped = min(attn_ctx, n_req * m.dsa.index_topk)
+            kv_bytes = capped * kv_tok + attn_ctx * (m.dsa.index_head_dim + 4) * m.num_layers
+        else:
+            kv_bytes = attn_ctx * kv_tok
+        t_kv = kv_bytes / (ETA_KV * bw)
+        flops = f.flops + f.attn_flops_per_key * (kv_bytes / max(kv_tok, 1))
+        t_compute = flops / f.peak_flops
+        t_memory = f.t_dense + f.t_experts + t_kv
+        t_launch_gpu = f.t_launch_gpu
+        gpu = max(t_memory, t_compute) + f.comm + t_launch_gpu
         if self.on_host:  # one device: the ops' time and their dispatch add up
             gpu, t_launch_gpu = max(t_memory, t_compute), 0.0
-        n = self.tp
-        allreduce_bytes = (self._n_allreduce() * 2 * (n - 1) / n * bs * m.hidden_size * 2) if n > 1 else 0.0
+        total = (gpu + f.t_cpu_eager if self.on_host else max(gpu, f.t_cpu_eager)) + f.t_cpu
+        if total_only:
+            return total
         return {
-            "hbm_bytes": self._bytes.dense + self._bytes.experts * cov + kv_bytes,
+            "hbm_bytes": self._bytes.dense + self._bytes.experts * f.cov + kv_bytes,
             "flops": flops,
-            "allreduce_bytes": allreduce_bytes,
+            "allreduce_bytes": f.allreduce_bytes,
             "memory": t_memory,
-            "memory_weights": t_dense + (t_experts if t_experts else 0.0),
+            "memory_weights": f.t_dense + (f.t_experts if f.t_experts else 0.0),
             "memory_kv": t_kv,
             "compute": t_compute,
-            "allreduce": comm,
+            "allreduce": f.comm,
             "launch": t_launch_gpu,
-            "eager_cpu": t_cpu_eager,
-            "eager_exposed": max(0.0, t_cpu_eager - gpu),
-            "cpu": t_cpu,
+            "eager_cpu": f.t_cpu_eager,
+            "eager_exposed": max(0.0, f.t_cpu_eager - gpu),
+            "cpu": f.t_cpu,
             "gpu": gpu,
-            "total": (gpu + t_cpu_eager if self.on_host else max(gpu, t_cpu_eager)) + t_cpu,
+            "total": total,
         }
 
     def decode_step_s(self, batch_size: int, context_tokens: float) -> float:
         """One decode iteration; ``context_tokens`` = sum of KV tokens of the running batch."""
         if batch_size <= 0:
             return 0.0
-        return self._decode_terms(batch_size, context_tokens)["total"]
+        return self._decode_terms(batch_size, context_tokens, total_only=True)
 
     def breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Decode step terms in seconds (memory, compute, allreduce, launch, cpu, ...) for explanations."""

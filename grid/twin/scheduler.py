@@ -202,8 +202,11 @@ class Scheduler:
             return out
         return sorted(w, key=lambda s: s.seq)  # fcfs, lpm / dfs-weight without radix cache
 
-    def _stats(self, kind: str, dur: float, new_seqs=0, new_tokens=0, cached=0, graph=False) -> StepStats:
-        used = self.used_tokens()
+    def _stats(self, kind: str, dur: float, new_seqs=0, new_tokens=0, cached=0, graph=False,
+               used: int | None = None) -> StepStats:
+        """The step's stats; ``used``: the running requests' KV tokens when the caller kept count (else summed)."""
+        if used is None:
+            used = self.used_tokens()
         return StepStats(
             kind=kind,
             duration_s=dur,
@@ -289,19 +292,25 @@ class Scheduler:
             finished=finished,
         )
 
-    def _maybe_finish(self, st: _State, finished: dict[str, str]) -> None:
+    def _maybe_finish(self, st: _State, finished: dict[str, str]) -> bool:
+        """Finish ``st`` if it has all its tokens (removed from the running requests); True when it did."""
         if st.generated >= st.target:
             eos_after = st.req.eos_after
             eos = eos_after is not None and eos_after <= st.req.max_new_tokens and st.generated >= eos_after
             finished[st.req.rid] = "stop" if eos else "length"
             self.running.remove(st)
+            return True
+        return False
 
     def _decode_step(self, finished: dict[str, str]) -> Step:
         decoding = [st for st in self.running if st.prefilled >= st.prefix]
+        # the running requests' KV tokens, kept up to date through the step (integers: the same as summing again)
+        used = self.used_tokens()
         # retract until one more token per request fits (SGLang retract_decode)
         retracted = False
-        while decoding and self.used_tokens() + len(decoding) > self.capacity and len(decoding) > 1:
+        while decoding and used + len(decoding) > self.capacity and len(decoding) > 1:
             victim = max(decoding, key=lambda s: s.admitted_seq)
+            used -= self._kv(victim)
             decoding.remove(victim)
             self.running.remove(victim)
             victim.prefix = victim.prefix + victim.generated - victim._gen_in_prefix
@@ -319,14 +328,17 @@ class Scheduler:
         if not decoding:
             if not self.running:
                 self.ratio.reset()  # SGLang resets new_token_ratio when the server goes idle
-            return Step(stats=self._stats("idle", 0.0), emitted={}, finished=finished)
+            return Step(stats=self._stats("idle", 0.0, used=used), emitted={}, finished=finished)
         bs = len(decoding)
-        ctx = sum(self._kv(st) for st in decoding)
+        # every running request decodes (none mid-prefill): the batch's context is what they all hold
+        ctx = used if bs == len(self.running) else sum(self._kv(st) for st in decoding)
         dur = self.perf.decode_step_s(bs, ctx)
         graph = self.perf.uses_cuda_graph(bs)
         emitted: dict[str, int] = {}
+        used += bs  # one more KV token each
         for st in decoding:
             st.generated += 1
             emitted[st.req.rid] = 1
-            self._maybe_finish(st, finished)
-        return Step(stats=self._stats("decode", dur, 0, 0, 0, graph), emitted=emitted, finished=finished)
+            if self._maybe_finish(st, finished):
+                used -= self._kv(st)
+        return Step(stats=self._stats("decode", dur, 0, 0, 0, graph, used), emitted=emitted, finished=finished)

@@ -175,3 +175,22 @@ def test_simulate_single_stream_is_prefill_plus_decodes():
     expect = fe + p.prefill_step_s(16, 0, 1) + sum(p.decode_step_s(1, 16 + k) for k in range(1, 100))
     assert abs(req.e2e_s - expect) < 1e-9 and abs(r.duration_s - expect) < 1e-9
     assert r.samples and r.samples[0].running == 1
+
+
+def test_a_steps_kv_tokens_are_what_its_running_requests_hold():
+    # the decode step keeps its count of KV tokens through retractions, decodes and finishes instead of summing over
+    # the running requests again: after every step the count it reports is the sum, exactly; with chunked prefill
+    # (a request mid-prefill while others decode) and retractions (a pool of 1000 tokens for requests of 450)
+    for kw in ({"max_total_tokens": 1000, "chunked_prefill_size": -1}, {"max_total_tokens": 1000,
+                                                                        "chunked_prefill_size": 64}):
+        s = Scheduler(_perf(**kw))
+        for i in range(8):
+            s.add(TwinRequest(f"r{i}", 50 + 40 * i, 400 - 30 * i, eos_after=200 if i % 3 == 0 else None), 0.0)
+        kinds = set()
+        now = 0.0
+        while s.has_work():
+            step = s.step(now)
+            now += step.stats.duration_s
+            kinds.add(step.stats.kind)
+            assert step.stats.used_tokens == s.used_tokens(), (kw, now)
+        assert kinds == {"prefill", "decode"}
