@@ -211,32 +211,39 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=N
 #: Simulated waves by (configuration, concurrency, lengths). A closed loop of ``waves x c`` identical requests
 #: started together runs ``waves`` identical waves (each request of a wave finishes on the same step, and its
 #: successor starts then), so one wave is simulated and repeated. Waves are shared between configurations that
-#: the simulation cannot tell apart: the MoE runner flag is keyed as the kernel class it resolves to
-#: (``PerfModel.moe_runner_class``, the only thing the performance model reads of it), and the memory fraction as
-#: the KV pool and running-request cap it yields, each capped at what the wave can use (``c`` requests of
-#: ``input + output`` tokens; a larger pool or cap never binds); a calibrated model (grid/twin/calibrate.py) by its
-#: coefficients. tests/search/test_search.py checks the shortcut against a full simulation.
+#: the simulation cannot tell apart (:func:`_model_key`), the KV pool and running-request cap each capped at what the
+#: wave can use (``c`` requests of ``input + output`` tokens; a larger pool or cap never binds).
+#: tests/search/test_search.py checks the shortcuts against a full simulation.
 _WAVES: dict[tuple, object] = {}
 _WAVES_MAX = 4096
 #: :func:`replay_point`'s results by (model, load point, lengths): a replay is a function of them alone, and a
 #: calibration asks for the same one once per repeat of a level and again after every trial (each of the main job's
 #: trials refitted its points, 16 replays, where 8 are distinct).
 _REPLAYS: dict[tuple, dict[str, float]] = {}
+#: Server settings the performance model never reads once resolved (grid/twin/perf.py): the DSA backends decide what
+#: fails (grid/twin/failures.py) and what the log says, not a step's time (it reads ``dsa_active``, from the model and
+#: the GPU); tests/search/test_search.py holds step times equal across them.
+NOT_TIMED = ("dsa_prefill_backend", "dsa_decode_backend")
 
 
-def _model_key(perf) -> tuple:
+def _model_key(perf, kv_tokens: float = math.inf, requests: float = math.inf) -> tuple:
     """What a simulation reads of ``perf`` (a ``PerfModel`` is a function of its model, hardware and server settings,
     grid/twin/perf.py): its class, calibration coefficients, the model's and the hardware's every field (a test or a
-    user may define two under one name) and the settings."""
+    user may define two under one name) and the settings as the simulation sees them: the MoE runner flag as the kernel
+    class it resolves to (``PerfModel.moe_runner_class``, the only thing the model reads of it), the memory fraction
+    as the KV pool and running-request cap it yields (each at most ``kv_tokens`` / ``requests``, what the simulated
+    requests can use), without :data:`NOT_TIMED`."""
+    cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None,
+                              **{k: None for k in NOT_TIMED})
     return (type(perf).__name__, getattr(perf, "coefficients", None), perf.model.model_dump_json(),
-            perf.hardware.model_dump_json(), perf.cfg)
+            perf.hardware.model_dump_json(), cfg, min(perf.kv_capacity_tokens, kv_tokens),
+            min(perf.max_running_requests, requests))
 
 
 def _wave_key(perf, tokens: int, requests: int) -> tuple:
-    cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None)
     if len(_WAVES) > _WAVES_MAX:
         _WAVES.clear()
-    return (*_model_key(perf)[:4], cfg, min(perf.kv_capacity_tokens, tokens), min(perf.max_running_requests, requests))
+    return _model_key(perf, tokens, requests)
 
 
 def _repeat(res, waves: int):

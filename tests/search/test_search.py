@@ -449,6 +449,37 @@ def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):
     assert len(predict._WAVES) == len(load.concurrency)  # four configurations, one simulation per load point
 
 
+def test_the_dsa_backends_change_no_step_time_so_their_forecasts_are_shared(tmp_path):
+    """The performance model reads whether DSA runs (the model and the GPU), not which backend pair: every step time of
+    the 49 pairs of the main job is the same, so their replays are one per level (predict.NOT_TIMED), and each equals a
+    replay of its own model without the memo."""
+    from grid.search import predict
+    from grid.twin.simulate import replay
+    from grid.metrics.loadpoint import summarize
+    from grid.plan import point_of
+
+    spec = spec_for(["+sweep=nsa_backends"], tmp_path)
+    plans = expand(spec)
+    version = get_engine(spec).version()
+    perfs = [(p, perf) for p in plans for perf in [twin_model(spec, p.settings, version)] if perf is not None]
+    assert len(perfs) == 49 and len({(perf.dsa_prefill_backend, perf.dsa_decode_backend) for _, perf in perfs}) > 20
+    first = perfs[0][1]
+    for _, perf in perfs:
+        for bs in (1, 7, 64, 200):
+            for ctx in (0, 5000, 123456.5):
+                assert perf.decode_step_s(bs, ctx) == first.decode_step_s(bs, ctx)
+            assert perf.prefill_step_s(bs * 256, bs * 100.0, bs) == first.prefill_step_s(bs * 256, bs * 100.0, bs)
+    predict._REPLAYS.clear()
+    load = plans[0].load
+    for _, perf in perfs[::8]:
+        for c in load.concurrency:
+            shared = predict.replay_point(perf, load, "concurrency", float(c))
+            own = summarize(replay(perf, point_of(load, "concurrency", float(c)), load.input_len, load.output_len))
+            assert shared == {"ttft_ms": own["ttft_median_ms"], "tpot_ms": own["tpot_median_ms"],
+                              "output_tok_per_s": own["output_tok_per_s"]}
+    assert len(predict._REPLAYS) == len(load.concurrency)
+
+
 @pytest.mark.parametrize("make", [
     lambda cands: Exhaustive(cands, Budget()),
     lambda cands: TwinRanked(cands, Budget(), twin_error=0.074, spread=0.01),
