@@ -202,8 +202,9 @@ def measuring_on(node_id, run_dir, proc, timeout_s=300.0):
 def test_node_lost_mid_trial_is_skipped_then_run_on_another_node(tmp_path):
     workers = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}} for _ in range(2)]
     with LocalCluster(workers) as cluster:
-        proc = grid_run(cluster, tmp_path, "load.concurrency=[1,4]", "load.output_len=256", "engine.time_scale=5",
-                        popen=True)
+        # the wall clock at 5x: a trial lasts long enough in real time for its node to be removed while it measures
+        proc = grid_run(cluster, tmp_path, "load.concurrency=[1,4]", "load.output_len=256", "engine.clock=real",
+                        "engine.time_scale=5", popen=True)
         victim = measuring_on(cluster.node_ids[1], tmp_path, proc)
         cluster.remove(1)  # its raylet and every process of the node, trial and server included
         out, _ = proc.communicate(timeout=600 * slack())
@@ -226,7 +227,10 @@ def test_node_lost_and_driver_killed_then_resume(tmp_path, printed):
     killed driver never finished (usually one was measuring on the other node when it died, and one had not started),
     and every configuration is in the tables exactly once."""
     workers = [{"resources": {"grid_node": 1, f"grid_hw:{VM}": 1}} for _ in range(2)]
-    args = ("sweep.grid.mem_fraction_static=[0.85,0.88,0.9]", "load.output_len=128")
+    # the wall clock at 5x: the victim is still measuring when its node is removed (on the virtual clock a trial of
+    # these points can end between the marker's read and the removal, and record ok)
+    args = ("sweep.grid.mem_fraction_static=[0.85,0.88,0.9]", "load.output_len=128", "engine.clock=real",
+            "engine.time_scale=5")
     lp_dir = tmp_path / "parquet" / "load_points"
     with LocalCluster(workers) as cluster:
         lost_node, left_node = cluster.node_ids[1], cluster.node_ids[0]

@@ -25,7 +25,9 @@ def test_dry_run_plans_two_sglang_configurations(tmp_path):
 
 
 def test_checks_on_a_twin_run_fail_only_where_a_gpu_is_needed(tmp_path):
-    spec = spec_for(tmp_path, "probe.enabled=false", "load.output_len=512", "load.min_prompts=8")
+    # the twin on the wall clock: the /metrics check reads the gauges scraped while a point runs, in real time, as on a
+    # GPU server; on the virtual clock a point can end before the first scrape (grid/sweep/samplers.py FIRST_POLL_S)
+    spec = spec_for(tmp_path, "probe.enabled=false", "load.output_len=512", "load.min_prompts=8", "engine.clock=real")
     _, rows, _ = run_one(spec)
     assert {r["probe_status"] for r in rows} == {"skipped"}
     checks = gpu_acceptance.check_tables(gpu_acceptance.read_tables(tmp_path), configs=1, points=2)
