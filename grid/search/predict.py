@@ -1,13 +1,13 @@
 """The twin's forecast of one configuration, in virtual time (no HTTP, no sleeping; pure): modelled startup seconds
 (``PerfModel.startup_phases_s``), modelled seconds of every load point and the objective's score.
 
-Each load point is replayed through grid/twin/simulate.py: a concurrency level as a closed loop of
-``load.prompts_for(level)`` requests of ``load.input_len`` / ``load.output_len`` tokens; a request rate as evenly
-spaced arrivals at that rate (``inf``: all at once), capped by ``load.max_concurrency``. Warm-up requests are not
-modelled; a steady-state closed loop (``load.closed_loop_start=staggered``) adds one mean request time to the
-point's modelled seconds (its warm-up wave, which spreads the streams' phases over one request time; its tail is
-cancelled when the window ends, grid/loadgen/runner.py) but is scored on the closed loop's own numbers. Lengths are the configured ones (``range_ratio`` and datasets other than ``random`` are
-not modelled: their prompts are known only when the load runs).
+Each load point is the point the trial runs (grid/plan.py ``point_of``: its request count, warm-up wave, staggered
+start and tail, its arrivals with its seed), replayed through grid/twin/simulate.py ``replay`` with the same scheduler
+and performance model as the live twin and summarized by the same ``grid.metrics.loadpoint.summarize``: on the twin's
+virtual clock the forecast of a point is its measurement (tests/twin/test_replay.py), and a forecast point counts
+for the score as the report judges a measured one (``meets_slos``). Lengths are the configured ones (``range_ratio``
+and datasets other than ``random`` are not modelled: their prompts are known only when the load runs), and each
+prompt is new to the radix cache.
 
 With objective ``max_capacity`` the load points are the twin's own capacity bisection (:func:`capacity_probes`) and the
 score is the highest rate at which the SLOs held.
@@ -21,10 +21,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grid.config.schema import RunSpec
 from grid.search.knowledge import twin_model
 from grid.plan import TrialPlan
+
+if TYPE_CHECKING:
+    from grid.loadgen.runner import LoadPointResult
 
 
 @dataclass(frozen=True)
@@ -44,74 +48,73 @@ class Forecast:
         return self.startup_s + self.load_s
 
 
-def _percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    k = max(0, min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1))
-    return ordered[k]
+def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | None = None) -> dict:
+    """The load point ``kind`` / ``level`` of ``load`` as the trial measures it, replayed on the twin (grid/twin/
+    simulate.py ``replay``: the same plan of warm-up wave, staggered start, requests, tail and arrivals with the
+    point's seed, or ``seed`` for a capacity probe; the same scheduler and performance model) and summarized as a
+    measured point is (``grid.metrics.loadpoint.summarize`` under ``slo``, a ``grid.metrics.loadpoint.SLO``), so a
+    forecast of a point and the live twin's measurement of it are one simulation (tests/twin/test_replay.py).
+    The row has the measured row's metric columns (``duration_s``: its window, modelled s), ``status``,
+    ``point_kind``, ``point_value`` and ``overhead_s``: the modelled seconds before the window (a steady closed
+    loop's warm-up wave). Memoized by model, point, lengths and SLO (:func:`_model_key`)."""
+    from grid.metrics.loadpoint import summarize
+    from grid.plan import point_of
 
+    point = point_of(load, kind, level)
+    if seed is not None:
+        point = dataclasses.replace(point, seed=seed)
+    # at most this many requests are in flight (a closed loop's streams, an open loop's cap or all of it), each
+    # holding at most input + output KV tokens: a larger pool or running cap never binds
+    inflight = int(point.value) if point.kind == "concurrency" else (point.max_concurrency or point.num_prompts)
+    key = (_model_key(perf, inflight * (load.input_len + load.output_len), inflight), point, load.input_len,
+           load.output_len)
+    if (key, slo) not in _ROWS:
+        if len(_ROWS) > _WAVES_MAX:
+            _ROWS.clear()
+        if key not in _REPLAYS:
+            from grid.twin.simulate import replay
 
-def _simulate_point(perf, load, kind: str, level: float, seed: int | None = None) -> dict:
-    """One load point replayed on the twin in virtual time: a row with ``duration_s``, ``output_tok_per_s`` and the
-    per-request ``ttft_ms`` / ``tpot_ms`` / ``e2e_ms`` lists (modelled ms). A rate point's arrivals are evenly
-    spaced, or with ``seed`` the load's own schedule (``load.arrival``, grid/loadgen/arrivals.py) with that seed."""
-    from grid.twin.scheduler import TwinRequest
-    from grid.twin.simulate import simulate
-
-    n = load.prompts_for(level)
-    reqs = [TwinRequest(rid=str(i), input_tokens=load.input_len, max_new_tokens=load.output_len) for i in range(n)]
-    if kind == "concurrency":
-        c = int(level)
-        waves = n // c if c > 0 and n % c == 0 else 1
-        key = (*_wave_key(perf, c * (load.input_len + load.output_len), c), c, load.input_len, load.output_len)
-        if key not in _WAVES:  # identical requests in a closed loop started together: identical waves
-            _WAVES[key] = simulate(perf, [(0.0, r) for r in reqs[: n // waves]], max_concurrency=c)
-        res = _repeat(_WAVES[key], waves)
-    else:
-        if seed is not None:
-            from grid.loadgen.arrivals import send_offsets
-
-            at = send_offsets(n, level, load.arrival, burstiness=load.burstiness, seed=seed)
-        else:
-            gap = 0.0 if not math.isfinite(level) else 1.0 / level
-            at = [i * gap for i in range(n)]
-        res = simulate(perf, list(zip(at, reqs)), max_concurrency=load.max_concurrency)
-    ttft = [r.ttft_s * 1000 for r in res.requests]
-    e2e = [r.e2e_s * 1000 for r in res.requests]
-    tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in res.requests if r.output_tokens > 1]
-    steady = kind == "concurrency" and load.steady and e2e
-    return {"point_kind": kind, "point_value": level, "duration_s": res.duration_s,
-            "overhead_s": sum(e2e) / len(e2e) / 1000 if steady else 0.0,
-            "output_tok_per_s": res.output_throughput, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
-            "tpot_median_ms": _percentile(tpot, 50)}
+            if len(_REPLAYS) > _WAVES_MAX:
+                _REPLAYS.clear()
+            _REPLAYS[key] = replay(perf, point, load.input_len, load.output_len)
+        res = _REPLAYS[key]
+        row: dict = dict(summarize(res, slo))
+        row.update(point_kind=kind, point_value=level, overhead_s=res.window_start_perf_ns / 1e9,
+                   status="ok" if row["completed"] == row["requests_total"] else "failed")
+        _ROWS[(key, slo)] = row
+    return dict(_ROWS[(key, slo)])
 
 
 def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
     """The twin's median TTFT (ms), median TPOT (ms) and output tok/s of the load point ``kind`` / ``level`` of
-    ``load`` as the trial measures it, keyed as grid/twin/calibrate.py ``METRICS``: what a calibration compares with
-    the measured point. The point (repeat 0, with its seed: grid/plan.py ``point_of``) is replayed as the load
-    generator plays it on the twin's virtual clock (grid/twin/simulate.py ``replay``: warm-up wave, staggered start,
-    request counts, tail) and summarized as a measured point is (``grid.metrics.loadpoint.summarize``), so the
-    replay and the live twin agree to float precision (tests/twin/test_replay.py)."""
-    from grid.metrics.loadpoint import summarize
-    from grid.plan import point_of
-    from grid.twin.simulate import replay
+    ``load`` as the trial measures it (:func:`_simulate_point`, repeat 0 with its seed: grid/plan.py ``point_of``),
+    keyed as grid/twin/calibrate.py ``METRICS``: what a calibration compares with the measured point. The replay and
+    the live twin agree to float precision (tests/twin/test_replay.py)."""
+    row = _simulate_point(perf, load, kind, level)
 
-    point = point_of(load, kind, level)
-    key = (_model_key(perf), point, load.input_len, load.output_len)
-    if key not in _REPLAYS:
-        if len(_REPLAYS) > _WAVES_MAX:
-            _REPLAYS.clear()
-        s = summarize(replay(perf, point, load.input_len, load.output_len))
+    def value(name: str) -> float:
+        v = row.get(name)
+        return float(v) if isinstance(v, (int, float)) else math.nan
 
-        def value(name: str) -> float:
-            v = s.get(name)
-            return float(v) if isinstance(v, (int, float)) else math.nan
+    return {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
+            "output_tok_per_s": value("output_tok_per_s")}
 
-        _REPLAYS[key] = {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
-                         "output_tok_per_s": value("output_tok_per_s")}
-    return dict(_REPLAYS[key])
+
+def _slo(spec: RunSpec):
+    """``objective.slo`` as the measurement applies it (``grid.metrics.loadpoint.SLO``, as the trial builds it)."""
+    from grid.metrics.loadpoint import SLO
+
+    slo = spec.objective.slo
+    return SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile)
+
+
+def _counts(row: dict, slo) -> bool:
+    """Whether a forecast point counts for the score as the report judges a measured one (``meets_slos``: status
+    ``ok`` and every SLO's percentile within its target; without an SLO, status ``ok``)."""
+    from grid.report.select import meets_slos
+
+    met = meets_slos(row, slo)
+    return row.get("status") == "ok" if met is None else met
 
 
 def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
@@ -119,7 +122,7 @@ def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
     if spec.objective.kind == "max_capacity":
         return capacity_probes(spec, plan, perf)
     levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
-    return [_simulate_point(perf, load, kind, level) for kind, level in levels]
+    return [_simulate_point(perf, load, kind, level, _slo(spec)) for kind, level in levels]
 
 
 #: The twin's own capacity bisection: its first probe (req/s; the bisection doubles or halves from there, so the start
@@ -143,8 +146,8 @@ def capacity_probes(spec: RunSpec, plan: TrialPlan, perf, lo_bound: float = TWIN
         rate = next_rate(probes, lo_bound, hi_bound, spec.objective.capacity_rel_tol, max_probes)
         if rate is None:
             return rows
-        row = _simulate_point(perf, plan.load, "rate", rate, seed=plan.load.seed * 1000 + len(probes))
-        row["slo_held"] = _meets(row, slo, [])
+        row = _simulate_point(perf, plan.load, "rate", rate, _slo(spec), seed=plan.load.seed * 1000 + len(probes))
+        row["slo_held"] = _counts(row, slo)
         rows.append(row)
         probes.append((rate, row["slo_held"]))
 
@@ -194,36 +197,33 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=N
     if perf is None or unforecastable_load(plan.load):
         return {}
     metric = OBJECTIVES[spec.objective.kind].metric
-    load = plan.load
+    load, slo = plan.load, _slo(spec)
+    given = bool(slo.given())
     out = {}
     for kind, level in [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r))
                                                                                for r in load.request_rate]:
-        row = _simulate_point(perf, load, kind, level)
-        row["goodput_req_per_s"] = _goodput(row, spec.objective.slo)
+        row = _simulate_point(perf, load, kind, level, slo)
         value = row.get(metric)
-        slo = spec.objective.slo
-        given = any(getattr(slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
-        out[(kind, level)] = LevelForecast(None if value is None or isinstance(value, list) or math.isnan(value)
-                                           else float(value), row["duration_s"], _meets(row, slo, []) if given else None)
+        out[(kind, level)] = LevelForecast(None if not isinstance(value, (int, float)) or math.isnan(value)
+                                           else float(value), row["duration_s"] + row["overhead_s"],
+                                           _counts(row, spec.objective.slo) if given else None)
     return out
 
 
-#: Simulated waves by (configuration, concurrency, lengths). A closed loop of ``waves x c`` identical requests
-#: started together runs ``waves`` identical waves (each request of a wave finishes on the same step, and its
-#: successor starts then), so one wave is simulated and repeated. Waves are shared between configurations that
-#: the simulation cannot tell apart (:func:`_model_key`), the KV pool and running-request cap each capped at what the
-#: wave can use (``c`` requests of ``input + output`` tokens; a larger pool or cap never binds).
-#: tests/search/test_search.py checks the shortcuts against a full simulation.
-_WAVES: dict[tuple, object] = {}
 _WAVES_MAX = 4096
-#: :func:`replay_point`'s results by (model, load point, lengths): a replay is a function of them alone, and a
-#: calibration asks for the same one once per repeat of a level and again after every trial (each of the main job's
-#: trials refitted its points, 16 replays, where 8 are distinct).
-_REPLAYS: dict[tuple, dict[str, float]] = {}
+#: Replays (``grid.loadgen.runner.LoadPointResult``) by (model, load point, lengths): a replay is a function of them
+#: alone (:func:`_model_key`), and the plan, the early stopping and the calibration ask for the same ones again (the
+#: main job's 25 forecast configurations are one model to the simulation: 3 replays, not 75); their summaries by SLO
+#: too. At most ``_WAVES_MAX`` each.
+_REPLAYS: dict[tuple, LoadPointResult] = {}
+_ROWS: dict[tuple, dict] = {}
 #: Server settings the performance model never reads once resolved (grid/twin/perf.py): the DSA backends decide what
 #: fails (grid/twin/failures.py) and what the log says, not a step's time (it reads ``dsa_active``, from the model and
 #: the GPU); tests/search/test_search.py holds step times equal across them.
 NOT_TIMED = ("dsa_prefill_backend", "dsa_decode_backend")
+#: Schedule policies whose order does not depend on prefix-cache hits (grid/twin/scheduler.py ``Scheduler._order``);
+#: the others (lpm, dfs-weight) order a replay's requests, none of which hits the cache, as fcfs.
+ORDERED_WITHOUT_CACHE = ("lof", "priority", "random")
 
 
 def _model_key(perf, kv_tokens: float = math.inf, requests: float = math.inf) -> tuple:
@@ -233,47 +233,15 @@ def _model_key(perf, kv_tokens: float = math.inf, requests: float = math.inf) ->
     class it resolves to (``PerfModel.moe_runner_class``, the only thing the model reads of it), the memory fraction
     as the KV pool and running-request cap it yields (each at most ``kv_tokens`` / ``requests``, what the simulated
     requests can use), without :data:`NOT_TIMED`."""
+    # a replay's prompts are new to the radix cache: the prefix-ordered policies then order as fcfs does
+    # (grid/twin/scheduler.py Scheduler._order)
+    policy = (perf.cfg.schedule_policy or "fcfs").lower()
     cfg = dataclasses.replace(perf.cfg, moe_runner_backend=perf.moe_runner_class, mem_fraction_static=None,
+                              schedule_policy=policy if policy in ORDERED_WITHOUT_CACHE else "fcfs",
                               **{k: None for k in NOT_TIMED})
     return (type(perf).__name__, getattr(perf, "coefficients", None), perf.model.model_dump_json(),
             perf.hardware.model_dump_json(), cfg, min(perf.kv_capacity_tokens, kv_tokens),
             min(perf.max_running_requests, requests))
-
-
-def _wave_key(perf, tokens: int, requests: int) -> tuple:
-    if len(_WAVES) > _WAVES_MAX:
-        _WAVES.clear()
-    return _model_key(perf, tokens, requests)
-
-
-def _repeat(res, waves: int):
-    """``res`` (one wave's ``SimResult``) as ``waves`` back-to-back waves: the same per-request timings repeated,
-    ``waves`` times the duration."""
-    if waves <= 1:
-        return res
-    from grid.twin.simulate import SimResult
-
-    return SimResult(requests=list(res.requests) * waves, duration_s=res.duration_s * waves, steps=res.steps * waves)
-
-
-def _meets(row: dict, slo, reqs_ok: list[bool]) -> bool:
-    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        limit = getattr(slo, key, None)
-        if limit is not None and row[key] and _percentile(row[key], slo.percentile) > limit:
-            return False
-    return True
-
-
-def _goodput(row: dict, slo) -> float:
-    n = len(row["e2e_ms"])
-    if not n or row["duration_s"] <= 0:
-        return 0.0
-    good = 0
-    for i in range(n):
-        ok = all(getattr(slo, key, None) is None or i >= len(row[key]) or row[key][i] <= getattr(slo, key)
-                 for key in ("ttft_ms", "tpot_ms", "e2e_ms"))
-        good += ok
-    return good / row["duration_s"]
 
 
 def score(spec: RunSpec, rows: list[dict]) -> float | None:
@@ -286,10 +254,8 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
     if spec.objective.kind == "max_capacity":
         held = [r["point_value"] for r in rows if r.get("slo_held")]
         return max(held) if held else None
-    for row in rows:
-        row["goodput_req_per_s"] = _goodput(row, slo)
-    ok = [r for r in obj.points(rows) if _meets(r, slo, [])] if rows else []
-    values = [r[obj.metric] for r in ok if r.get(obj.metric) is not None and not math.isnan(r[obj.metric])]
+    ok = [r for r in obj.points(rows) if _counts(r, slo)] if rows else []
+    values = [r[obj.metric] for r in ok if isinstance(r.get(obj.metric), (int, float)) and not math.isnan(r[obj.metric])]
     if not values:
         return None
     return max(values) if obj.higher_is_better else min(values)

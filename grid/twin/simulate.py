@@ -193,7 +193,26 @@ def simulate(
     return SimResult(requests=results, duration_s=last_end - t0, samples=samples, steps=steps, emissions=emissions)
 
 
-def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str | None = None):
+def _sequential(perf: PerfModel, requests: list[TwinRequest], policy: str | None) -> SimResult:
+    """``requests`` (identical) sent one after another, each when the previous ended: one simulated, the rest its
+    timeline shifted by one request's end-to-end time each (:func:`replay`)."""
+    one = simulate(perf, [(0.0, requests[0])], policy, max_concurrency=1, trace=True)
+    r0 = one.requests[0]
+    events = one.emissions.get(r0.rid, [])
+    period = r0.e2e_s
+    out, emissions = [], {}
+    for k, req in enumerate(requests):
+        at = k * period
+        out.append(RequestResult(rid=req.rid, arrival_s=at, input_tokens=r0.input_tokens,
+                                 output_tokens=r0.output_tokens, ttft_s=r0.ttft_s, e2e_s=r0.e2e_s,
+                                 finish_reason=r0.finish_reason))
+        emissions[req.rid] = [(at + t, n) for t, n in events]
+    return SimResult(requests=out, duration_s=len(requests) * period, steps=one.steps * len(requests),
+                     emissions=emissions)
+
+
+def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str | None = None,
+           sequential_shortcut: bool = True):
     """``point`` (a ``grid.loadgen.runner.LoadPoint``) as grid's load generator plays it against the twin on its
     virtual clock, with prompts of ``input_len`` / ``output_len`` tokens, run here through the same scheduler and
     performance model: the ``LoadPointResult`` the load generator would record, every stamp in modelled ns, for
@@ -206,6 +225,11 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     replay speed), waiting for one of ``max_concurrency`` slots when capped. What the replay leaves out: the
     ``warmup_requests`` sent before the point (they end before it starts) and the radix cache (each prompt is new);
     sessions are not replayable from lengths alone (their prompts grow with the answers).
+
+    A closed loop of one stream sends identical requests one after another, each when the last one ended: each meets
+    an idle scheduler (no batch to join, nothing to retract, nothing cached), so each has the same timeline from its
+    send, and one is simulated and repeated (``sequential_shortcut``; tests/twin/test_replay.py compares it with the
+    full simulation).
     """
     import math
 
@@ -234,7 +258,11 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
         plan += [(offsets[i], TwinRequest(f"m{i}", isl, osl), i, "measured") for i in range(len(offsets))]
     # sent in plan order (simulate's sort is stable): wave, measured, tail; open loop by due time
     order = {req.rid: (t, index, role) for t, req, index, role in plan}
-    res = simulate(perf, [(t, req) for t, req, _, _ in plan], policy, max_concurrency=cap, trace=True)
+    shapes = {(req.input_tokens, req.max_new_tokens, req.eos_after) for _, req, _, _ in plan}
+    if sequential_shortcut and point.kind == "concurrency" and cap == 1 and len(shapes) == 1:
+        res = _sequential(perf, [req for _, req, _, _ in plan], policy)
+    else:
+        res = simulate(perf, [(t, req) for t, req, _, _ in plan], policy, max_concurrency=cap, trace=True)
     ns = vclock.to_ns
     records: dict[str, list[RequestRecord]] = {"warm": [], "measured": [], "tail": []}
     for r in res.requests:

@@ -95,23 +95,30 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 4 launches expected")
     # the estimate: per launch the twin's startup model (weight load, graph capture...), once, plus the modelled
-    # seconds of the concurrency levels (each at least 101 requests: load.min_prompts' default), each with its
-    # steady-state warm-up wave (one mean request time), 681.45 s, measured load.repeats=3 times, times the node's
-    # 8 GPUs
+    # seconds of the concurrency levels (each at least 101 requests: load.min_prompts' default) as the trial runs
+    # them (the replay of each point from its warm-up wave to the end of its window), 704.20 s, measured
+    # load.repeats=3 times, times the node's 8 GPUs
     h = expected_launches(sp)[0]
     f = sp.forecasts[h]
     plan = next(p for p in plans if p.config_hash == h)
     assert (plan.load.repeats, plan.load.concurrency) == (3, [8, 32, 64])  # conf/sweep/nsa_backends.yaml
-    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 2044.34)
+    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 2112.61)
     perf = twin_model(spec, plan.settings, engine.version())
     assert f.startup_s == sum(perf.startup_phases_s().values())
     once = forecast(spec, dataclasses.replace(plan, load=plan.load.model_copy(update={"repeats": 1})),
                     engine.version())
-    assert once.startup_s == f.startup_s and round(once.load_s, 2) == 681.45 and once.value == f.value
+    assert once.startup_s == f.startup_s and round(once.load_s, 2) == 704.20 and once.value == f.value
     assert f.load_s == pytest.approx(3 * once.load_s, rel=1e-12)
-    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 72520.8
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 20.14 "
-                        "GPU-hours for the expected launches (every launchable configuration: 125.90)")
+    # each level's modelled seconds are its replay's: from the first send (the warm-up wave) to the window's end
+    from grid.plan import point_of
+    from grid.twin.simulate import replay
+
+    ends = [replay(perf, point_of(plan.load, "concurrency", float(c)), plan.load.input_len,
+                   plan.load.output_len).window_end_perf_ns / 1e9 for c in plan.load.concurrency]
+    assert once.load_s == pytest.approx(sum(ends), rel=1e-12)
+    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 74705.3
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 20.75 "
+                        "GPU-hours for the expected launches (every launchable configuration: 129.70)")
     ex = build(spec.model_copy(update={"search": spec.search.model_copy(update={"kind": "exhaustive"})}), engine,
                plans, engine.version())
     assert len(expected_launches(ex)) == 25
@@ -125,7 +132,7 @@ def test_the_cost_line_names_every_launchable_configuration_only_when_it_differs
     sp = build(spec, engine, expand(spec), engine.version())
     assert len(expected_launches(sp)) == 5
     assert sp.cost_lines(spec)[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load "
-                                      "model): 24.78 GPU-hours for the expected launches")
+                                      "model): 27.19 GPU-hours for the expected launches")
 
 
 def test_the_cost_line_says_which_launches_the_twin_cannot_model(tmp_path):
@@ -163,11 +170,11 @@ def test_a_resumed_plan_counts_only_the_launches_left(tmp_path):
     lines = sp.cost_lines(spec)
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 1 launches left (3 recorded)")
-    # one launch of 2,266.27 modelled s x 8 GPUs = 18,130.2 GPU-s; every launchable one not recorded: 125.90 GPU-h
-    # less 3 x 18,130.2 GPU-s
-    assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 18130.2
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 5.04 "
-                        "GPU-hours for the launches left (every launchable configuration: 110.80)")
+    # one launch of 2,334.54 modelled s x 8 GPUs = 18,676.3 GPU-s; every launchable one not recorded: 129.70 GPU-h
+    # less 3 x 18,676.3 GPU-s
+    assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 18676.3
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 5.19 "
+                        "GPU-hours for the launches left (every launchable configuration: 114.13)")
     # a run directory's rows of configurations outside this sweep (an earlier grid) are not counted as recorded
     sp.resume({"0123456789ab": 1.0})
     assert sp.cost_lines(spec)[0].endswith("4 launches expected")
@@ -421,12 +428,14 @@ def test_the_report_says_what_early_stopping_skipped():
 
 
 def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):
-    """predict.py simulates one wave of a closed loop and shares waves between configurations the simulation cannot
-    tell apart (MoE flags reaching the same kernels, memory fractions whose KV pool does not bind); both are exact."""
+    """predict.py shares a replay between configurations the simulation cannot tell apart (MoE flags reaching the same
+    kernels, memory fractions yielding the same KV pool and cap): each shared forecast row is the summary of its own
+    configuration's replay, to the bit."""
+    from grid.metrics.loadpoint import summarize
+    from grid.plan import point_of
     from grid.search import predict
     from grid.search.knowledge import twin_model
-    from grid.twin.scheduler import TwinRequest
-    from grid.twin.simulate import simulate
+    from grid.twin.simulate import replay
 
     spec = spec_for(["+sweep=joint", "sweep.grid.mem_fraction_static=[0.80,0.92]",
                      "sweep.grid.moe_runner_backend=[auto,flashinfer_cutlass]", "sweep.grid.torch_compile=[false]",
@@ -435,18 +444,23 @@ def test_forecast_shortcuts_equal_a_full_simulation(tmp_path):
     plans = expand(spec)
     version = get_engine(spec).version()
     assert len(plans) == 4
-    predict._WAVES.clear()
+    predict._REPLAYS.clear()
     load = plans[0].load
+    distinct = set()
     for plan in plans:
         perf = twin_model(spec, plan.settings, version)
         rows = predict._point_rows(spec, plan, perf)
         for row, level in zip(rows, load.concurrency):
-            n = load.prompts_for(float(level))
-            full = simulate(perf, [(0.0, TwinRequest(str(i), load.input_len, load.output_len)) for i in range(n)],
-                            max_concurrency=int(level))
-            assert row["duration_s"] == pytest.approx(full.duration_s, rel=1e-9)
-            assert sorted(row["ttft_ms"]) == pytest.approx(sorted(1e3 * r.ttft_s for r in full.requests), rel=1e-9)
-    assert len(predict._WAVES) == len(load.concurrency)  # four configurations, one simulation per load point
+            own = summarize(replay(perf, point_of(load, "concurrency", float(level)), load.input_len,
+                                   load.output_len), predict._slo(spec))
+            assert {k: row[k] for k in own} == own
+            # what the simulation can tell apart at this level: the kernels, and the pool and cap up to what
+            # `level` streams of input + output tokens can use
+            distinct.add((level, perf.moe_runner_class, min(perf.kv_capacity_tokens,
+                                                            level * (load.input_len + load.output_len)),
+                          min(perf.max_running_requests, level)))
+    assert len({k[1] for k in distinct}) == 1 and len(distinct) < len(plans) * len(load.concurrency)
+    assert len(predict._REPLAYS) == len(distinct)  # one replay for each
 
 
 def test_the_dsa_backends_change_no_step_time_so_their_forecasts_are_shared(tmp_path):

@@ -82,3 +82,51 @@ def test_replay_of_a_closed_loop_started_at_once_is_the_simulation_of_its_reques
         assert got.ttft_ms == pytest.approx(want.ttft_s * 1e3, abs=1e-6)
         assert got.e2e_ms == pytest.approx(want.e2e_s * 1e3, abs=1e-6)
     assert sim.window_end_perf_ns == max(r.end_perf_ns for r in sim.records)
+
+
+def test_the_searchs_forecast_of_a_point_is_what_the_live_twin_measures(tmp_path):
+    """One simulation: the forecast the search ranks, stops early and estimates cost with (grid/search/predict.py
+    ``_simulate_point``: the point the trial runs, replayed and summarized) against the same point measured on a live
+    twin through grid's load generator: every metric within 1% (they are the same simulation: 2e-9 here)."""
+    from grid.config.schema import LoadSpec
+    from grid.plan import point_of
+    from grid.search import predict
+
+    perf = _perf()
+    load = LoadSpec(concurrency=[8], request_rate=[30.0], input_len=ISL, output_len=OSL, min_prompts=24, seed=3)
+    twin = TwinProc(tmp_path, ["--served-model-name", "m"], scale=1.0, env={"GRID_TWIN_CLOCK": "virtual"})
+    assert twin.wait_ready(60)[-1] == 200, twin.log()
+    compared = 0
+    try:
+        for kind, level in (("concurrency", 8.0), ("rate", 30.0)):
+            point = point_of(load, kind, level)
+            n = point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts
+            prompts = random_prompts(n, ISL, OSL, 1.0, LLAMA_8B.vocab_size, seed=200 + compared)
+            live = summarize(run_load_point_sync(Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual"),
+                                                 point, prompts, read_timeout_s=60.0))
+            forecast = predict._simulate_point(perf, load, kind, level)
+            assert forecast["status"] == "ok" and forecast["completed"] == live["completed"] == point.num_prompts
+            for key, want in live.items():
+                if key in HOST_KEYS or not isinstance(want, float) or math.isnan(want):
+                    continue
+                assert forecast[key] == pytest.approx(want, rel=0.01, abs=1e-9), (kind, key, forecast[key], want)
+                compared += 1
+    finally:
+        twin.stop()
+    assert compared >= 2 * 20
+
+
+@pytest.mark.parametrize("steady", [True, False])
+def test_a_single_stream_replayed_as_one_request_repeated_is_the_full_simulation(steady):
+    perf = _perf()
+    point = LoadPoint("concurrency", 1, 12, warmup_requests=1, steady=steady)
+    fast = summarize(replay(perf, point, ISL, OSL))
+    full = summarize(replay(perf, point, ISL, OSL, sequential_shortcut=False))
+    compared = 0
+    for key, want in full.items():
+        if isinstance(want, float) and not math.isnan(want):
+            assert fast[key] == pytest.approx(want, rel=1e-9, abs=1e-9), key
+            compared += 1
+        elif key not in HOST_KEYS:
+            assert fast[key] == want or (isinstance(want, float) and math.isnan(fast[key])), key
+    assert compared >= 20
