@@ -171,6 +171,10 @@ class LoadPointResult:
     #: the real seconds the point took: a starved client sends and reads late, whatever the server does
     loop_late_s: float = 0.0
     real_s: float = 0.0
+    #: how long the point held the server, in its clock's ns (x time_scale for modelled): the warm-up requests' span
+    #: plus the main phase's, from its first send (the steady-state wave included) to the window's end; on the virtual
+    #: clock the two phases begin at separate epochs of the twin's clock, so a span across them would mean nothing
+    held_ns: int = 0
     #: "virtual": every stamp is the twin's modelled time (ns) and time_scale is 1 (grid/loadgen/vclock.py)
     clock: str = "real"
 
@@ -471,9 +475,11 @@ async def run_load_point(
             else:
                 warm = await _closed_loop(sess, warm_items, workers if closed else 1, warmup=True, t0=None)
             await sess.drain()
+            warm_held_ns = _span_ns(warm)
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
             tail: list[RequestRecord] = []
+            main_phase: list[RequestRecord] = []
             t1: int | None = None
             if closed and point.wave_warmup:
                 base = point.num_prompts + point.warmup_requests
@@ -483,6 +489,7 @@ async def run_load_point(
                 tails = [(base + j, prompts[(base + j) % n]) for j in range(point.tail_prompts)]
                 records, more_warm, tail, t0, t1 = await _steady_loop(sess, wave, items, tails, workers)
                 warm += more_warm
+                main_phase = [*more_warm, *records]
             elif closed and any(p.session is not None for p in prompts):
                 records, t0 = await _session_loop(sess, prompts, point.num_prompts, workers, t0, target.time_scale)
             elif virtual and closed:
@@ -509,13 +516,24 @@ async def run_load_point(
     warm.sort(key=lambda r: r.request_index)
     tail.sort(key=lambda r: r.request_index)
     end = max((r.end_perf_ns for r in records if r.end_perf_ns is not None), default=t0)
+    window_end = end if t1 is None else t1
+    sends = [r.send_perf_ns for r in (main_phase if t1 is not None else records) if r.send_perf_ns is not None]
+    start = min([*sends, t0]) if sends else t0  # an open loop starts before its first send
+    held_ns = warm_held_ns + max(window_end - start, 0) if sends else warm_held_ns
     return LoadPointResult(
         records=records, window_start_perf_ns=t0, window_end_perf_ns=end if t1 is None else t1,
         time_scale=1.0 if virtual else target.time_scale, warmup_records=warm,
         stalled=any(r.error_class == "stall_timeout" for r in records), point=point,
         window_kind="steady_state" if t1 is not None else "all_requests", tail_records=tail,
-        loop_late_s=lag.late_s, real_s=real_s, clock=target.clock,
+        loop_late_s=lag.late_s, real_s=real_s, clock=target.clock, held_ns=held_ns,
     )
+
+
+def _span_ns(records: list[RequestRecord]) -> int:
+    """First send to last end of ``records`` (ns of their clock); 0 when none was sent."""
+    sends = [r.send_perf_ns for r in records if r.send_perf_ns is not None]
+    ends = [r.end_perf_ns for r in records if r.end_perf_ns is not None]
+    return max(max(ends) - min(sends), 0) if sends and ends else 0
 
 
 async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers: int, *, warmup: bool,

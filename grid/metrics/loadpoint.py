@@ -106,6 +106,10 @@ METRIC_COLUMNS: list[tuple[str, str, str, str]] = [
     ("stream_count_requests", "int64", "requests",
      "ok requests whose output_tokens is a stream count (the server reported no usage)"),
     ("duration_s", "float64", "s", "measured window (first scheduled send to last request end), modelled seconds"),
+    ("held_s", "float64", "s",
+     "seconds the point held the server, modelled: the warm-up requests' span (first send to last end) plus the "
+     "main phase's (its first send, a steady-state wave included, to the window's end; tail requests are cancelled "
+     "there), x time_scale; what a GPU-hour count of the point reads (grid/search/summary.py); null: no request sent"),
     ("window_kind", "string", "kind",
      "all_requests: throughputs count the measured requests whole; steady_state: the window is at the target "
      "concurrency throughout and tokens count by arrival inside it (grid/metrics/loadpoint.py)"),
@@ -350,6 +354,7 @@ def summarize(result: LoadPointResult, slo: SLO | None = None) -> dict[str, floa
     }
     duration_s = window * ts / 1e9 if records else None
     out["duration_s"] = duration_s
+    out["held_s"] = result.held_ns * ts / 1e9 if result.held_ns else None
     in_toks = [m.input_tokens for _, m in ok if m.input_tokens is not None]
     out_toks = [m.output_tokens for _, m in ok if m.output_tokens is not None]
     rate_s = duration_s if ok else None  # rates need a window with a successful request in it

@@ -54,9 +54,8 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
     point's seed, or ``seed`` for a capacity probe; the same scheduler and performance model) and summarized as a
     measured point is (``grid.metrics.loadpoint.summarize`` under ``slo``, a ``grid.metrics.loadpoint.SLO``), so a
     forecast of a point and the live twin's measurement of it are one simulation (tests/twin/test_replay.py).
-    The row has the measured row's metric columns (``duration_s``: its window, modelled s), ``status``,
-    ``point_kind``, ``point_value`` and ``overhead_s``: the modelled seconds before the window (a steady closed
-    loop's warm-up wave). Memoized by model, point, lengths and SLO (:func:`_model_key`)."""
+    The row has the measured row's metric columns (``duration_s``: its window; ``held_s``: what the point holds the
+    server, warm-up requests and wave included; modelled s), ``status``, ``point_kind`` and ``point_value``. Memoized by model, point, lengths and SLO (:func:`_model_key`)."""
     from grid.metrics.loadpoint import summarize
     from grid.plan import point_of
 
@@ -79,7 +78,7 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
             _REPLAYS[key] = replay(perf, point, load.input_len, load.output_len)
         res = _REPLAYS[key]
         row: dict = dict(summarize(res, slo))
-        row.update(point_kind=kind, point_value=level, overhead_s=res.window_start_perf_ns / 1e9,
+        row.update(point_kind=kind, point_value=level,
                    status="ok" if row["completed"] == row["requests_total"] else "failed")
         _ROWS[(key, slo)] = row
     return dict(_ROWS[(key, slo)])
@@ -205,7 +204,7 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=N
         row = _simulate_point(perf, load, kind, level, slo)
         value = row.get(metric)
         out[(kind, level)] = LevelForecast(None if not isinstance(value, (int, float)) or math.isnan(value)
-                                           else float(value), row["duration_s"] + row["overhead_s"],
+                                           else float(value), row["held_s"],
                                            _counts(row, spec.objective.slo) if given else None)
     return out
 
@@ -279,4 +278,4 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) ->
                                max_probes=spec.objective.capacity_max_probes)
     # each level is measured load.repeats times (its own steady-state warm-up wave each time); probes once
     repeats = 1 if spec.objective.kind == "max_capacity" else plan.load.repeats
-    return Forecast(startup, repeats * sum(r["duration_s"] + r.get("overhead_s", 0.0) for r in rows), value)
+    return Forecast(startup, repeats * sum(r["held_s"] for r in rows), value)

@@ -2,8 +2,9 @@
 
 * ``launches``: configurations of the sweep that were launched (recorded, and not refused before launch);
 * ``gpu_seconds``: GPU-seconds those launches held the node: for each, its recorded startup (``startup_s``; the
-  twin's modelled startup when the server never became ready) plus the modelled duration of every load point it ran
-  (``(finished_unix_ns - started_unix_ns) x time_scale``), times ``hardware.total_gpus``;
+  twin's modelled startup when the server never became ready) plus the modelled seconds every load point it ran held
+  the server (``held_s``: first send, warm-up included, to last end; rows written before that column:
+  ``(finished_unix_ns - started_unix_ns) x time_scale``), times ``hardware.total_gpus``;
 * ``best_label`` / ``best_value``: the ranked best configuration and its score (null when none ranked);
 * ``objective``, ``search``: the objective kind and search kind;
 * ``configurations``, ``refused``, ``known_to_fail``, ``not_run``: counts of the sweep's configurations, those
@@ -39,9 +40,17 @@ def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, flo
             started.add(h)
             startup = r.get("startup_s")
             out[h] = float(startup if startup is not None else modelled_startup_s.get(h, 0.0))
-        if r.get("status") != "not_run" and r.get("started_unix_ns") and r.get("finished_unix_ns"):
+        if r.get("status") == "not_run":
+            continue
+        if _present(r.get("held_s")):
+            out[h] += float(r["held_s"])
+        elif r.get("started_unix_ns") and r.get("finished_unix_ns"):  # rows written before held_s
             out[h] += (r["finished_unix_ns"] - r["started_unix_ns"]) / 1e9 * float(r.get("time_scale") or 1.0)
     return out
+
+
+def _present(value: object) -> bool:
+    return value is not None and value == value  # NaN: a column the row's writer did not have
 
 
 def summarize(rows: Sequence[Mapping], verdicts: list, *, objective: str, search: str, gpu_count: int,

@@ -211,6 +211,21 @@ def _sequential(perf: PerfModel, requests: list[TwinRequest], policy: str | None
                      emissions=emissions)
 
 
+def _warmup_phase_ns(perf: PerfModel, point, isl: int, osl: int, policy: str | None, sequential_shortcut: bool) -> int:
+    """Modelled ns of the ``point.warmup_requests`` requests the load generator sends before a point (a closed loop
+    of the point's streams, one stream for an open loop; grid/loadgen/runner.py), first send to last end; 0 without."""
+    from grid.loadgen import vclock
+
+    w = point.warmup_requests
+    if not w:
+        return 0
+    k = min(int(point.value) if point.kind == "concurrency" else 1, w)
+    reqs = [TwinRequest(f"p{j}", isl, osl) for j in range(w)]
+    res = (_sequential(perf, reqs, policy) if sequential_shortcut and k == 1
+           else simulate(perf, [(0.0, r) for r in reqs], policy, max_concurrency=k))
+    return vclock.to_ns(max(r.arrival_s + r.e2e_s for r in res.requests))
+
+
 def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str | None = None,
            sequential_shortcut: bool = True):
     """``point`` (a ``grid.loadgen.runner.LoadPoint``) as grid's load generator plays it against the twin on its
@@ -223,7 +238,8 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     ``point.tail_prompts`` tail requests that keep every stream busy until the last measured one ends); an open loop
     sends request i at ``offsets[i]`` (grid/loadgen/arrivals.py with the point's seed, or a trace's offsets over its
     replay speed), waiting for one of ``max_concurrency`` slots when capped. What the replay leaves out: the
-    ``warmup_requests`` sent before the point (they end before it starts) and the radix cache (each prompt is new);
+    timings of the ``warmup_requests`` sent before the point (they end before it starts; only their span counts, in
+    ``held_ns``) and the radix cache (each prompt is new);
     sessions are not replayable from lengths alone (their prompts grow with the answers).
 
     A closed loop of one stream sends identical requests one after another, each when the last one ended: each meets
@@ -302,7 +318,10 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     end = max(ends, default=start)
     for rec in measured:
         rec.scheduled_offset_ns = (rec.scheduled_perf_ns or 0) - start
+    # held as the runner counts it: the warm-up requests' own phase, then this one from its start (0) to the window's end
+    held_ns = _warmup_phase_ns(perf, point, isl, osl, policy, sequential_shortcut) + end
     return LoadPointResult(records=measured, window_start_perf_ns=start, window_end_perf_ns=end, time_scale=1.0,
+                           held_ns=held_ns,
                            warmup_records=sorted(records["warm"], key=lambda x: x.request_index), point=point,
                            window_kind="steady_state" if steady else "all_requests", tail_records=sorted(records["tail"], key=lambda x: x.request_index),
                            clock="virtual")

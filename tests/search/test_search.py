@@ -96,29 +96,31 @@ def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
                         "here (last), 4 launches expected")
     # the estimate: per launch the twin's startup model (weight load, graph capture...), once, plus the modelled
     # seconds of the concurrency levels (each at least 101 requests: load.min_prompts' default) as the trial runs
-    # them (the replay of each point from its warm-up wave to the end of its window), 704.20 s, measured
-    # load.repeats=3 times, times the node's 8 GPUs
+    # them (the replay of each point: its load.warmup_requests, then from its warm-up wave to the end of its window),
+    # 773.74 s, measured load.repeats=3 times, times the node's 8 GPUs
     h = expected_launches(sp)[0]
     f = sp.forecasts[h]
     plan = next(p for p in plans if p.config_hash == h)
     assert (plan.load.repeats, plan.load.concurrency) == (3, [8, 32, 64])  # conf/sweep/nsa_backends.yaml
-    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 2112.61)
+    assert (round(f.startup_s, 2), round(f.load_s, 2)) == (221.93, 2321.21)
     perf = twin_model(spec, plan.settings, engine.version())
     assert f.startup_s == sum(perf.startup_phases_s().values())
     once = forecast(spec, dataclasses.replace(plan, load=plan.load.model_copy(update={"repeats": 1})),
                     engine.version())
-    assert once.startup_s == f.startup_s and round(once.load_s, 2) == 704.20 and once.value == f.value
+    assert once.startup_s == f.startup_s and round(once.load_s, 2) == 773.74 and once.value == f.value
     assert f.load_s == pytest.approx(3 * once.load_s, rel=1e-12)
-    # each level's modelled seconds are its replay's: from the first send (the warm-up wave) to the window's end
+    # each level's modelled seconds are its replay's (held_ns): the warm-up request's own phase (one request of
+    # 256 + 4,096 tokens alone, 23.18 s), then from the first send (the warm-up wave) to the window's end
     from grid.plan import point_of
     from grid.twin.simulate import replay
 
-    ends = [replay(perf, point_of(plan.load, "concurrency", float(c)), plan.load.input_len,
-                   plan.load.output_len).window_end_perf_ns / 1e9 for c in plan.load.concurrency]
-    assert once.load_s == pytest.approx(sum(ends), rel=1e-12)
-    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 74705.3
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 20.75 "
-                        "GPU-hours for the expected launches (every launchable configuration: 129.70)")
+    replays = [replay(perf, point_of(plan.load, "concurrency", float(c)), plan.load.input_len, plan.load.output_len)
+               for c in plan.load.concurrency]
+    assert once.load_s == pytest.approx(sum(r.held_ns for r in replays) / 1e9, rel=1e-12)
+    assert {round((r.held_ns - r.window_end_perf_ns) / 1e9, 2) for r in replays} == {23.18}
+    assert round(sum(gpu_seconds(spec, sp.forecasts[h]) for h in expected_launches(sp)), 1) == 81380.6
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 22.61 "
+                        "GPU-hours for the expected launches (every launchable configuration: 141.29)")
     ex = build(spec.model_copy(update={"search": spec.search.model_copy(update={"kind": "exhaustive"})}), engine,
                plans, engine.version())
     assert len(expected_launches(ex)) == 25
@@ -132,7 +134,7 @@ def test_the_cost_line_names_every_launchable_configuration_only_when_it_differs
     sp = build(spec, engine, expand(spec), engine.version())
     assert len(expected_launches(sp)) == 5
     assert sp.cost_lines(spec)[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load "
-                                      "model): 27.19 GPU-hours for the expected launches")
+                                      "model): 28.26 GPU-hours for the expected launches")
 
 
 def test_the_cost_line_says_which_launches_the_twin_cannot_model(tmp_path):
@@ -170,11 +172,11 @@ def test_a_resumed_plan_counts_only_the_launches_left(tmp_path):
     lines = sp.cost_lines(spec)
     assert lines[0] == ("Plan (twin_guided search): 49 configurations, 24 refused before launch, 21 known to fail "
                         "here (last), 1 launches left (3 recorded)")
-    # one launch of 2,334.54 modelled s x 8 GPUs = 18,676.3 GPU-s; every launchable one not recorded: 129.70 GPU-h
-    # less 3 x 18,676.3 GPU-s
-    assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 18676.3
-    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 5.19 "
-                        "GPU-hours for the launches left (every launchable configuration: 114.13)")
+    # one launch of 2,543.14 modelled s x 8 GPUs = 20,345.2 GPU-s; every launchable one not recorded: 141.29 GPU-h
+    # less 3 x 20,345.2 GPU-s
+    assert round(gpu_seconds(spec, sp.forecasts[four[3]]), 1) == 20345.2
+    assert lines[1] == ("Estimated cost on rtx_pro_6000_x8_vm (8 GPUs, the twin's startup and load model): 5.65 "
+                        "GPU-hours for the launches left (every launchable configuration: 124.33)")
     # a run directory's rows of configurations outside this sweep (an earlier grid) are not counted as recorded
     sp.resume({"0123456789ab": 1.0})
     assert sp.cost_lines(spec)[0].endswith("4 launches expected")
@@ -288,6 +290,10 @@ def test_summary_exact_values_on_recorded_rows():
     partial = summarize(rows, verdicts, objective="max_output_throughput", search="twin_guided", gpu_count=8,
                         configurations=3, estimated_s={"a": 387.5})
     assert (partial["estimated_gpu_seconds"], partial["estimate_error"], cost_note(partial)) == (None, None, None)
+    # a point that says how long it held the server (held_s, modelled: the twin's virtual clock stamps its requests
+    # while the wall clock runs for a second) is counted by that, not by its wall-clock stamps
+    held = [{**rows[1], "held_s": 376.75}, {**rows[2], "held_s": float("nan")}]  # NaN: a row from before held_s
+    assert launch_seconds(held) == {"a": 300.0 + 376.75 + 5.0}
 
 
 def test_optuna_never_launches_refused_and_keeps_the_budget():

@@ -152,6 +152,14 @@ def test_virtual_closed_loop_point_is_reproducible(tmp_path, api, steady):
     assert a.window_kind == ("steady_state" if steady else "all_requests")
     if steady:
         assert a.tail_records and [_timings_of(r) for r in a.tail_records] == [_timings_of(r) for r in b.tail_records]
+    # what the point held the server (held_s): the 3 warm-up requests' span, and the main phase's from its first send
+    # (the wave's) to the window's end; the twin's clock begins each phase at a new epoch, so the gap is not counted
+    pre = [r for r in a.warmup_records if r.request_index < 3]
+    main = [r for r in (*a.warmup_records, *a.records) if r.request_index >= 3 or r in a.records]
+    expect = (max(r.end_perf_ns for r in pre) - min(r.send_perf_ns for r in pre)
+              + a.window_end_perf_ns - min(r.send_perf_ns for r in main))
+    assert (a.held_ns, sa["held_s"]) == (expect, expect / 1e9)
+    assert sa["held_s"] < sa["duration_s"] + 1.0  # the twin's epochs are 4,096 modelled s apart
 
 
 def _run_open(port: int, clock: str, cap: int | None, scale: float = 1.0):
