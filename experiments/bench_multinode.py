@@ -36,7 +36,7 @@ def sweep_wall_s(nodes: int, configs: int) -> float:
         cmd = [sys.executable, "-m", "grid.run", "+sweep=mem_fraction", "~sweep.load", "search=exhaustive",
                f"sweep.grid.mem_fraction_static=[{fractions}]",
                "load.concurrency=[1,4,8]", "load.input_len=128", "load.output_len=128", "ray.dashboard=false",
-               "engine.time_scale=10", f"hardware={HW}", f"ray.address={cluster.address}", f"hydra.run.dir={run_dir}"]
+               f"hardware={HW}", f"ray.address={cluster.address}", f"hydra.run.dir={run_dir}"]
         t0 = time.monotonic()
         out = subprocess.run(cmd, cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=1800)
         wall = time.monotonic() - t0

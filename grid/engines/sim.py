@@ -32,6 +32,18 @@ class SimEngine(Engine):
         why = twin_hardware_refusal(spec.hardware)
         if why is not None:
             raise ConfigError(f"hardware={spec.hardware.name}: {why} (engine=sim is the twin; README 'Works with')")
+        e = spec.engine
+        if e.clock == "virtual":
+            # conf/engine/sim.yaml's values; set otherwise they would do nothing on the virtual clock, silently
+            wall_only = {"time_scale": (e.time_scale, ("auto", 1.0)), "max_time_scale": (e.max_time_scale, (20.0,)),
+                         "min_step_real_ms": (e.min_step_real_ms, (4.0,))}
+            for key, (value, inert) in wall_only.items():
+                if value not in inert:
+                    raise ConfigError(
+                        f"engine.{key}={value}: the twin's clock here is engine.clock=virtual (the default), on which "
+                        f"a load point takes the CPU its simulation needs and no wall-clock speed applies; "
+                        f"engine.{key} applies to engine.clock=real only (allowed values of engine.clock: real, "
+                        "virtual)")
 
     def version(self) -> str:
         return self.spec.engine.version or "0.5.9"

@@ -15,7 +15,7 @@ from grid.sweep.space import expand
 
 def spec_for(tmp_path, *overrides):
     return compose_spec(["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1,4]", "load.input_len=32",
-                         "load.output_len=16", "engine.time_scale=10", *overrides], tmp_path)
+                         "load.output_len=16", *overrides], tmp_path)
 
 
 def run_one(spec):

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 SWEEP = ["+sweep=nsa_backends", "~sweep.load", "sweep.grid.dsa_prefill_backend=[trtllm]",
          "sweep.grid.dsa_decode_backend=[trtllm,flashmla_kv]", "load.concurrency=[4]", "load.input_len=64",
-         "load.output_len=32", "ray.dashboard=false", "engine.time_scale=50", "search=exhaustive",
+         "load.output_len=32", "ray.dashboard=false", "search=exhaustive",
          "load.min_prompts=8"]  # re-runs, not tails (tests/config/test_tails.py): 8 requests per point
 OK, NAN = "decode=trtllm", "decode=flashmla_kv"  # labels name the settings that vary
 

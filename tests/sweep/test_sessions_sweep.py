@@ -24,7 +24,6 @@ SWEEP = [
     "sweep.load.concurrency=[2,16]",
     "+sweep.load.min_prompts=6",
     "ray.dashboard=false",
-    "engine.time_scale=50",
 ]
 
 

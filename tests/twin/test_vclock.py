@@ -326,6 +326,12 @@ def test_engine_clock_reaches_the_twin_and_is_refused_for_other_engines(tmp_path
     with pytest.raises(ConfigError, match="only the twin"):
         compose_spec(["engine=openai", "engine.base_url=http://127.0.0.1:1", "++engine.clock=virtual"],
                      str(tmp_path / "openai"))
+    # the wall clock's speed settings do nothing on the virtual clock: set there, they are refused by name
+    for key, value in (("time_scale", "5"), ("max_time_scale", "8"), ("min_step_real_ms", "2")):
+        with pytest.raises(ConfigError, match=rf"engine\.{key}={value}(\.0)?: the twin's clock here is "
+                                              r"engine\.clock=virtual .* engine\.clock=real only"):
+            compose_spec([f"engine.{key}={value}"], str(tmp_path / key))
+        assert compose_spec([f"engine.{key}={value}", "engine.clock=real"], str(tmp_path / f"{key}-real"))
 
 
 def test_timeout_line_round_trip_and_limits():
