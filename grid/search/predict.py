@@ -56,7 +56,8 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
     forecast of a point and the live twin's measurement of it are one simulation (tests/twin/test_replay.py).
     The row has the measured row's metric columns (``duration_s``: its window; ``held_s``: what the point holds the
     server, warm-up requests and wave included; modelled s), ``status``, ``point_kind`` and ``point_value``. Memoized by model, point, lengths and SLO (:func:`_model_key`)."""
-    from grid.metrics.loadpoint import summarize
+    from grid.metrics.loadpoint import SLO_LATENCY_KEYS, slo_values, summarize
+    from grid.metrics.request import request_metrics
     from grid.plan import point_of
 
     point = point_of(load, kind, level)
@@ -78,6 +79,11 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
             _REPLAYS[key] = replay(perf, point, load.input_len, load.output_len)
         res = _REPLAYS[key]
         row: dict = dict(summarize(res, slo))
+        if slo is not None:  # each SLO's percentile value, as the trial adds them to its row (grid/sweep/measure.py)
+            requests = [{"status": r.status, "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms}
+                        for r in res.records for m in (request_metrics(r, res.time_scale),)]
+            judged = slo_values(requests, row["duration_s"], slo)
+            row.update({k: judged[k] for k in SLO_LATENCY_KEYS.values()})
         row.update(point_kind=kind, point_value=level,
                    status="ok" if row["completed"] == row["requests_total"] else "failed")
         _ROWS[(key, slo)] = row

@@ -4,6 +4,7 @@ import dataclasses
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from grid.config.schema import ConfigError
@@ -528,3 +529,29 @@ def test_a_quiet_configuration_ends_the_streak():
     for noisy in (True, False, True):
         policy.record(policy.next(), None if noisy else 5.0, host_noise=noisy)
     assert policy.host_busy() is None and policy.next() == "e"
+
+
+def test_a_forecast_point_is_judged_under_the_objectives_slos(tmp_path):
+    # the twin's forecast of each level says whether its point meets the SLOs, read from the percentiles of its
+    # replayed requests as a measured row's are (a summarized row alone has no slo_*_at_pct_ms: judging it raised)
+    from grid.plan import point_of
+    from grid.search.predict import level_forecasts
+    from grid.twin.simulate import replay
+
+    verdicts = {}
+    for e2e_ms in (1e9, 1.0):
+        spec = spec_for(["+sweep=nsa_backends", f"objective.slo.e2e_ms={e2e_ms}"], tmp_path / str(e2e_ms))
+        engine = get_engine(spec)
+        plan = next(p for p in expand(spec) if p.label == "prefill=trtllm decode=trtllm")
+        verdicts[e2e_ms] = {k: f.slo_met for k, f in level_forecasts(spec, plan, engine.version()).items()}
+    levels = [("concurrency", 8.0), ("concurrency", 32.0), ("concurrency", 64.0)]
+    assert verdicts == {1e9: dict.fromkeys(levels, True), 1.0: dict.fromkeys(levels, False)}
+    # an SLO between a level's p99 E2E latency and the next level's separates them
+    perf = twin_model(spec, plan.settings, engine.version())
+    p99 = {c: float(np.percentile([(r.end_perf_ns - r.send_perf_ns) / 1e6 for r in replay(
+        perf, point_of(plan.load, "concurrency", c), plan.load.input_len, plan.load.output_len).records], 99))
+        for c in (8.0, 32.0)}
+    assert p99[8.0] < p99[32.0]
+    spec = spec_for(["+sweep=nsa_backends", f"objective.slo.e2e_ms={(p99[8.0] + p99[32.0]) / 2}"], tmp_path / "mid")
+    met = {k: f.slo_met for k, f in level_forecasts(spec, plan, engine.version()).items()}
+    assert (met[("concurrency", 8.0)], met[("concurrency", 32.0)]) == (True, False)
