@@ -562,12 +562,14 @@ class _Streams:
         self.vt: list[float] = []
         self._ended: set[int] = set()  # streams whose request marked last was answered: the twin dropped them
 
-    async def open(self, k: int) -> None:
-        """Begin a point of ``k`` streams. A twin that cannot be reached (it exited) gets its requests all the same,
-        each failing as on the wall clock (``conn_error``)."""
+    async def open(self, k: int, measured: int | None = None) -> None:
+        """Begin a point of ``k`` streams (``measured``: a steady-state point's count of measured requests, whose last
+        end has the twin cut the tail requests; grid/loadgen/vclock.py). A twin that cannot be reached (it exited)
+        gets its requests all the same, each failing as on the wall clock (``conn_error``)."""
         if self.sess.virtual and k:
+            body = {"streams": k} if not measured else {"streams": k, "measured": measured}
             try:
-                vt0 = float((await self.sess.vclock_post(vclock.BEGIN_PATH, {"streams": k}))["vt"])
+                vt0 = float((await self.sess.vclock_post(vclock.BEGIN_PATH, body))["vt"])
             except (aiohttp.ClientConnectionError, OSError):
                 vt0 = 0.0
             self.vt = [vt0] * k
@@ -588,21 +590,27 @@ class _Streams:
             await asyncio.sleep((due - now) / 1e9)
 
     async def send(self, s: int, rec: RequestRecord, prompt: Prompt, *, at: float | None = None,
-                   last: bool = False, parsed: bool = False) -> None:
+                   last: bool = False, parsed: bool = False, role: str | None = None) -> None:
         """Send ``rec`` from stream ``s``. A request whose answer carried no time (refused with an HTTP error, a reset
         connection, a twin that exited) leaves the stream's present where it was.
         Virtual clock: it is sent at the stream's present, or at ``at`` (modelled s) if that is later; ``last``: the
-        stream sends nothing after it. ``parsed``: return once the record is parsed (its text is known)."""
+        stream sends nothing after it. ``parsed``: return once the record is parsed (its text is known). ``role``:
+        ``measured`` or ``tail`` in a steady-state point (a tail the twin cut at the window's end fails as the
+        wall-clock runner's cancelled ones do, ``TAIL_CANCELLED``)."""
         if not self.vt:
             await (self.sess.request_parsed(rec, prompt) if parsed else self.sess.request(rec, prompt))
             return
         vt = self.vt[s] if at is None else max(self.vt[s], at)
         fut = self.sess.want_parsed(rec) if parsed else None
         try:
-            await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index, last, *self.sess.vlimits))
+            await self.sess.request(rec, prompt, vclock.headers(vt, s, rec.request_index, last, *self.sess.vlimits,
+                                                                role=role))
             timeout = vclock.timed_out(rec.raw_reads) if rec.error_class is None else None
             end: float | None
-            if timeout is not None:  # the twin played this client's timeout: the stream goes on from that instant
+            if timeout is not None and timeout[0] == vclock.TAIL_CUT:
+                end = timeout[1]
+                rec.fail("client_error", TAIL_CANCELLED)
+            elif timeout is not None:  # the twin played this client's timeout: the stream goes on from that instant
                 error_class, end = timeout
                 limit = self.sess.vlimits[0 if error_class == "stall_timeout" else 1]
                 rec.fail(error_class, f"no {'token' if error_class == 'stall_timeout' else 'bytes'} for {limit:g} "
@@ -787,7 +795,7 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
 
     k = min(workers, len(wave) + len(items))
     streams = _Streams(sess)
-    await streams.open(k)
+    await streams.open(k, measured=len(items))
 
     async def worker(s: int) -> None:
         try:
@@ -812,7 +820,7 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
                 start[:] = [rec.scheduled_perf_ns]
             if kind == "tail":
                 in_tail.add(index)
-            await streams.send(s, rec, prompt)
+            await streams.send(s, rec, prompt, role=None if kind == "warm" else kind)
             in_tail.discard(index)
             {"warm": warm, "measured": out, "tail": tails}[kind].append(rec)
             if kind == "tail" and rec.status != "ok":
@@ -821,8 +829,8 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
                 left -= 1
                 if left == 0:
                     finished.set()
-                    # on the virtual clock the tail requests run to their end instead: which of their events at the
-                    # window's end had arrived when it closed would depend on the host
+                    # on the virtual clock the twin cuts them at the window's end itself: which of their events had
+                    # arrived when this worker saw the end would depend on the host
                     for i in [] if streams.vt else list(in_tail):
                         sess.cancel(i, "client_error", TAIL_CANCELLED)
 
@@ -831,6 +839,8 @@ async def _steady_loop(sess: _Session, wave: list[tuple[int, Prompt]], items: li
     for rec in out:  # every record was stamped when its worker took it
         rec.scheduled_offset_ns = None if rec.scheduled_perf_ns is None else rec.scheduled_perf_ns - t0
     t1 = max((r.end_perf_ns for r in out if r.end_perf_ns is not None), default=None)
+    if streams.vt and t1 is not None:  # a tail sent at the window's end or after (the twin cut it on arrival): a
+        tails = [r for r in tails if r.send_perf_ns is None or r.send_perf_ns < t1]  # host's timing sent it
     return out, warm, tails, t0, t1
 
 

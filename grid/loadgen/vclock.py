@@ -5,7 +5,12 @@ moves when its scheduler steps, and it steps only up to where no stream of the r
 earlier. A closed-loop point therefore tells the twin which streams it runs and when each sends:
 
 * ``POST /grid/vclock/begin`` with ``{"streams": k}`` before a closed loop of ``k`` streams; the answer
-  ``{"vt": t0}`` is the modelled time (s) at which every stream may send its first request.
+  ``{"vt": t0}`` is the modelled time (s) at which every stream may send its first request. A steady-state point
+  adds ``"measured": n`` and marks its requests with :data:`H_ROLE` (``measured`` or ``tail``): once its ``n``-th
+  measured request has ended (at ``t1``, the window's end), the twin cuts every tail request still in flight at
+  ``t1`` (as the wall-clock runner cancels them there; a tail sent at ``t1`` or later is cut when it arrives), and
+  ends each with :func:`timeout_line` of class :data:`TAIL_CUT`: which tail events fall inside the window, and what
+  the twin simulates after it, then depend on nothing but the point.
 * each request carries :data:`H_VT` (the modelled send time, s, ``repr`` of a float), :data:`H_STREAM` (the
   stream, ``0..k-1``), :data:`H_SEQ` (the request's index in the point: ties in arrival time go by it) and, on a
   stream's last request when the client knows it is the last, :data:`H_LAST` ``1``;
@@ -43,6 +48,11 @@ H_SEQ = "X-Grid-Seq"
 H_LAST = "X-Grid-Last"
 H_STALL = "X-Grid-Stall-S"
 H_READ = "X-Grid-Read-S"
+H_ROLE = "X-Grid-Role"
+#: The roles a request of a steady-state point carries in :data:`H_ROLE`
+ROLES = ("measured", "tail")
+#: The class of :func:`timeout_line` that ends a tail request the twin cut at the window's end
+TAIL_CUT = "tail_cut"
 BEGIN_PATH = "/grid/vclock/begin"
 DONE_PATH = "/grid/vclock/done"
 FIELD = "grid_vt"
@@ -51,16 +61,19 @@ ENV_CLOCK = "GRID_TWIN_CLOCK"
 
 _LAST_VT = re.compile(rb'"grid_vt":\s*([-+0-9.eE]+)')
 _TIMEOUT = b": grid-timeout "
-_TIMEOUT_RE = re.compile(rb": grid-timeout (stall_timeout|read_timeout) ([-+0-9.eE]+)")
+_TIMEOUT_RE = re.compile(rb": grid-timeout (stall_timeout|read_timeout|tail_cut) ([-+0-9.eE]+)")
 #: The error classes a twin on the virtual clock plays (grid/loadgen/records.py)
 TIMEOUT_CLASSES = ("stall_timeout", "read_timeout")
 
 
 def headers(vt: float, stream: int, seq: int, last: bool = False, stall_s: float | None = None,
-            read_s: float | None = None) -> dict[str, str]:
+            read_s: float | None = None, role: str | None = None) -> dict[str, str]:
     """The headers of a request that stream ``stream`` sends at modelled time ``vt`` (s) as request ``seq``
-    (``last``: the stream sends nothing after it; ``stall_s``/``read_s``: the client's timeouts, modelled s)."""
+    (``last``: the stream sends nothing after it; ``stall_s``/``read_s``: the client's timeouts, modelled s;
+    ``role``: one of :data:`ROLES` in a steady-state point)."""
     out = {H_VT: repr(float(vt)), H_STREAM: str(int(stream)), H_SEQ: str(int(seq))}
+    if role is not None:
+        out[H_ROLE] = role
     if last:
         out[H_LAST] = "1"
     if stall_s is not None:
@@ -71,8 +84,8 @@ def headers(vt: float, stream: int, seq: int, last: bool = False, stall_s: float
 
 
 def timeout_line(error_class: str, vt: float) -> bytes:
-    """The SSE comment that ends a response the twin timed out for its client: ``error_class`` (one of
-    :data:`TIMEOUT_CLASSES`) at modelled time ``vt`` (s)."""
+    """The SSE comment that ends a response the twin timed out for its client, ``error_class`` one of
+    :data:`TIMEOUT_CLASSES`, or cut at the window's end (:data:`TAIL_CUT`), at modelled time ``vt`` (s)."""
     return _TIMEOUT + f"{error_class} {vt!r}\n\n".encode()
 
 

@@ -159,7 +159,7 @@ class _TwinState:
         behind_s: Callable[[], float]
         _lag_sum_s: float
         virtual: bool
-        vclock_begin: Callable[[int], float]
+        vclock_begin: Callable[[int, int | None], float]
         vclock_done: Callable[[int], None]
         _deliveries: int
         loop_lag: Any
@@ -211,12 +211,14 @@ class TwinAPI(_TwinState):
             VCLOCK_TAG.reset(token)
 
     async def h_vclock_begin(self, request: web.Request) -> web.Response:
-        """Twin-only: a closed-loop point of ``streams`` streams begins; answers ``{"vt": first send time (s)}``
+        """Twin-only: a closed-loop point of ``streams`` streams begins (``measured``: a steady-state point's count of
+        measured requests, grid/loadgen/vclock.py); answers ``{"vt": first send time (s)}``
         (409 when the twin is not on the virtual clock, or not ready)."""
         if not self.virtual:
             return _json({"error": "the twin is not on the virtual clock (yet)"}, 409)
         body = await request.json()
-        return _json({"vt": self.vclock_begin(int(body["streams"]))})
+        measured = body.get("measured")
+        return _json({"vt": self.vclock_begin(int(body["streams"]), None if measured is None else int(measured))})
 
     async def h_vclock_done(self, request: web.Request) -> web.Response:
         """Twin-only: stream ``stream`` of the running point sends no more."""

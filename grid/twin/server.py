@@ -127,7 +127,7 @@ class PrefixCache:
 # --- requests ----------------------------------------------------------------------------------------------------------
 class Req:
     __slots__ = ("rid", "comp", "prompt_tokens", "max_new", "cached", "n_out", "finished", "reason", "event",
-                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held", "stream", "steps", "limit", "timeout")
+                 "t_arrive", "t_first", "t_last", "internal", "pieces", "held", "stream", "steps", "limit", "timeout", "role")
 
     def __init__(self, rid: str, comp: textgen.Completion, prompt_tokens: int, max_new: int, cached: int,
                  t_arrive: float, internal: bool = False) -> None:
@@ -154,6 +154,7 @@ class Req:
         # the twin played it, (error class, modelled time it fired)
         self.limit: tuple[str, float] | None = None
         self.timeout: tuple[str, float] | None = None
+        self.role: str | None = None  # virtual clock: "measured" or "tail" in a steady-state point (vclock.Tag.role)
 
 
 class Twin(TwinAPI):
@@ -641,8 +642,12 @@ class Twin(TwinAPI):
         req = Req(rid, comp, n_in, max_new, 0, send, internal)
         req.pieces = pieces
         if tag is not None:
-            req.stream, req.steps = tag.stream, []
+            req.stream, req.steps, req.role = tag.stream, [], tag.role
             self.vclock.sent(tag.stream, tag.last)
+            if tag.role == "tail" and self.vclock.window_end is not None:  # sent once the window had ended
+                self.reqs[rid] = req
+                self._cut(req, send)
+                return req
             req.limit = limit_of(tag)
             if req.limit is not None:
                 self.deadlines.push(send + req.limit[1], req)
@@ -665,9 +670,10 @@ class Twin(TwinAPI):
         self.sched.add(TwinRequest(rid=req.rid, input_tokens=req.prompt_tokens, max_new_tokens=req.max_new,
                                    eos_after=eos, priority=priority, cached_tokens=req.cached), at)
 
-    def vclock_begin(self, streams: int) -> float:
-        """A load point of ``streams`` streams begins (POST /grid/vclock/begin): their first send time (modelled s)."""
-        t0 = self.vclock.begin(streams, self.mclock)
+    def vclock_begin(self, streams: int, measured: int | None = None) -> float:
+        """A load point of ``streams`` streams begins (POST /grid/vclock/begin; ``measured``: a steady-state point's
+        count of measured requests, whose last end cuts its tail requests): their first send time (modelled s)."""
+        t0 = self.vclock.begin(streams, self.mclock, measured)
         self.skipped_s += t0 - self.mclock
         self.mclock = t0
         self.wake.set()
@@ -695,6 +701,20 @@ class Twin(TwinAPI):
             pass
         self._finish(req, "abort")
 
+    def _cut(self, req: Req, t: float) -> None:
+        """End tail request ``req`` at modelled time ``t``, the window's end, as the wall-clock runner cancels it there
+        (its KV freed, nothing cached); its response ends with the ``tail_cut`` line (grid/loadgen/vclock.py)."""
+        from grid.loadgen.vclock import TAIL_CUT
+
+        req.timeout = (TAIL_CUT, t)
+        if req.steps is not None:  # an entry of its own: the tokens of the step that ended the window are written
+            req.steps.append((t, req.n_out, True))  # first, then the cut line (a timeout's entry replaces them)
+        try:
+            self.sched.abort(req.rid)
+        except Exception:  # noqa: BLE001 - not yet released to the scheduler
+            pass
+        self._finish(req, "abort", at=t)
+
     def _finish(self, req: Req, reason: str, at: float | None = None) -> None:
         """``req`` ends for ``reason`` (``at``: the modelled time it ended on the virtual clock, default now)."""
         if req.finished:
@@ -709,6 +729,9 @@ class Twin(TwinAPI):
             else:
                 req.steps.append((t, req.n_out, True))
             self.vclock.ended(req.stream, t)
+            if req.role == "measured" and self.vclock.measured_ended(t):  # the window ends: cut its tail requests
+                for other in [r for r in self.reqs.values() if r.role == "tail" and not r.finished]:
+                    self._cut(other, t)
         req.event.set()
         self.reqs.pop(req.rid, None)
         # SGLang caches the prompt and every generated token but the last, whose KV was never computed; 0.5.9 the

@@ -31,6 +31,7 @@ class Tag(NamedTuple):
     last: bool = False  # the stream sends nothing after this request
     stall_s: float | None = None  # the client's stall timeout (no new token for this long), modelled s
     read_s: float | None = None  # the client's read timeout (no bytes for this long), modelled s
+    role: str | None = None  # a steady-state point's "measured" or "tail" request (grid/loadgen/vclock.py ROLES)
 
 
 #: The virtual-clock headers of the HTTP request being handled (set by the twin's middleware ``TwinAPI._vclock_mw``;
@@ -52,7 +53,8 @@ def parse_tag(headers) -> Tag | None:
         return None
     if not math.isfinite(vt) or any(x is not None and not x > 0 for x in (stall, read)):
         return None
-    return Tag(vt, stream, seq, headers.get(proto.H_LAST) == "1", stall, read)
+    role = headers.get(proto.H_ROLE)
+    return Tag(vt, stream, seq, headers.get(proto.H_LAST) == "1", stall, read, role if role in proto.ROLES else None)
 
 
 def limit_of(tag: Tag | None) -> tuple[str, float] | None:
@@ -106,17 +108,23 @@ class VClock:
         self._low: list[tuple[float, int]] = []  # (bound, stream), lazily pruned: an entry counts while it is current
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
+        #: a steady-state point's measured requests not yet ended (None: the point declared none), and the modelled
+        #: time its last one ended: the window's end, when its tail requests are cut (grid/loadgen/vclock.py)
+        self.measured_left: int | None = None
+        self.window_end: float | None = None
 
     def _set(self, stream: int, bound: float) -> None:
         self.bounds[stream] = bound
         if bound < math.inf:
             heapq.heappush(self._low, (bound, stream))
 
-    def begin(self, streams: int, now: float) -> float:
-        """A load point of ``streams`` streams begins; returns the modelled time (s) at which they may first send,
-        the next multiple of :data:`EPOCH_S` after ``now``. Streams of an earlier point are forgotten."""
+    def begin(self, streams: int, now: float, measured: int | None = None) -> float:
+        """A load point of ``streams`` streams begins (``measured``: a steady-state point's count of measured
+        requests); returns the modelled time (s) at which they may first send, the next multiple of :data:`EPOCH_S`
+        after ``now``. Streams of an earlier point are forgotten."""
         t0 = (math.floor(now / EPOCH_S) + 1) * EPOCH_S
         self.drop_all()
+        self.measured_left, self.window_end = (int(measured) if measured else None), None
         self.bounds = {s: t0 for s in range(int(streams))}
         self._low = [(t0, s) for s in range(int(streams))]  # sorted, so already a heap
         return t0
@@ -141,6 +149,17 @@ class VClock:
             self.done(stream)
         else:
             self._set(stream, t)
+
+    def measured_ended(self, t: float) -> bool:
+        """A measured request of the running point ended at modelled time ``t``; True when it was the last one (the
+        window ends at ``t``: :attr:`window_end`)."""
+        if self.measured_left is None or self.window_end is not None:
+            return False
+        self.measured_left -= 1
+        if self.measured_left > 0:
+            return False
+        self.window_end = t
+        return True
 
     def done(self, stream: int) -> None:
         """Stream ``stream`` sends no more."""

@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from grid.loadgen import vclock as proto
-from grid.loadgen.records import Prompt
+from grid.loadgen.records import TAIL_CANCELLED, Prompt
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.metrics.loadpoint import summarize
 from grid.metrics.request import request_metrics
@@ -152,6 +152,13 @@ def test_virtual_closed_loop_point_is_reproducible(tmp_path, api, steady):
     assert a.window_kind == ("steady_state" if steady else "all_requests")
     if steady:
         assert a.tail_records and [_timings_of(r) for r in a.tail_records] == [_timings_of(r) for r in b.tail_records]
+        # the twin cut the tail requests still running at the window's end, there, as the wall-clock runner cancels
+        # them: each one's events up to that instant arrived (its token of the last step included), none after
+        cut = [r for r in a.tail_records if r.status != "ok"]
+        assert cut and all((r.error_class, r.error_message, r.end_perf_ns) == ("client_error", TAIL_CANCELLED,
+                                                                               a.window_end_perf_ns) for r in cut)
+        assert all(r.send_perf_ns < a.window_end_perf_ns and max(r.chunk_perf_ns) == a.window_end_perf_ns
+                   for r in cut)
     # what the point held the server (held_s): the 3 warm-up requests' span, and the main phase's from its first send
     # (the wave's) to the window's end; the twin's clock begins each phase at a new epoch, so the gap is not counted
     pre = [r for r in a.warmup_records if r.request_index < 3]
