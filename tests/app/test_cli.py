@@ -187,7 +187,7 @@ def test_command_line_load_wins_over_the_sweeps_load(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0] == "Note: load.concurrency=[1,8] from the command line replaces the sweep's [8, 48, 96, 160]"
     cost = next(line for line in lines if line.startswith("Estimated cost"))
-    assert "45.15 GPU-hours" in cost        # the sweep's own levels: 20.78 (concurrency 1: 101 requests of ~23 s)
+    assert "45.83 GPU-hours" in cost        # the sweep's own levels: 23.48 (concurrency 1: 101 requests of ~23 s)
     same = grid_run("+sweep=cuda_graph", "sweep.load.concurrency=[1,8]", "dry_run=true", tmp_path=tmp_path)
     assert next(line for line in same.stdout.splitlines() if line.startswith("Estimated cost")) == cost
     assert "Note: load.concurrency" not in same.stdout   # the sweep's own load: nothing replaced
