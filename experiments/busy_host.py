@@ -50,6 +50,11 @@ tied with the other three (the rankings agree). ``+sweep=cuda_graph``: quiet 456
 runs name cuda_graph=False tied with the other five. The quiet run's first configuration launched while the load
 average was still high from the run before, at time scale 9.5 against 20 for the others; without the loss as error
 it won alone by 2.2-2.9%. TTFT p50 busy vs quiet: -21% to +13% (the time scale moves it; README, "The twin's clock").
+
+On the virtual clock (2026-12-06, 2-core machine, 4 burners), ``-- +sweep=cuda_graph 'load.concurrency=[8,48]'``:
+quiet 55 s, busy 111 s, 6 launches each; all 47 numeric metric columns of the 12 load points bit-identical between the
+runs (c=8: 73.4 tok/s, TTFT p50 336 ms; c=48: 254.5 tok/s, 380 ms), the same best (cuda_graph=True
+cuda_graph_max_bs=32, tied with the other five), 16.39 GPU-hours recorded against 16.39 estimated in each.
 """
 
 from __future__ import annotations
