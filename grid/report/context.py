@@ -157,7 +157,11 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
         lines.append(f"Requests measured per load point: {min(counts)}" +
                      (f"-{max(counts)}" if max(counts) != min(counts) else ""))
     scales = _distinct(r.get("time_scale") for r in rows)
-    if engine_class(engine).twin:
+    if engine_class(engine).twin and spec.engine.clock == "virtual":
+        lines.append("Time: the twin's virtual clock (engine.clock=virtual): every ms and per-second value is modelled "
+                     "time, a function of the configuration, the load and its seed, not of the host (README, 'The "
+                     "twin's clock')")
+    elif engine_class(engine).twin:
         scale = _levels(scales) if scales else str(spec.engine.time_scale)
         startup = spec.engine.startup_time_scale
         auto = ("engine.time_scale=auto: each decode step at least engine.min_step_real_ms of real time, times the "
