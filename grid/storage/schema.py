@@ -388,7 +388,8 @@ SERVER_METRICS_COLUMNS: list[tuple[str, str, str, str]] = [
     ("trial_id", "string", "", "Tune trial id"),
     ("point_index", "int32", "", "load point during which /metrics was scraped"),
     ("sample_index", "int32", "", "order of the scrape within the load point"),
-    ("t_s", "float64", "s", "real seconds since the load point started"),
+    ("t_s", "float64", "s", "seconds since the load point started: real, or modelled on the twin's virtual clock "
+                            "(its snapshots every VCLOCK_SAMPLE_S modelled s, grid/twin/server.py)"),
     ("running_reqs", "float64", "requests", "sglang:num_running_reqs (summed over DP ranks)"),
     ("queue_reqs", "float64", "requests", "sglang:num_queue_reqs (summed over DP ranks)"),
     ("used_tokens", "float64", "tokens", "sglang:num_used_tokens"),
@@ -411,7 +412,8 @@ GPU_TELEMETRY_COLUMNS: list[tuple[str, str, str, str]] = [
     ("trial_id", "string", "", "Tune trial id"),
     ("point_index", "int32", "", "load point during which the GPU was sampled"),
     ("sample_index", "int32", "", "order of the sample within the load point"),
-    ("t_s", "float64", "s", "real seconds since the load point started"),
+    ("t_s", "float64", "s", "seconds since the load point started: real, or modelled on the twin's virtual clock "
+                            "(its snapshots every VCLOCK_SAMPLE_S modelled s, grid/twin/server.py)"),
     ("gpu_index", "int32", "", "NVML device index"),
     ("source", "string", "", "nvml (measured) | modelled (the twin's PerfModel, never a measurement)"),
     ("sm_util", "float64", "fraction", "fraction of time a kernel ran (NVML utilization.gpu)"),

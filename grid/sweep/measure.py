@@ -20,7 +20,7 @@ from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine, LaunchPlan
 from grid.loadgen.dataset import DatasetArgs, PromptForm, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
-from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
+from grid.loadgen.runner import LoadPoint, LoadPointResult, Target, run_load_point_sync
 from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
 from grid.report.select import meets_slos, objective_key
@@ -524,7 +524,7 @@ def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] |
     form = trial.engine.prompt_form(load) if trial.up else None
     samplers = [] if not trial.up else make_samplers(SamplerContext(
         trial.server, trial.target.base_url, spec.engine.api_key, spec.engine.kind, trial.target.time_scale,
-        plan.config_hash, trial.trial_id, spec.hardware))
+        plan.config_hash, trial.trial_id, spec.hardware, trial.target.clock))
     stopped: str | None = None if trial.up else "not_run"
     timeouts = TimeoutNotes()
     for index, point, skip in levels:
@@ -610,8 +610,9 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     status, error_class = _point_status(summary)
     row.update(summary)
     sampled: list[tuple[str, list[dict[str, Any]]]] = []
+    window = _modelled_span_s(outcome) if virtual else None
     for sampler in samplers:
-        sampler_rows, columns = sampler.stop()
+        sampler_rows, columns = sampler.stop(window)
         sampled.append((sampler.table, sampler_rows))
         row.update(columns)
     row.update(status=status, error_class=error_class, finished_unix_ns=time.time_ns())
@@ -626,6 +627,15 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
         failure = (f"point {index}: {summary['failed']} of {summary['requests_total']} requests failed, "
                    + (fired or f"first {first_error.error_class}: {first_error.error_message or ''}".rstrip(": ")))
     return PointRun(outcome.records, requests, sampled, fired, failure, log_offset, summary)
+
+
+def _modelled_span_s(outcome: LoadPointResult) -> tuple[float, float] | None:
+    """A virtual-clock point's modelled span, first send of any of its requests (warm-up included) to the last end
+    (s); None when nothing was sent."""
+    every = [*outcome.warmup_records, *outcome.records, *outcome.tail_records]
+    sends = [r.send_perf_ns for r in every if r.send_perf_ns is not None]
+    ends = [r.end_perf_ns for r in every if r.end_perf_ns is not None]
+    return (min(sends) / 1e9, max(ends) / 1e9) if sends and ends else None
 
 
 def _twin_clock(trial: TrialContext) -> tuple[float, float, int, float] | None:

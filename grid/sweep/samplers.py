@@ -9,7 +9,10 @@ Built in: ``server_log`` (SGLang's Decode/Prefill batch lines from the server lo
 scraped with prometheus_client's parser, when the server serves it) and ``gpu_telemetry`` (NVML on a GPU node; the
 twin's modelled telemetry when engine=sim). The periodic samplers poll from a background thread at most once per
 ``POLL_INTERVAL_S`` real seconds (plus one read when the load point starts and one when it ends), so they cost the
-sweep almost nothing. A sampler that cannot work on a trial says why once per process and records nothing.
+sweep almost nothing. Against a twin on the virtual clock (``SamplerContext.clock``) they do not poll: the twin
+snapshots its /metrics and telemetry every few modelled seconds of a point (grid/twin/server.py ``VCLOCK_SAMPLE_S``),
+and at the point's end they read the snapshots of its modelled window, so what they record is the same on any host.
+A sampler that cannot work on a trial says why once per process and records nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class SamplerContext:
     config_hash: str
     trial_id: str
     hardware: Any
+    clock: str = "real"  # "virtual": the twin's virtual clock (grid/loadgen/vclock.py)
 
 
 class Sampler(ABC):
@@ -71,8 +75,9 @@ class Sampler(ABC):
         """Begin sampling for load point ``point_index``."""
 
     @abstractmethod
-    def stop(self) -> tuple[list[dict], dict[str, Any]]:
-        """End sampling: (rows for ``table``, summary columns for the load-point row)."""
+    def stop(self, window_s: tuple[float, float] | None = None) -> tuple[list[dict], dict[str, Any]]:
+        """End sampling: (rows for ``table``, summary columns for the load-point row). ``window_s``: on the twin's
+        virtual clock, the point's modelled span (first send to last end, s) whose snapshots to read."""
 
 
 SAMPLERS: dict[str, Callable[[SamplerContext], Sampler | None]] = {}
@@ -99,7 +104,7 @@ class ServerLogSampler(Sampler):
         self.point_index = point_index
         self.offset = self.ctx.server.log_size()
 
-    def stop(self) -> tuple[list[dict], dict[str, Any]]:
+    def stop(self, window_s: tuple[float, float] | None = None) -> tuple[list[dict], dict[str, Any]]:
         text = self.ctx.server.read_log(self.offset)
         lines = [p for p in map(parse_batch_line, text.splitlines()) if p is not None]
         peak, running = peak_gen_throughput(text)
@@ -128,6 +133,15 @@ class PeriodicSampler(Sampler):
     def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
 
+    def read_window(self, snapshots: list[dict[str, Any]], start_s: float) -> list[dict[str, Any]]:
+        """Virtual clock: the samples of the twin's ``snapshots`` (``{"vt", "metrics", "telemetry"}``, oldest first)
+        of a point that began at modelled ``start_s``; ``t_s`` is modelled seconds from it."""
+        return []
+
+    @property
+    def virtual(self) -> bool:
+        return self.ctx.clock == "virtual"
+
     def _poll(self) -> None:
         try:
             got = self.read()
@@ -149,19 +163,56 @@ class PeriodicSampler(Sampler):
 
     def start(self, point_index: int) -> None:
         self.point_index, self.samples, self.n = point_index, [], 0
+        if self.virtual:
+            return  # read at the end, from the twin's snapshots
         self.t0 = time.perf_counter()
         self.halt = threading.Event()
         self._poll()
         self.thread = threading.Thread(target=self._loop, name=f"grid-{self.table}", daemon=True)
         self.thread.start()
 
-    def stop(self) -> tuple[list[dict], dict[str, Any]]:
-        self.halt.set()
-        self.thread.join(timeout=10)
-        self._poll()
+    def stop(self, window_s: tuple[float, float] | None = None) -> tuple[list[dict], dict[str, Any]]:
+        if self.virtual:
+            self.samples = self._read_virtual(window_s)
+        else:
+            self.halt.set()
+            self.thread.join(timeout=10)
+            self._poll()
         rows = sampled_rows(self.columns, self.samples, config_hash=self.ctx.config_hash, trial_id=self.ctx.trial_id,
                             point_index=self.point_index)
         return rows, self.summarize(self.samples)
+
+
+    def _read_virtual(self, window_s: tuple[float, float] | None) -> list[dict[str, Any]]:
+        if window_s is None:
+            return []
+        try:
+            snapshots = vclock_samples(self.ctx.base_url, self.ctx.api_key, *window_s)
+        except (OSError, ValueError) as err:
+            say_once(f"{self.table}:vclock", f"{self.table}: the twin's snapshots could not be read ({err})")
+            return []
+        out = self.read_window(snapshots, window_s[0])
+        for i, row in enumerate(out):
+            row["sample_index"] = i
+        return out
+
+
+def vclock_samples(base_url: str, api_key: str | None, since_s: float, until_s: float) -> list[dict[str, Any]]:
+    """The twin's snapshots with modelled times in ``[since_s, until_s]`` (GET /grid/vclock/samples; grid/loadgen/
+    vclock.py). Raises ``OSError`` when the twin does not answer, ``ValueError`` for an answer that is not JSON."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    from grid.loadgen.vclock import SAMPLES_PATH
+    from grid.server.net import urlopen
+
+    query = urllib.parse.urlencode({"from": repr(float(since_s)), "to": repr(float(until_s))})
+    req = urllib.request.Request(f"{base_url.rstrip('/')}{SAMPLES_PATH}?{query}")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urlopen(req, timeout=10.0) as resp:
+        return list(json.loads(resp.read())["samples"])
 
 
 @register("server_metrics")
@@ -196,13 +247,19 @@ class ServerMetricsSampler(PeriodicSampler):
         except MetricsUnavailable as err:
             raise OSError(str(err)) from None
 
+    def read_window(self, snapshots: list[dict[str, Any]], start_s: float) -> list[dict[str, Any]]:
+        from grid.server.metrics_scrape import parse_metrics
+
+        return [{**parse_metrics(s["metrics"]), "t_s": float(s["vt"]) - start_s} for s in snapshots if s.get("metrics")]
+
     def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         from grid.server.metrics_scrape import gauges_found, summarize_series
 
-        # the first and last scrapes bracket the load point (the server is idle then): the summary uses only the
-        # ones in between, and stays null for a load point shorter than FIRST_POLL_S
-        return {**summarize_series(samples[1:-1]), "srv_scrapes": len(samples),
-                "srv_gauges_found": gauges_found(samples)}
+        # polled: the first and last scrapes bracket the load point (the server is idle then): the summary uses only
+        # the ones in between, and stays null for a load point shorter than FIRST_POLL_S; the virtual clock's
+        # snapshots all lie inside the point
+        inside = samples if self.virtual else samples[1:-1]
+        return {**summarize_series(inside), "srv_scrapes": len(samples), "srv_gauges_found": gauges_found(samples)}
 
 
 @register("gpu_telemetry")
@@ -250,6 +307,19 @@ class GpuTelemetrySampler(PeriodicSampler):
 
     def read(self) -> list[dict[str, Any]]:
         return self.reader.read()
+
+    def read_window(self, snapshots: list[dict[str, Any]], start_s: float) -> list[dict[str, Any]]:
+        from grid.telemetry.modelled import rows_from_snapshots
+
+        out: list[dict[str, Any]] = []
+        prev, decode = None, None
+        for s in snapshots:
+            snap = s["telemetry"]
+            decode = snap.get("decode") or decode
+            if prev is not None:
+                out += [{**row, "t_s": float(s["vt"]) - start_s} for row in rows_from_snapshots(prev, snap, decode)]
+            prev = snap
+        return out
 
     def start(self, point_index: int) -> None:
         if hasattr(self.reader, "reset"):

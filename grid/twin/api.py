@@ -161,6 +161,7 @@ class _TwinState:
         virtual: bool
         vclock_begin: Callable[[int, int | None], float]
         vclock_done: Callable[[int], None]
+        samples_between: Callable[[float, float], list[dict]]
         _deliveries: int
         loop_lag: Any
         resolved_args: Callable[[], dict[str, Any]]
@@ -196,6 +197,7 @@ class TwinAPI(_TwinState):
         r.add_get(TELEMETRY_PATH, self.h_telemetry)  # twin-only: the GPU telemetry its model implies
         r.add_post(vproto.BEGIN_PATH, self.h_vclock_begin)  # twin-only: the virtual clock (grid/loadgen/vclock.py)
         r.add_post(vproto.DONE_PATH, self.h_vclock_done)
+        r.add_get(vproto.SAMPLES_PATH, self.h_vclock_samples)
         return app
 
     @web.middleware
@@ -746,11 +748,27 @@ class TwinAPI(_TwinState):
         return web.Response(text=FLUSH_OK)
 
     async def h_telemetry(self, request: web.Request) -> web.Response:
-        """Twin-only (no SGLang route): modelled per-GPU telemetry for the running batch (PerfModel.decode_telemetry)
-        plus cumulative busy time, so a sampler can scale by the busy fraction between two polls. Modelled seconds."""
+        """Twin-only (no SGLang route): :meth:`telemetry` now."""
+        return _json(self.telemetry())
+
+    async def h_vclock_samples(self, request: web.Request) -> web.Response:
+        """Twin-only, virtual clock: the snapshots of /metrics and :meth:`telemetry` the twin took every
+        ``VCLOCK_SAMPLE_S`` modelled seconds with modelled times in ``[from, to]`` (query parameters, s), as
+        ``{"samples": [{"vt", "metrics", "telemetry"}, ...]}`` (409 when the twin is not on the virtual clock)."""
+        if not self.virtual:
+            return _json({"error": "the twin is not on the virtual clock"}, 409)
+        try:
+            since, until = float(request.query["from"]), float(request.query["to"])
+        except (KeyError, ValueError):
+            return _json({"error": "from and to (modelled s) are required numbers"}, 400)
+        return _json({"samples": self.samples_between(since, until)})
+
+    def telemetry(self) -> dict:
+        """Modelled per-GPU telemetry for the running batch (PerfModel.decode_telemetry) plus cumulative busy time,
+        so a sampler can scale by the busy fraction between two readings. Modelled seconds."""
         running = len(self.sched.running)
         hw = self.hw
-        return _json({
+        return {
             "modelled": True, "mnow_s": self.mnow(), "busy_s": self.busy_s, "running": running,
             "queued": len(self.sched.waiting), "used_tokens": self.sched.used_tokens(),
             "decode": self.perf.decode_telemetry(running, self.sched.used_tokens()) if running else None,
@@ -758,7 +776,7 @@ class TwinAPI(_TwinState):
             "memory_bandwidth_gbps": hw.memory_bandwidth_gbps, "interconnect": hw.interconnect, "p2p": hw.p2p,
             "pcie_gbps": hw.pcie_gbps, "allreduce_bus_gbps": hw.allreduce_bus_gbps,
             "memory_used_gb": self.perf.weight_gb_per_gpu + self.perf.kv_gb_per_gpu + self.perf.graph_gb_per_gpu,
-        })
+        }
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         assert self.metrics is not None

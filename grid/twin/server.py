@@ -31,6 +31,7 @@ Faults: every failure mode from ``find_failures`` and every injected fault of ``
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import re
@@ -69,6 +70,13 @@ VCLOCK_STALL_S = 120.0
 #: per batch instead of per token: with orjson chunks, 2.3x fewer real seconds for a 64-stream GLM-5 point,
 #: experiments/vclock_cost.py, docs/twin.md "The virtual clock").
 VCLOCK_YIELD_STEPS = 64
+#: Modelled seconds between two snapshots of the twin's /metrics and telemetry on the virtual clock, taken as its clock
+#: passes each multiple of this from a point's start: what grid's samplers read for the point (GET
+#: /grid/vclock/samples) instead of polling in real time, which a host's speed would move. 5 s: a 64-stream GLM-5 point
+#: (~170 modelled s) gets ~34 of them, a one-stream one (~2,300 s) ~460.
+VCLOCK_SAMPLE_S = 5.0
+#: Snapshots kept (the oldest go first): a few points' worth; grid reads a point's when the point ends.
+VCLOCK_SAMPLES_MAX = 4096
 WARMUP_TEXT = "The capital city of France is"
 OOM_LINES = (
     "Scheduler hit an exception: Traceback (most recent call last):",
@@ -187,6 +195,9 @@ class Twin(TwinAPI):
         # virtual clock: when the clients of requests in flight would give up
         self.deadlines = Deadlines(done=lambda req: req.finished)
         self.skipped_s = 0.0  # virtual clock: modelled seconds skipped to align each point's start (VClock.begin)
+        # virtual clock: (modelled s, /metrics text or None, telemetry) every VCLOCK_SAMPLE_S from each point's start
+        self.vsamples: collections.deque[tuple[float, str | None, dict]] = collections.deque(maxlen=VCLOCK_SAMPLES_MAX)
+        self._next_sample = math.inf
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
         ep = args.ep_size
@@ -676,6 +687,7 @@ class Twin(TwinAPI):
         t0 = self.vclock.begin(streams, self.mclock, measured)
         self.skipped_s += t0 - self.mclock
         self.mclock = t0
+        self._next_sample = t0 + VCLOCK_SAMPLE_S  # at t0 itself every request is still in the front end
         self.wake.set()
         return t0
 
@@ -864,6 +876,7 @@ class Twin(TwinAPI):
             while (at := vc.next_at()) is not None and at < horizon and (
                     at <= self.mclock or (not stepping and at <= due)):
                 at, (req, priority) = vc.pop()
+                self._sample_to(at)
                 self.mclock = max(self.mclock, at)
                 self._vrelease(at, req, priority)
                 stepping = not self.sched_dead and sched.has_work()
@@ -875,6 +888,7 @@ class Twin(TwinAPI):
                 step = sched.step(now)
                 dur = float(step.stats.duration_s)
                 end = now + dur
+                self._sample_to(end)
                 self.mclock = end
                 if due < end:  # a client gave up during the step: before its tokens of this step reached it
                     self._expire(end, inclusive=False)
@@ -886,6 +900,7 @@ class Twin(TwinAPI):
                     await asyncio.sleep(0)  # let the handlers write what the steps since produced, in one go each
                 continue
             if not stepping and due < math.inf and due <= horizon:
+                self._sample_to(due)
                 self.mclock = max(self.mclock, due)  # nothing happens before a client gives up: jump there
                 continue
             self.wake.clear()
@@ -896,6 +911,19 @@ class Twin(TwinAPI):
                     self.log.sched(f"virtual clock: no stream sent for {VCLOCK_STALL_S:g} s; forgetting the load "
                                    "point's streams", level="warning")
                     vc.drop_all()
+
+    def _sample_to(self, t: float) -> None:
+        """Virtual clock: snapshot /metrics and the telemetry at every multiple of :data:`VCLOCK_SAMPLE_S` from the
+        point's start up to modelled time ``t``, where the clock is about to go: what held until then (the running
+        batch of the step that spans it, or an idle twin), the same on any host."""
+        while self._next_sample <= t:
+            self.vsamples.append((self._next_sample, self.metrics.render().decode() if self.metrics else None,
+                                  self.telemetry()))
+            self._next_sample += VCLOCK_SAMPLE_S
+
+    def samples_between(self, since: float, until: float) -> list[dict]:
+        """The snapshots taken at modelled times in ``[since, until]`` (s), oldest first (GET /grid/vclock/samples)."""
+        return [{"vt": t, "metrics": text, "telemetry": tel} for t, text, tel in self.vsamples if since <= t <= until]
 
     def _expire(self, now: float, inclusive: bool) -> None:
         """Time out every request whose client gave up before modelled time ``now`` (``inclusive``: or at it): no

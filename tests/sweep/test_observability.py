@@ -40,6 +40,35 @@ def test_twin_trial_records_metrics_telemetry_and_diagnosis(tmp_path):
     assert "### What limits each load point" in md and "| bottleneck |" in md
 
 
+def test_a_virtual_clock_trial_samples_the_twin_in_modelled_time(tmp_path):
+    """On the virtual clock the samplers read the twin's snapshots of each point's modelled span (every
+    VCLOCK_SAMPLE_S from the point's start) instead of polling it in real time: two runs record the same
+    server_metrics and gpu_telemetry rows and load-point columns, to the bit."""
+    from grid.twin.server import VCLOCK_SAMPLE_S
+    from grid.twin.vclock import EPOCH_S
+
+    runs = []
+    for name in ("a", "b"):
+        spec = spec_for(tmp_path / name, "load.output_len=1024", "load.min_prompts=8")
+        assert spec.engine.clock == "virtual"
+        _, rows, _ = run_one(spec)
+        tables = {t: [{k: v for k, v in r.items() if k not in ("trial_id", "node_id", "node_hostname")}
+                      for r in read_table(tmp_path / name, t).to_pylist()] for t in ("server_metrics", "gpu_telemetry")}
+        sampled = [{k: v for k, v in r.items() if k.startswith(("srv_", "gpu_"))} for r in rows]
+        runs.append((tables, sampled, rows))
+    (tables, sampled, rows), (tables_b, sampled_b, _) = runs
+    assert tables == tables_b and sampled == sampled_b
+    metrics = tables["server_metrics"]
+    for row in rows:
+        mine = [m for m in metrics if m["point_index"] == row["point_index"]]
+        # one snapshot per VCLOCK_SAMPLE_S of the point's modelled time (the warm-up request's phase and the main one),
+        # each at a multiple of it from its phase's start (the twin begins each phase at a multiple of EPOCH_S)
+        assert row["srv_scrapes"] == len(mine) >= row["held_s"] // VCLOCK_SAMPLE_S - 2
+        assert all(m["t_s"] % EPOCH_S % VCLOCK_SAMPLE_S == 0 for m in mine)
+        assert row["srv_running_max"] == row["point_value"]  # every stream's request in the batch at some snapshot
+        assert 0 < row["gpu_sm_util_mean"] <= 1 and row["gpu_samples"] >= 2
+
+
 def test_openai_engine_measures_a_running_twin_without_launching(tmp_path):
     twin_spec = spec_for(tmp_path / "twin")
     engine = get_engine(twin_spec)
