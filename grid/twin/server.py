@@ -72,9 +72,11 @@ VCLOCK_STALL_S = 120.0
 VCLOCK_YIELD_STEPS = 64
 #: Modelled seconds between two snapshots of the twin's /metrics and telemetry on the virtual clock, taken as its clock
 #: passes each multiple of this from a point's start: what grid's samplers read for the point (GET
-#: /grid/vclock/samples) instead of polling in real time, which a host's speed would move. 5 s: a 64-stream GLM-5 point
-#: (~170 modelled s) gets ~34 of them, a one-stream one (~2,300 s) ~460.
-VCLOCK_SAMPLE_S = 5.0
+#: /grid/vclock/samples) instead of polling in real time, which a host's speed would move. 20 s, the density the
+#: samplers' one poll per real second gave the wall-clock twin at its usual time scale of 20: a 64-stream GLM-5 point
+#: (~170 modelled s) gets 8, a one-stream one (~2,300 s) 115; at 5 s the main job's samplers cost ~10 s more (each
+#: snapshot's /metrics is rendered by the twin and parsed by the client: 12 KB, 3.4 ms).
+VCLOCK_SAMPLE_S = 20.0
 #: Snapshots kept (the oldest go first): a few points' worth; grid reads a point's when the point ends.
 VCLOCK_SAMPLES_MAX = 4096
 WARMUP_TEXT = "The capital city of France is"
