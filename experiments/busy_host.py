@@ -54,7 +54,10 @@ it won alone by 2.2-2.9%. TTFT p50 busy vs quiet: -21% to +13% (the time scale m
 On the virtual clock (2026-12-06, 2-core machine, 4 burners), ``-- +sweep=cuda_graph 'load.concurrency=[8,48]'``:
 quiet 55 s, busy 111 s, 6 launches each; all 47 numeric metric columns of the 12 load points bit-identical between the
 runs (c=8: 73.4 tok/s, TTFT p50 336 ms; c=48: 254.5 tok/s, 380 ms), the same best (cuda_graph=True
-cuda_graph_max_bs=32, tied with the other five), 16.39 GPU-hours recorded against 16.39 estimated in each.
+cuda_graph_max_bs=32, tied with the other five), 16.39 GPU-hours recorded against 16.39 estimated in each. With the
+samplers reading the twin's modelled-time snapshots (same day, slower host): quiet 67 s, busy 123 s, and every one of
+the 123 numeric load-point columns (the wall-clock stamps aside) and every server_metrics (168) and gpu_telemetry
+(1,248) row identical between the runs.
 """
 
 from __future__ import annotations
