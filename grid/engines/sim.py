@@ -34,11 +34,11 @@ class SimEngine(Engine):
             raise ConfigError(f"hardware={spec.hardware.name}: {why} (engine=sim is the twin; README 'Works with')")
         e = spec.engine
         if e.clock == "virtual":
-            # conf/engine/sim.yaml's values; set otherwise they would do nothing on the virtual clock, silently
-            wall_only = {"time_scale": (e.time_scale, ("auto", 1.0)), "max_time_scale": (e.max_time_scale, (20.0,)),
-                         "min_step_real_ms": (e.min_step_real_ms, (4.0,))}
-            for key, (value, inert) in wall_only.items():
-                if value not in inert:
+            # set to anything but their defaults (EngineSpec's; time_scale: also conf/engine/sim.yaml's auto) they
+            # would do nothing on the virtual clock, silently
+            for key in ("time_scale", "max_time_scale", "min_step_real_ms"):
+                value = getattr(e, key)
+                if value not in (type(e).model_fields[key].default, "auto"):
                     raise ConfigError(
                         f"engine.{key}={value}: the twin's clock here is engine.clock=virtual (the default), on which "
                         f"a load point takes the CPU its simulation needs and no wall-clock speed applies; "

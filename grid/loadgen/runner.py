@@ -74,7 +74,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import aiohttp
 
@@ -475,7 +475,8 @@ async def run_load_point(
             else:
                 warm = await _closed_loop(sess, warm_items, workers if closed else 1, warmup=True, t0=None)
             await sess.drain()
-            warm_held_ns = _span_ns(warm)
+            warm_span = span_ns(warm)
+            warm_held_ns = max(warm_span[1] - warm_span[0], 0) if warm_span else 0
             t0 = time.perf_counter_ns()
             items = [(i, prompts[i % n]) for i in range(point.num_prompts)]
             tail: list[RequestRecord] = []
@@ -529,11 +530,13 @@ async def run_load_point(
     )
 
 
-def _span_ns(records: list[RequestRecord]) -> int:
-    """First send to last end of ``records`` (ns of their clock); 0 when none was sent."""
+def span_ns(records: Iterable[RequestRecord]) -> tuple[int, int] | None:
+    """(first send, last end) of ``records``, ns of their clock (modelled on the virtual clock); None when none was
+    sent."""
+    records = list(records)
     sends = [r.send_perf_ns for r in records if r.send_perf_ns is not None]
     ends = [r.end_perf_ns for r in records if r.end_perf_ns is not None]
-    return max(max(ends) - min(sends), 0) if sends and ends else 0
+    return (min(sends), max(ends)) if sends and ends else None
 
 
 async def _closed_loop(sess: _Session, items: list[tuple[int, Prompt]], workers: int, *, warmup: bool,

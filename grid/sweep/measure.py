@@ -20,7 +20,7 @@ from grid.diagnosis.rules import diagnose
 from grid.engines.base import Engine, LaunchPlan
 from grid.loadgen.dataset import DatasetArgs, PromptForm, build_dataset, random_prompts
 from grid.loadgen.records import RequestRecord
-from grid.loadgen.runner import LoadPoint, LoadPointResult, Target, run_load_point_sync
+from grid.loadgen.runner import LoadPoint, LoadPointResult, Target, run_load_point_sync, span_ns
 from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
 from grid.report.select import meets_slos, objective_key
@@ -632,10 +632,8 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
 def _modelled_span_s(outcome: LoadPointResult) -> tuple[float, float] | None:
     """A virtual-clock point's modelled span, first send of any of its requests (warm-up included) to the last end
     (s); None when nothing was sent."""
-    every = [*outcome.warmup_records, *outcome.records, *outcome.tail_records]
-    sends = [r.send_perf_ns for r in every if r.send_perf_ns is not None]
-    ends = [r.end_perf_ns for r in every if r.end_perf_ns is not None]
-    return (min(sends) / 1e9, max(ends) / 1e9) if sends and ends else None
+    span = span_ns([*outcome.warmup_records, *outcome.records, *outcome.tail_records])
+    return None if span is None else (span[0] / 1e9, span[1] / 1e9)
 
 
 def _twin_clock(trial: TrialContext) -> tuple[float, float, int, float] | None:

@@ -182,7 +182,6 @@ class PeriodicSampler(Sampler):
                             point_index=self.point_index)
         return rows, self.summarize(self.samples)
 
-
     def _read_virtual(self, window_s: tuple[float, float] | None) -> list[dict[str, Any]]:
         if window_s is None:
             return []

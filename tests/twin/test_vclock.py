@@ -116,6 +116,16 @@ def test_vclock_last_request_ends_its_stream_and_the_horizon_scales():
     assert proto.headers(2.0, 1, 3, last=True)[proto.H_LAST] == "1" and proto.H_LAST not in proto.headers(2.0, 1, 3)
 
 
+def test_the_last_measured_end_closes_the_window_once():
+    vc = VClock()
+    vc.begin(2, 0.0, measured=3)
+    assert [vc.measured_ended(t) for t in (10.0, 12.5)] == [False, False] and vc.window_end is None
+    assert vc.measured_ended(13.0) and vc.window_end == 13.0
+    assert not vc.measured_ended(20.0) and vc.window_end == 13.0  # closed: later ends do not move it
+    vc.begin(1, 20.0)  # a point that declares no measured count has no window to close
+    assert not vc.measured_ended(4200.0) and vc.window_end is None
+
+
 def test_last_vt_reads_the_last_event():
     reads = [(1, b'data: {"text":"a","grid_vt":4096.5}\n\n'), (2, b'data: {"text":"b","grid_'),
              (3, b'vt":4097.25}\n\ndata: [DONE]\n\n')]
