@@ -183,6 +183,16 @@ def test_tokens_are_counted_as_tokens(sweep):
     assert (ok["input_tokens"] > 0).all()
 
 
+def test_a_point_holds_the_real_server_for_its_wall_clock_time(sweep):
+    # held_s (what the cost counts) on the real server is wall-clock seconds: at least the measured window, at most
+    # the point's own wall-clock span (its warm-up request, then first send to the window's end)
+    ok = _load_points(sweep["run_dir"]).query("status == 'ok'")
+    wall_s = (ok["finished_unix_ns"] - ok["started_unix_ns"]) / 1e9
+    assert (ok["time_scale"] == 1.0).all()
+    assert (ok["held_s"] >= ok["duration_s"]).all() and (ok["held_s"] <= wall_s).all(), \
+        ok[["duration_s", "held_s"]].assign(wall_s=wall_s)
+
+
 def test_the_release_speaks_to_the_tables(sweep):
     run_dir = sweep["run_dir"]
     lp = _load_points(run_dir)

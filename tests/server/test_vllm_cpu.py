@@ -142,6 +142,8 @@ def test_a_measured_sweep_with_the_probe_skipped(vllm_server, tmp_path):
         assert row["engine"] == "openai" and row["engine_version"] == "vllm 0.32.0"
         assert row["output_tok_per_s"] > 0 and row["failed"] == 0
         assert row["srv_scrapes"] >= 3  # vLLM's /metrics, read under vLLM's names
+        # what the cost counts: wall-clock seconds here, from the warm-up request to the window's end
+        assert row["duration_s"] <= row["held_s"] <= (row["finished_unix_ns"] - row["started_unix_ns"]) / 1e9
     assert max(r["srv_running_max"] or 0 for r in rows) >= 1
     assert any(r["srv_token_usage_max"] is not None and r["srv_token_usage_max"] > 0 for r in rows)
     metrics = read_table(tmp_path, "server_metrics").to_pylist()
