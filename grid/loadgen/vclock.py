@@ -21,8 +21,9 @@ earlier. A closed-loop point therefore tells the twin which streams it runs and 
 * ``POST /grid/vclock/done`` with ``{"stream": s}`` once stream ``s`` sends no more (not needed after a request
   marked :data:`H_LAST` that the twin answered).
 * ``GET /grid/vclock/samples?from=F&to=T`` answers the snapshots of ``/metrics`` and the modelled GPU telemetry the
-  twin took every few modelled seconds of each point (``{"samples": [{"vt", "metrics", "telemetry"}]}``): what
-  grid's samplers record for a point instead of polling the twin in real time.
+  twin took at each point's start, every few modelled seconds of it and at its end
+  (``{"samples": [{"vt", "kind", "metrics", "telemetry"}]}``, ``kind`` one of grid/twin/server.py's
+  ``SNAPSHOT_KINDS``): what grid's samplers record for a point instead of polling the twin in real time.
 * the client's timeouts travel with each request in modelled seconds (:data:`H_STALL`: no new token for that long;
   :data:`H_READ`: no bytes for that long) and the twin plays them: at the modelled instant the client would give up,
   it aborts the request (its KV freed, as SGLang does when a client disconnects) and ends the response with the SSE

@@ -186,7 +186,9 @@ class PeriodicSampler(Sampler):
         if window_s is None:
             return []
         try:
-            snapshots = vclock_samples(self.ctx.base_url, self.ctx.api_key, *window_s)
+            # the records' ends are the twin's modelled seconds rounded to the ns (vclock.to_ns): a snapshot at the
+            # window's last end may lie up to half a ns past it
+            snapshots = vclock_samples(self.ctx.base_url, self.ctx.api_key, window_s[0] - 1e-9, window_s[1] + 1e-9)
         except (OSError, ValueError) as err:
             say_once(f"{self.table}:vclock", f"{self.table}: the twin's snapshots could not be read ({err})")
             return []
@@ -249,15 +251,18 @@ class ServerMetricsSampler(PeriodicSampler):
     def read_window(self, snapshots: list[dict[str, Any]], start_s: float) -> list[dict[str, Any]]:
         from grid.server.metrics_scrape import parse_metrics
 
-        return [{**parse_metrics(s["metrics"]), "t_s": float(s["vt"]) - start_s} for s in snapshots if s.get("metrics")]
+        return [{**parse_metrics(s["metrics"]), "t_s": float(s["vt"]) - start_s, "snapshot": s.get("kind")}
+                for s in snapshots if s.get("metrics")]
 
     def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         from grid.server.metrics_scrape import gauges_found, summarize_series
 
-        # polled: the first and last scrapes bracket the load point (the server is idle then): the summary uses only
-        # the ones in between, and stays null for a load point shorter than FIRST_POLL_S; the virtual clock's
-        # snapshots all lie inside the point
-        inside = samples if self.virtual else samples[1:-1]
+        # the first and last scrapes bracket the load point (the server is idle then, its gauges those of its last
+        # step before): the summary uses only the ones in between, and stays null for a load point shorter than
+        # FIRST_POLL_S. The virtual clock's snapshots say which they are: those at its start and at the end of a
+        # point without a measured window bracket it; those every VCLOCK_SAMPLE_S and at the window's end (the
+        # gauges of its last step, under load) lie inside (grid/twin/server.py SNAPSHOT_KINDS)
+        inside = [s for s in samples if s.get("snapshot") in ("tick", "window_end")] if self.virtual else samples[1:-1]
         return {**summarize_series(inside), "srv_scrapes": len(samples), "srv_gauges_found": gauges_found(samples)}
 
 

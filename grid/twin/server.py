@@ -71,13 +71,19 @@ VCLOCK_STALL_S = 120.0
 #: experiments/vclock_cost.py, docs/twin.md "The virtual clock").
 VCLOCK_YIELD_STEPS = 64
 #: Modelled seconds between two snapshots of the twin's /metrics and telemetry on the virtual clock, taken as its clock
-#: passes each multiple of this from a point's start: what grid's samplers read for the point (GET
+#: passes each multiple of this from a point's start (besides one at its start and one at its end, SNAPSHOT_KINDS):
+#: what grid's samplers read for the point (GET
 #: /grid/vclock/samples) instead of polling in real time, which a host's speed would move. 20 s, the density the
 #: samplers' one poll per real second gave the wall-clock twin at its usual time scale of 20: a 64-stream GLM-5 point
 #: (~170 modelled s) gets 8, a one-stream one (~2,300 s) 115. Each snapshot's /metrics (12 KB for Llama-3.1-8B) is
 #: rendered by the twin and parsed by the client (3.4 ms measured here); the main job took 86 s with them and 90 s
 #: without, one after the other on one 2-core host: no cost above its noise.
 VCLOCK_SAMPLE_S = 20.0
+#: Why a virtual-clock snapshot was taken: a point's start (its streams not yet sending: the baseline of the
+#: telemetry's busy time), every VCLOCK_SAMPLE_S after it, the end of a steady-state point's measured window (before
+#: its tail requests are cut), or the end of a point without one (its last stream done). A point of any length gets a
+#: start and an end, as the wall-clock samplers poll once at start and once at stop.
+SNAPSHOT_KINDS = ("start", "tick", "window_end", "end")
 #: Snapshots kept (the oldest go first): a few points' worth; grid reads a point's when the point ends.
 VCLOCK_SAMPLES_MAX = 4096
 WARMUP_TEXT = "The capital city of France is"
@@ -199,8 +205,10 @@ class Twin(TwinAPI):
         self.deadlines = Deadlines(done=lambda req: req.finished)
         self.skipped_s = 0.0  # virtual clock: modelled seconds skipped to align each point's start (VClock.begin)
         # virtual clock: (modelled s, /metrics text or None, telemetry) every VCLOCK_SAMPLE_S from each point's start
-        self.vsamples: collections.deque[tuple[float, str | None, dict]] = collections.deque(maxlen=VCLOCK_SAMPLES_MAX)
+        self.vsamples: collections.deque[tuple[float, str, str | None, dict]] = collections.deque(
+            maxlen=VCLOCK_SAMPLES_MAX)
         self._next_sample = math.inf
+        self._point_open = False  # a virtual-clock point began and has not had its end snapshot
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
         ep = args.ep_size
@@ -690,13 +698,22 @@ class Twin(TwinAPI):
         t0 = self.vclock.begin(streams, self.mclock, measured)
         self.skipped_s += t0 - self.mclock
         self.mclock = t0
-        self._next_sample = t0 + VCLOCK_SAMPLE_S  # at t0 itself every request is still in the front end
+        self._snapshot(t0, "start")
+        self._next_sample = t0 + VCLOCK_SAMPLE_S
+        self._point_open = True
         self.wake.set()
         return t0
 
     def vclock_done(self, stream: int) -> None:
         self.vclock.done(stream)
+        self._point_ended(self.mclock)
         self.wake.set()
+
+    def _point_ended(self, t: float) -> None:
+        """The end snapshot (at modelled ``t``, s) of a point without a measured window once its last stream is done:
+        every request it sent has then ended."""
+        if self._point_open and not self.vclock.bounds:
+            self._snapshot(t, "end")
 
     def _enqueue(self, req: Req, treq) -> None:
         if req.finished:  # aborted while in the front end
@@ -744,9 +761,6 @@ class Twin(TwinAPI):
             else:
                 req.steps.append((t, req.n_out, True))
             self.vclock.ended(req.stream, t)
-            if req.role == "measured" and self.vclock.measured_ended(t):  # the window ends: cut its tail requests
-                for other in [r for r in self.reqs.values() if r.role == "tail" and not r.finished]:
-                    self._cut(other, t)
         req.event.set()
         self.reqs.pop(req.rid, None)
         # SGLang caches the prompt and every generated token but the last, whose KV was never computed; 0.5.9 the
@@ -763,6 +777,13 @@ class Twin(TwinAPI):
                                    cached_tokens=req.cached,
                                    ttft_s=(req.t_first - req.t_arrive) if req.t_first is not None else None,
                                    e2e_s=now - req.t_arrive, queue_s=0.0, aborted=reason == "abort")
+        if req.steps is not None:
+            if req.role == "measured" and self.vclock.measured_ended(t):  # the window ends: cut its tail requests
+                self._snapshot(t, "window_end")
+                for other in [r for r in self.reqs.values() if r.role == "tail" and not r.finished]:
+                    self._cut(other, t)
+            else:
+                self._point_ended(t)
 
     # --- the scheduler loop ---------------------------------------------------------------------------------------------
     async def _sched_loop(self) -> None:
@@ -920,13 +941,22 @@ class Twin(TwinAPI):
         point's start up to modelled time ``t``, where the clock is about to go: what held until then (the running
         batch of the step that spans it, or an idle twin), the same on any host."""
         while self._next_sample <= t:
-            self.vsamples.append((self._next_sample, self.metrics.render().decode() if self.metrics else None,
-                                  self.telemetry()))
+            self._snapshot(self._next_sample, "tick")
             self._next_sample += VCLOCK_SAMPLE_S
 
+    def _snapshot(self, t: float, kind: str) -> None:
+        """Keep /metrics and the telemetry as they stand, stamped modelled time ``t`` (s) and ``kind``
+        (:data:`SNAPSHOT_KINDS`). A window's end or a point's end is the point's last snapshot: no tick follows."""
+        self.vsamples.append((t, kind, self.metrics.render().decode() if self.metrics else None, self.telemetry()))
+        if kind in ("window_end", "end"):
+            self._point_open = False
+            self._next_sample = math.inf
+
     def samples_between(self, since: float, until: float) -> list[dict]:
-        """The snapshots taken at modelled times in ``[since, until]`` (s), oldest first (GET /grid/vclock/samples)."""
-        return [{"vt": t, "metrics": text, "telemetry": tel} for t, text, tel in self.vsamples if since <= t <= until]
+        """The snapshots taken at modelled times in ``[since, until]`` (s), oldest first (GET /grid/vclock/samples):
+        ``{"vt", "kind", "metrics", "telemetry"}`` each."""
+        return [{"vt": t, "kind": kind, "metrics": text, "telemetry": tel}
+                for t, kind, text, tel in self.vsamples if since <= t <= until]
 
     def _expire(self, now: float, inclusive: bool) -> None:
         """Time out every request whose client gave up before modelled time ``now`` (``inclusive``: or at it): no

@@ -2,6 +2,7 @@
 report shows it; engine=openai measures a server that is already up (a twin started here) without launching one."""
 
 import pyarrow.parquet as pq
+import pytest
 from tests.sweep.test_measure import run_one, spec_for
 
 from grid.engines.base import get_engine
@@ -61,10 +62,13 @@ def test_a_virtual_clock_trial_samples_the_twin_in_modelled_time(tmp_path):
     metrics = tables["server_metrics"]
     for row in rows:
         mine = [m for m in metrics if m["point_index"] == row["point_index"]]
-        # one snapshot per VCLOCK_SAMPLE_S of the point's modelled time (the warm-up request's phase and the main one),
-        # each at a multiple of it from its phase's start (the twin begins each phase at a multiple of EPOCH_S)
-        assert row["srv_scrapes"] == len(mine) >= row["held_s"] // VCLOCK_SAMPLE_S - 2
-        assert all(m["t_s"] % EPOCH_S % VCLOCK_SAMPLE_S == 0 for m in mine)
+        # each phase (the warm-up request's, then the main one) has a snapshot at its start and one every
+        # VCLOCK_SAMPLE_S after, at multiples of it from the phase's start (the twin begins each phase at a multiple of
+        # EPOCH_S), and one at its end: the warm-up's last request's, the main phase's measured window's
+        assert row["srv_scrapes"] == len(mine) >= row["held_s"] // VCLOCK_SAMPLE_S + 2
+        on_grid = [m for m in mine if m["t_s"] % EPOCH_S % VCLOCK_SAMPLE_S == 0]
+        assert len(mine) - len(on_grid) == 2 and on_grid[0]["t_s"] == 0
+        assert mine[-1]["t_s"] == pytest.approx(row["held_s"], abs=EPOCH_S)  # the window's end ends the point
         assert row["srv_running_max"] == row["point_value"]  # every stream's request in the batch at some snapshot
         assert 0 < row["gpu_sm_util_mean"] <= 1 and row["gpu_samples"] >= 1
 
@@ -108,3 +112,23 @@ def test_openai_engine_reports_an_unreachable_server(tmp_path):
                          trial_id="x")
     # not the configuration's doing: the server is not grid's (skipped, not charged; it runs again on resume)
     assert rows[0]["trial_status"] == "skipped" and rows[0]["trial_error_class"] == "external_unreachable"
+
+
+def test_a_short_open_loop_point_is_bracketed_by_the_twins_snapshots(tmp_path):
+    """An open-loop point shorter than VCLOCK_SAMPLE_S still gets the snapshots at its start and at its last request's
+    end (as the polls bracket a point on the wall clock), so its GPU telemetry covers the whole point; the gauges'
+    summary leaves both out (they are an idle server's)."""
+    from grid.twin.server import VCLOCK_SAMPLE_S
+
+    spec = spec_for(tmp_path, "load.concurrency=[]", "load.request_rate=[4.0]", "load.num_prompts=8")
+    _, rows, _ = run_one(spec)
+    (row,) = rows
+    assert row["status"] == "ok" and row["held_s"] < VCLOCK_SAMPLE_S
+    metrics = [m for m in read_table(tmp_path, "server_metrics").to_pylist() if m["point_index"] == 0]
+    # the warm-up phase's start and end, then the main phase's: together the time the point held the server
+    t = [m["t_s"] for m in metrics]
+    assert len(t) == row["srv_scrapes"] == 4 and t[3] > t[2] > t[1] > t[0] == 0
+    assert (t[1] - t[0]) + (t[3] - t[2]) == pytest.approx(row["held_s"], abs=1e-6)
+    assert row["srv_running_mean"] is None
+    gpu = read_table(tmp_path, "gpu_telemetry").to_pylist()
+    assert row["gpu_samples"] >= 1 and 0 < row["gpu_sm_util_mean"] <= 1 and gpu
