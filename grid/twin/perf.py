@@ -73,6 +73,7 @@ import math
 from dataclasses import dataclass
 
 from grid.config.specs import HardwareSpec, ModelSpec
+from grid.topology.kv import kv_bytes_per_token
 from grid.versions import release_tuple
 
 GIB = 2**30
@@ -136,18 +137,6 @@ T_TORCH_COMPILE_PER_BS = 25.0  # s per compiled batch size (#6830: minutes on la
 T_INIT_DIST_BASE = 4.0
 T_INIT_DIST_PER_GPU = 1.5
 
-_KV_DTYPE_BYTES = {
-    "auto": 2.0,
-    "bf16": 2.0,
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "mxfp8": 1.0,
-    "fp4_e2m1": 0.5,
-    "nvfp4": 0.5,
-    "fp4_mx_block16": 0.5,
-}
 
 
 #: Modelled board power as a fraction of TDP (an assumption, not a fitted calibration row): idle boards draw
@@ -549,25 +538,12 @@ class PerfModel:
         return _Bytes(dense=attn + dense + shared + head, experts=experts, embedding=embedding, total=total)
 
     def _kv_cell_bytes(self) -> int:
-        m = self.model
-        b = _KV_DTYPE_BYTES.get(self.kv_cache_dtype, 2.0)
-        if m.attention == "mla":
-            cell = (m.kv_lora_rank + m.qk_rope_head_dim) * m.num_layers * b
-        else:
-            heads = max(1, m.num_kv_heads // self.attn_tp)
-            cell = heads * m.head_dim * 2 * m.num_layers * b
-        if m.dsa is not None:
-            cell += (m.dsa.index_head_dim + m.dsa.index_head_dim // 128 * 4) * m.num_layers
-        return int(cell)
+        """Bytes of KV one token takes per GPU, all layers (grid/topology/kv.py, SGLang's pool sizing)."""
+        return kv_bytes_per_token(self.model, self.attn_tp, self.kv_cache_dtype)
 
     def _kv_read_bytes_per_token(self) -> float:
-        """Bytes of KV read per context token per decode step, per GPU (all layers)."""
-        m = self.model
-        b = _KV_DTYPE_BYTES.get(self.kv_cache_dtype, 2.0)
-        if m.attention == "mla":
-            return (m.kv_lora_rank + m.qk_rope_head_dim) * m.num_layers * b
-        heads = max(1, m.num_kv_heads // self.attn_tp)
-        return heads * m.head_dim * 2 * m.num_layers * b
+        """Bytes of KV read per context token per decode step, per GPU (all layers; a DSA indexer's keys aside)."""
+        return float(kv_bytes_per_token(self.model, self.attn_tp, self.kv_cache_dtype, indexer=False))
 
     def _moe_runner_class(self) -> str:
         r = self.cfg.moe_runner_backend
