@@ -381,6 +381,11 @@ def _pd(s: dict[str, Any], model: Any) -> tuple | None:
     return (mode,) if mode not in (None, "null") else None
 
 
+def _fake_transfer_on_prefill(s: dict[str, Any], model: Any) -> tuple | None:
+    return () if s.get("disaggregation_mode") == "prefill" and s.get("disaggregation_transfer_backend") == "fake" \
+        else None
+
+
 def _arch_without_window(s: dict[str, Any], model: Any) -> tuple | None:
     arch = getattr(model, "architecture", None)
     return (arch,) if arch in SLIDING_WINDOW_ARCHS and not getattr(model, "sliding_window", 0) else None
@@ -657,6 +662,11 @@ RULES: list[Rule] = [
          "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)",
          _pp_speculative(("EAGLE",), prefill_ok=True), "check_pipeline_parallel_compat",
          reads=("pp_size", "speculative_algorithm", "disaggregation_mode")),
+    # the fake transfer backend moves no KV: a decode server alone, for synthetic decode benchmarks (0.5.10+ asserts
+    # it in _handle_pd_disaggregation, 0.5.14+ handle_pd_disaggregation; the catalog's refusals)
+    Rule("pd_fake_transfer_on_prefill", "0.5.10", None, "Prefill server does not support 'fake' as the transfer backend",
+         _fake_transfer_on_prefill, "handle_pd_disaggregation",
+         reads=("disaggregation_mode", "disaggregation_transfer_backend")),
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,

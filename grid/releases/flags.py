@@ -276,6 +276,8 @@ SETTINGS: dict[str, Setting] = {
            minimum=1, numeric=True, **_PERF),
         _s("disaggregation_mode", str, "--disaggregation-mode", "prefill/decode disaggregation role (null = off)",
            **_SERVER),
+        _s("disaggregation_transfer_backend", str, "--disaggregation-transfer-backend",
+           "how KV moves from a prefill to a decode server (mooncake, nixl, fake: decode alone, no KV)", **_SERVER),
         _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1, **_PERF),
     ]
 }

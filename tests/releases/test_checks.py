@@ -110,6 +110,16 @@ def test_pipeline_parallelism_with_speculative_decoding_is_refused_with_each_rel
     assert check_config({**eagle, "pp_size": 1}, "0.5.9") == []
 
 
+def test_a_prefill_server_cannot_use_the_fake_transfer_backend():
+    # (not among CONFIGS: the twin refuses every --disaggregation-mode, rule twin_pd_disaggregation)
+    fake = {"disaggregation_mode": "prefill", "disaggregation_transfer_backend": "fake"}
+    assert check_config(fake, "0.5.23") == check_config(fake, "0.5.10") == [
+        "Prefill server does not support 'fake' as the transfer backend"]
+    assert check_config(fake, "0.5.9") == []  # the catalog's 0.5.9 has no such check
+    assert check_config({**fake, "disaggregation_mode": "decode"}, "0.5.23") == []  # a decode pool alone
+    assert check_config({**fake, "disaggregation_transfer_backend": "mooncake"}, "0.5.23") == []
+
+
 def test_choices_and_versions():
     assert "not accepted by SGLang 0.5.9" in check_config({"dsa_decode_backend": "flashinfer_sparse_mla"}, "0.5.9")[0]
     assert check_config({"dsa_decode_backend": "flashinfer_sparse_mla"}, "0.5.23") == []
