@@ -19,7 +19,7 @@ tests/releases/test_checks.py compares the two on the same configurations.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from grid.releases.flags import (
     SETTINGS,
@@ -81,6 +81,12 @@ ANY_HARDWARE = (Hardware(),)
 CUDA = (Hardware(vendor="nvidia"),)
 
 
+#: How a known failure shows on the twin: it dies during start (a crash, a CUDA out-of-memory, or a hang until the
+#: startup timeout), answers with NaN logits, or crashes once serving. Each is a fault kind the twin plays
+#: (grid/twin/faults.py ``FAULT_KINDS``; tests/twin/test_failures.py checks every one has its fault).
+Effect = Literal["startup_crash", "startup_oom", "startup_hang", "nan_output", "runtime_crash"]
+
+
 @dataclass(frozen=True)
 class TwinFailure:
     """How the twin shows a kernel requirement's failure when a configuration breaking it is launched anyway (on the
@@ -93,7 +99,7 @@ class TwinFailure:
 
     id: str
     description: str
-    effect: str = "startup_crash"
+    effect: Effect = "startup_crash"
     phase: str = "cuda_graph_capture"
     phase_fraction: float = 0.1
     exception: str = "RuntimeError"
@@ -102,6 +108,11 @@ class TwinFailure:
 
     def line(self, message: str) -> str:
         return self.log_line if self.log_line is not None else f"{self.exception}: {message}"
+
+
+#: Where a rule bites (:attr:`Rule.stage`): SGLang's argument checks refuse it at launch; a kernel's hardware
+#: requirement kills the server later; SGLang starts and dies before it is ready; only the twin cannot represent it.
+Stage = Literal["launch", "requirement", "start", "twin"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +137,7 @@ class Rule:
     #: ``"start"``: SGLang starts and dies before it is ready with ``message`` (read off the running server); grid
     #: does not refuse it but knows it fails (grid/search/knowledge.py: launched last, as a known failure).
     #: ``"twin"``: what the twin cannot represent (only the twin refuses it).
-    stage: str = "launch"
+    stage: Stage = "launch"
     #: ``when`` takes the hardware too: ``when(settings, model, hardware)`` (the twin's cross-node rule reads the
     #: hardware file's nodes and network).
     with_hardware: bool = False
@@ -721,42 +732,53 @@ def rules_reading(setting: str) -> list[str]:
     return list(dict.fromkeys(r.name for r in RULES if setting in r.reads))
 
 
-def check_config(settings: dict[str, Any], version: str | Version, model: Any = None,
-                 hardware: Any = None, twin: bool = False) -> list[str]:
-    """Every reason SGLang ``version`` would refuse ``settings`` at launch (empty: it would start).
+@dataclass(frozen=True)
+class Refusal:
+    """One reason SGLang would not serve a configuration: SGLang's ``message``, and the ``rule`` that refused it
+    (None for a setting SGLang's argument parser rejects: an unknown flag, a value outside its choices)."""
+
+    message: str
+    rule: Rule | None = None
+
+
+def refusals(settings: dict[str, Any], version: str | Version, model: Any = None, hardware: Any = None,
+             twin: bool = False) -> list[Refusal]:
+    """Every reason SGLang ``version`` would refuse ``settings`` at launch (empty: it would start), each with the rule
+    that refused it.
 
     ``model`` is a ``ModelSpec`` (or anything with ``quantization`` and ``dsa``) for the model-dependent rules;
     ``hardware`` a ``HardwareSpec`` (``sm_version``; ``vendor`` when it has one, else NVIDIA) for the
     hardware-dependent ones (None: unknown, so SM-range rules do not refuse). ``twin``: the server is the twin, so
-    the rules of stage ``"twin"`` (what the twin cannot represent) apply too.
+    the rules of stage ``"twin"`` (what the twin cannot represent) apply too. A setting the parser rejects stops the
+    check there: the rules read only settings SGLang accepts.
     Raises ``ValueError`` for a version string that is not an SGLang version.
     """
     ver = parse_version(version) if isinstance(version, str) else tuple(version)
-    reasons: list[str] = []
+    out: list[Refusal] = []
     known: dict[str, Any] = {}
     for name, value in settings.items():
         try:
             known[name] = check_setting(name, value, ver)
         except SettingError as err:
-            reasons.append(str(err))
-    if reasons:
-        return reasons
+            out.append(Refusal(str(err)))
+    if out:
+        return out
     bad = unknown_flags(to_argv({k: v for k, v in known.items() if k in SETTINGS}, ver), ver)
     if bad:
-        reasons.append(f"unrecognized arguments: {' '.join(bad)} (SGLang {'.'.join(map(str, ver))})")
+        out.append(Refusal(f"unrecognized arguments: {' '.join(bad)} (SGLang {'.'.join(map(str, ver))})"))
     for rule in RULES:
         if (rule.stage == "twin" and not twin) or rule.stage == "start":
             continue
         why = rule.refuses(known, ver, model, hardware)
         if why is not None:
-            reasons.append(why)
-    return reasons
+            out.append(Refusal(why, rule))
+    return out
 
 
-def _is_message(text: str, template: str) -> bool:
-    """Whether ``text`` is ``template`` with its ``{}`` filled in."""
-    parts = template.split("{}")
-    return text.startswith(parts[0]) and text.endswith(parts[-1]) and len(text) >= sum(map(len, parts))
+def check_config(settings: dict[str, Any], version: str | Version, model: Any = None,
+                 hardware: Any = None, twin: bool = False) -> list[str]:
+    """The messages of :func:`refusals` (same arguments, same errors)."""
+    return [r.message for r in refusals(settings, version, model, hardware, twin)]
 
 
 def start_failures(settings: dict[str, Any], version: str | Version, model: Any = None,
@@ -796,14 +818,14 @@ def refuse(engine: Any, trial: Any) -> str | None:
     version = engine.version()
     spec = engine.spec
     hardware = getattr(spec, "hardware", None)
-    reasons = check_config(trial.settings, version, getattr(spec, "model", None), hardware,
-                           twin=bool(getattr(engine, "twin", False)))
-    if not reasons:
+    found = refusals(trial.settings, version, getattr(spec, "model", None), hardware,
+                     twin=bool(getattr(engine, "twin", False)))
+    if not found:
         return None
-    if any(rule.stage == "twin" and reasons[0].startswith(rule.message.split("{}")[0]) for rule in RULES):
-        return reasons[0]
-    for rule in RULES:  # a kernel's hardware requirement: say which hardware and where the fact comes from
-        if rule.stage == "requirement" and _is_message(reasons[0], rule.message):
-            row = f"failure table {rule.twin_failure.id}: " if rule.twin_failure is not None else ""
-            return f"{device_name(hardware)} cannot run this configuration: {reasons[0]} (source: {row}{rule.where})"
-    return f"SGLang {version} would refuse this configuration: {reasons[0]}"
+    first, rule = found[0].message, found[0].rule
+    if rule is not None and rule.stage == "twin":
+        return first
+    if rule is not None and rule.stage == "requirement":  # a kernel's hardware requirement: which hardware, and why
+        row = f"failure table {rule.twin_failure.id}: " if rule.twin_failure is not None else ""
+        return f"{device_name(hardware)} cannot run this configuration: {first} (source: {row}{rule.where})"
+    return f"SGLang {version} would refuse this configuration: {first}"

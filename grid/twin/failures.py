@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from grid.releases.checks import Effect
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.twin.perf import PerfModel, ServingConfig, version_tuple
 
@@ -25,7 +26,7 @@ from grid.twin.perf import PerfModel, ServingConfig, version_tuple
 @dataclass(frozen=True)
 class FailureMode:
     id: str
-    effect: str  # "startup_crash" | "startup_oom" | "startup_hang" | "nan_output" | "runtime_crash"
+    effect: Effect
     at_s: float  # modelled seconds after launch (startup effects) or after first decode (runtime)
     exit_code: int
     log_lines: tuple[str, ...]  # verbatim-style SGLang log lines to print (e.g. the RuntimeError / NaN lines)
@@ -63,7 +64,7 @@ class _Ctx:
 @dataclass(frozen=True)
 class _Row:
     id: str
-    effect: str
+    effect: Effect
     phase: str  # startup phase it strikes in (key of PerfModel.startup_phases_s) or "decode"
     exit_code: int
     log_lines: tuple[str, ...]  # may use {graph_gb}, {avail_gb}, {backend}, {flag}, {kv_dtype}, {weight_gb}, {mem_gb},

@@ -391,10 +391,12 @@ def parse_faults(text: str | None) -> list[Fault]:
 
 
 def faults_from_failures(failures: list) -> list[Fault]:
+    """The faults that play ``failures`` (grid/twin/failures.py ``FailureMode`` rows), one per row. Raises
+    ``KeyError`` naming the known kinds for an effect no fault plays (grid.releases.checks ``Effect`` lists them)."""
     out = []
     for fm in failures:
         cls = FAULT_KINDS.get(fm.effect)
         if cls is None:
-            continue
+            raise KeyError(f"failure {fm.id}: effect {fm.effect!r} has no fault; known: {sorted(FAULT_KINDS)}")
         out.append(cls({"at_s": fm.at_s, "exit_code": fm.exit_code, "log_lines": fm.log_lines}, source=fm.id))
     return out

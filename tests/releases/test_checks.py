@@ -208,3 +208,13 @@ def test_every_rule_declares_the_settings_it_reads():
     assert rules_reading("two_batch_overlap") == ["tbo_needs_a2a", "tbo_needs_dp_attention", "tbo_needs_attn_dp",
                                                   "tbo_deepep_v2", "tbo_megamoe"]
     assert "fa3_needs_sm90" in rules_reading("attention_backend")
+
+
+def test_a_refusal_names_the_rule_that_refused():
+    from grid.releases.checks import refusals
+
+    (r,) = refusals({"two_batch_overlap": True}, "0.5.9")
+    assert r.rule is not None and r.rule.name == "tbo_needs_a2a" and r.rule.stage == "launch"
+    assert r.message == "When enabling two batch overlap, moe_a2a_backend cannot be 'none'."
+    (bad,) = refusals({"schedule_policy": "hrrn"}, "0.5.9")  # the argument parser's, not a rule's
+    assert bad.rule is None and "hrrn" in bad.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from grid.twin.failures import FAILURE_TABLE, find_failures
 from grid.twin.perf import PerfModel, ServingConfig
 
@@ -101,3 +103,17 @@ def test_weights_do_not_fit():
     f = _ids(tp_size=4)
     assert f["weights_oom"].effect == "startup_oom"
     assert _ids(model_name="llama3_1_8b", hw="h100_x1", tp_size=1) == {}
+
+
+def test_every_failure_effect_has_a_fault_that_plays_it():
+    from typing import get_args
+
+    from grid.releases.checks import Effect
+    from grid.twin.faults import FAULT_KINDS, faults_from_failures
+    from grid.twin.failures import FailureMode
+
+    assert set(get_args(Effect)) <= set(FAULT_KINDS)
+    row = FailureMode("x", "startup_crash", 1.0, 1, ("boom",), "d", "s")
+    assert [f.kind for f in faults_from_failures([row])] == ["startup_crash"]
+    with pytest.raises(KeyError, match="failure x: effect 'melts' has no fault; known: "):
+        faults_from_failures([FailureMode("x", "melts", 1.0, 1, (), "d", "s")])  # type: ignore[arg-type]
