@@ -3,7 +3,7 @@
 An aggregated deployment is ``n`` identical servers that each prefill and decode, behind a router when ``n`` > 1.
 A disaggregated one (``xPyD``) is ``x`` prefill servers (``--disaggregation-mode prefill``) and ``y`` decode servers
 (``--disaggregation-mode decode``), always behind a router: SGLang's decode server cannot prefill a request itself,
-so every request goes prefill -> KV transfer -> decode (llm-d ``docs/operations/disaggregation/sglang.md``). Each
+so every request goes prefill -> KV transfer -> decode (llm-d/llm-d ``docs/operations/disaggregation/``, its SGLang page). Each
 server is ``tp`` GPUs, its attention split into ``attn_dp`` data-parallel groups of ``tp / attn_dp`` (SGLang's
 ``--attn-dp-size``, ``--dp-size N --enable-dp-attention`` before 0.5.22) and its experts over ``ep`` GPUs
 (``--ep-size``). Servers are placed on nodes in order, each on the first node with enough free GPUs; a server of
