@@ -49,7 +49,7 @@ from grid.search.plan import SearchPlan, build
 from grid.search.policy import DONE, WAIT, Budget, Exhaustive
 from grid.search.predict import replay_point
 from grid.sweep.space import expand
-from grid.twin.calibrate import Coefficients, Observation, calibrated, fit
+from grid.twin.coefficients import Coefficients, Observation, calibrated, fit
 
 
 

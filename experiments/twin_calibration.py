@@ -1,7 +1,7 @@
 """Does the twin learn a setup from a few of its measurements? (benchmark script, not a test)
 
 Every setup of the published rows (grid/twin/calibration_rows.yaml, rejected runs left out) with at least three runs
-of one model, hardware and engine is split: the twin is calibrated (grid/twin/calibrate.py) on ``k`` of its runs
+of one model, hardware and engine is split: the twin is calibrated (grid/twin/coefficients.py) on ``k`` of its runs
 (k = 1, 2, 3; up to ``--subsets`` choices of them, evenly spread) and forecasts the others. Per metric and ``k`` it
 prints the geometric-mean absolute error of those forecasts before and after calibration, over the setups none of
 whose runs any constant of the twin was fitted on (``held out``) and over all of them; ``--by-setup`` adds one line
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grid.twin.calibrate import METRICS, geomean_abs, holdout  # noqa: E402
+from grid.twin.coefficients import METRICS, geomean_abs, holdout  # noqa: E402
 from grid.twin.fidelity import load_runs, observation  # noqa: E402
 
 KS = (1, 2, 3)

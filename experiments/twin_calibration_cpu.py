@@ -3,7 +3,7 @@
 Ground truth measured on this machine: the released SGLang server on the host CPU (``engine=sglang
 hardware=cpu_host``, the tiny random-weight Llama of experiments/real_server/setup_sglang_cpu.sh) runs
 conf/sweep/cpu_calibration.yaml (running-request cap x prefill chunk, concurrency 1 / 4 / 8) through grid. The twin
-is then calibrated (grid/twin/calibrate.py) on the load points of ``k`` configurations (k = 1, 2; every choice of
+is then calibrated (grid/twin/coefficients.py) on the load points of ``k`` configurations (k = 1, 2; every choice of
 them) and forecasts the load points of the others, replayed as the load generator ran them (grid/search/predict.py
 ``replay_point``). Printed: per metric and ``k``, the geometric-mean absolute error of those forecasts before
 calibration (the CPU's spec-sheet figures in conf/hardware/cpu_host.yaml) and after; the coefficients of each
@@ -36,7 +36,7 @@ from grid.compose import compose_spec  # noqa: E402
 from grid.search.calibration import observations  # noqa: E402
 from grid.storage.parquet import read_table  # noqa: E402
 from grid.sweep.space import expand  # noqa: E402
-from grid.twin.calibrate import METRICS, Observation, calibrated, fit, geomean_abs, memoized  # noqa: E402
+from grid.twin.coefficients import METRICS, Observation, calibrated, fit, geomean_abs, memoized  # noqa: E402
 
 KS = (1, 2)
 

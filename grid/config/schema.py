@@ -404,7 +404,7 @@ class SearchSpec(_Spec):
 
 
 class TwinSpec(_Spec):
-    """The twin calibrated on the sweep's own measurements (grid/twin/calibrate.py, docs/twin.md "Calibration from
+    """The twin calibrated on the sweep's own measurements (grid/twin/coefficients.py, docs/twin.md "Calibration from
     measured trials"): after each measured configuration grid refits a few coefficients of the twin's model to the
     load points measured so far, writes them to ``calibration.json`` and re-forecasts the configurations not yet
     run. Only engines the twin forecasts (``sim``, ``sglang``)."""

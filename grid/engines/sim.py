@@ -125,7 +125,7 @@ def host_load_per_core() -> float:
 
 def single_stream_step_s(spec, flags: list[str], version: str, context_tokens: int) -> float | None:
     """The twin's modelled decode step at batch 1 for these flags; None if the twin would refuse them."""
-    from grid.twin.configured import perf_model
+    from grid.twin.perf_of_flags import perf_model
 
     perf = perf_model(spec.model, spec.hardware, flags, version, spec.engine.env)
     return None if perf is None else perf.decode_step_s(1, context_tokens)

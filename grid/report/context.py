@@ -243,7 +243,7 @@ def cuda_graph_forecast(spec: RunSpec, settings: Mapping[str, Any], batches: Seq
     H100 the twin's A5 anchor is 9.28 ms eager vs 7.06 ms with graphs (grid/twin/perf.py). None on a CPU host (no
     CUDA graphs there)."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin.configured import perf_model
+    from grid.twin.perf_of_flags import perf_model
 
     if spec.hardware.is_cpu:
         return None
@@ -310,7 +310,7 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
     configuration on this model and hardware and whose effect matches its recorded error class; [] when none does
     or the configuration cannot be parsed for its version."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin.configured import perf_model
+    from grid.twin.perf_of_flags import perf_model
     from grid.twin.failures import find_failures
 
     row = verdict.rows[0] if verdict.rows else {}

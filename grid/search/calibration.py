@@ -1,5 +1,5 @@
 """The twin calibrated on the sweep's own measurements: the measured load points as calibration
-observations (grid/twin/calibrate.py), the run's calibration file, and a saved calibration as the starting point of a
+observations (grid/twin/coefficients.py), the run's calibration file, and a saved calibration as the starting point of a
 later sweep on the same hardware (``twin.calibration=PATH``).
 
 ``calibration.json`` in the run directory (docs/schema.md) holds the coefficients, their log standard deviations, the
@@ -27,10 +27,10 @@ from typing import Any
 
 from grid.config.schema import ConfigError, RunSpec
 from grid.plan import TrialPlan
-from grid.twin.calibrate import COEFFICIENTS, Calibration, Coefficients, Observation, Outlier, fit
+from grid.twin.coefficients import COEFFICIENTS, Calibration, Coefficients, Observation, Outlier, fit
 
 CALIBRATION_FILE = "calibration.json"
-#: Measured columns of ``load_points`` -> the calibration metric each is (grid/twin/calibrate.py ``METRICS``).
+#: Measured columns of ``load_points`` -> the calibration metric each is (grid/twin/coefficients.py ``METRICS``).
 MEASURED = {"ttft_median_ms": "ttft_ms", "tpot_median_ms": "tpot_ms", "output_tok_per_s": "output_tok_per_s"}
 
 
@@ -197,10 +197,10 @@ FILE_KEYS = (
     ("key", "object", "", "what it applies to: hardware, model, engine (kind) and release (the SGLang version); "
                           "twin.calibration refuses a file whose key differs from the sweep's"),
     ("coefficients", "object", "x", "decode, prefill, frontend: multipliers on the twin's decode step, prefill "
-                                    "step and front-end latency (grid/twin/calibrate.py); 1.0 is the spec-sheet "
+                                    "step and front-end latency (grid/twin/coefficients.py); 1.0 is the spec-sheet "
                                     "model"),
     ("log_sd", "object", "log", "each coefficient's posterior standard deviation in natural-log units (the prior's, "
-                                "grid/twin/calibrate.py PRIOR_SD, where no measurement moved it); the 95% interval is "
+                                "grid/twin/coefficients.py PRIOR_SD, where no measurement moved it); the 95% interval is "
                                 "coefficient x exp(+-1.96 log_sd)"),
     ("sources", "list", "", "the load points it was fitted on: `<label> (<config_hash>) <point_kind> <point_value>` "
                             "(a saved calibration's sources first)"),

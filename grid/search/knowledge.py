@@ -45,7 +45,7 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
     """The twin's ``PerfModel`` of ``settings`` on ``spec``'s model and hardware at SGLang ``version``; None when the
     twin's argument checks refuse them (SGLang would too)."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin.configured import perf_model
+    from grid.twin.perf_of_flags import perf_model
 
     return perf_model(spec.model, spec.hardware, to_argv(settings, parse_version(version)), version, spec.engine.env)
 

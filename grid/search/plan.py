@@ -74,7 +74,7 @@ def max_gpu_s(search, cands: list[Candidate]) -> float | None:
 
 def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str, coefficients=None) -> SearchPlan:
     """Assess every configuration, forecast the ones that may launch (with the twin calibrated to ``coefficients``,
-    grid/twin/calibrate.py, when given) and set up ``spec.search``'s policy."""
+    grid/twin/coefficients.py, when given) and set up ``spec.search``'s policy."""
     from grid.report.select import OBJECTIVES
 
     known = assess(spec, engine, plans, version)

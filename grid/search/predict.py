@@ -93,7 +93,7 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
 def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
     """The twin's median TTFT (ms), median TPOT (ms) and output tok/s of the load point ``kind`` / ``level`` of
     ``load`` as the trial measures it (:func:`_simulate_point`, repeat 0 with its seed: grid/plan.py ``point_of``),
-    keyed as grid/twin/calibrate.py ``METRICS``: what a calibration compares with the measured point. The replay and
+    keyed as grid/twin/coefficients.py ``METRICS``: what a calibration compares with the measured point. The replay and
     the live twin agree to float precision (tests/twin/test_replay.py)."""
     row = _simulate_point(perf, load, kind, level)
 
@@ -169,7 +169,7 @@ def _model(spec: RunSpec, plan: TrialPlan, version: str, coefficients):
     """The twin's model of ``plan`` calibrated to ``coefficients``; None when the twin refuses the configuration, or
     when its spec-sheet forecasts of this hardware count only once calibrated and there are no coefficients
     (grid/twin/perf.py ``forecasts_need_calibration``: a CPU host)."""
-    from grid.twin.calibrate import calibrated
+    from grid.twin.coefficients import calibrated
     from grid.twin.perf import forecasts_need_calibration
 
     if coefficients is None and forecasts_need_calibration(spec.hardware):
@@ -267,7 +267,7 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
 
 
 def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) -> Forecast | None:
-    """The twin's forecast of ``plan``, with ``coefficients`` (grid/twin/calibrate.py ``Coefficients``: the twin
+    """The twin's forecast of ``plan``, with ``coefficients`` (grid/twin/coefficients.py ``Coefficients``: the twin
     calibrated on measurements; None: the spec-sheet model); None when the twin's argument checks refuse it, or
     its spec-sheet forecasts of the hardware need a calibration first (a CPU host, :func:`_model`).
     ``load_s`` counts every level ``load.repeats`` times (the score is the same: the twin's forecast of a level does

@@ -116,7 +116,7 @@ def first_wave_ttft_s(spec: RunSpec, plan: TrialPlan, version: str, requests: in
     at once (the first wave of a closed loop at that concurrency), from the twin's performance model and scheduler in
     virtual time (grid/twin/simulate.py); None when the twin would refuse the configuration."""
     from grid.releases.flags import parse_version, to_argv
-    from grid.twin.configured import perf_model
+    from grid.twin.perf_of_flags import perf_model
     from grid.twin.scheduler import TwinRequest
     from grid.twin.simulate import simulate
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the mixins go before a PerfModel class (grid.twin.extensions.perf_class); at run time: object
+if TYPE_CHECKING:  # the mixins go before a PerfModel class (grid.twin.perf_class.perf_class); at run time: object
     from grid.twin.perf import PerfModel as _PerfBase
 else:
     _PerfBase = object
@@ -42,7 +42,7 @@ def _fractions(model) -> tuple[float, float, int]:
 
 
 class SlidingWindowMixin(_PerfBase):
-    """Mixed in before a ``PerfModel`` class (see :func:`grid.twin.extensions.perf_class`) for models with
+    """Mixed in before a ``PerfModel`` class (see :func:`grid.twin.perf_class.perf_class`) for models with
     ``sliding_window`` > 0; see the module docstring."""
 
     def __init__(self, model, hardware, cfg) -> None:

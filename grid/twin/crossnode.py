@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the mixin goes before a PerfModel class (grid.twin.extensions.perf_class); at run time: object
+if TYPE_CHECKING:  # the mixin goes before a PerfModel class (grid.twin.perf_class.perf_class); at run time: object
     from grid.twin.perf import PerfModel as _PerfBase
 else:
     _PerfBase = object
@@ -83,7 +83,7 @@ def spans_nodes(cfg: Any) -> bool:
 class CrossNodeMixin(_PerfBase):
     """``PerfModel`` mixin for a TP group over ``hardware.nodes`` nodes: every all-reduce is the hierarchical NCCL
     one (:func:`hierarchical_allreduce_s`), the weight load runs on all nodes at once. Chosen by
-    grid/twin/extensions.py when ``cfg.nnodes`` > 1."""
+    grid/twin/perf_class.py when ``cfg.nnodes`` > 1."""
 
     def _allreduce_s(self, tokens: int) -> float:
         """One all-reduce of ``tokens`` x hidden bf16 values over the TP group spanning the nodes (s)."""

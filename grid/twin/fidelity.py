@@ -162,7 +162,7 @@ def evaluate(runs: list[dict[str, Any]] | None = None) -> list[Row]:
 
 def replay(run: dict[str, Any], perf: Any) -> dict[str, dict[str, float]]:
     """The twin's value of every metric (both statistics) for ``run`` on ``perf`` (any performance model: a
-    calibrated one, grid/twin/calibrate.py, included)."""
+    calibrated one, grid/twin/coefficients.py, included)."""
     if run["workload"]["kind"] == "decode":
         return decode_only(run, perf)
     reqs, conc = workload(run)
@@ -170,10 +170,10 @@ def replay(run: dict[str, Any], perf: Any) -> dict[str, dict[str, float]]:
 
 
 def observation(run: dict[str, Any]):
-    """A published run as a calibration measurement (``grid.twin.calibrate.Observation``): its published metrics
+    """A published run as a calibration measurement (``grid.twin.coefficients.Observation``): its published metrics
     that a calibration fits (``calibrate.METRICS``; ``input_tok_per_s`` follows the same duration as output tok/s
     and is left out), each at the statistic the source states; ``source`` is the run id."""
-    from grid.twin.calibrate import METRICS as FITTED, Observation
+    from grid.twin.coefficients import METRICS as FITTED, Observation
 
     stats = {m: spec.get("stat", "") for m, spec in run["metrics"].items() if m in FITTED}
 

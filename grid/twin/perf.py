@@ -329,7 +329,7 @@ def forecasts_need_calibration(hardware: HardwareSpec) -> str | None:
     points (None when they may): its constants were fitted on NVIDIA GPUs only (docs/twin.md section 1). On a CPU host
     (``HardwareSpec.is_cpu``) the model keeps its structure (bytes and FLOPs per step from the architecture, the CPU's
     spec-sheet bandwidth and peak, one dispatch cost per op) but runs ops one after the other (``PerfModel.on_host``),
-    so its spec-sheet forecasts are the starting point of the sweep's calibration (grid/twin/calibrate.py)."""
+    so its spec-sheet forecasts are the starting point of the sweep's calibration (grid/twin/coefficients.py)."""
     if hardware.is_cpu:
         return (f"the twin's constants were fitted on GPUs; on {getattr(hardware, 'name', 'a CPU host')} (a CPU) "
                 "its forecasts count once the sweep has calibrated it on measured points")
@@ -376,9 +376,9 @@ class PerfModel:
     """Resolved server settings and modelled step times for one (model, hardware, flags) triple."""
 
     def __new__(cls, model: ModelSpec, hardware: HardwareSpec, cfg: ServingConfig):
-        # grid/twin/extensions.py picks pipeline.py / speculative.py / crossnode.py / attention.py
+        # grid/twin/perf_class.py picks pipeline.py / speculative.py / crossnode.py / attention.py
         if cls is PerfModel:
-            from grid.twin.extensions import perf_class
+            from grid.twin.perf_class import perf_class
 
             cls = perf_class(cfg, model, hardware)
         return super().__new__(cls)

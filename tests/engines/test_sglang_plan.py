@@ -10,7 +10,7 @@ from grid.engines.sglang import SGLangEngine
 from grid.plan import TrialPlan
 from grid.search.knowledge import assess
 from grid.sweep.space import expand
-from grid.twin.configured import perf_model
+from grid.twin.perf_of_flags import perf_model
 
 
 def _spec(tmp_path, *overrides: str):
@@ -61,7 +61,7 @@ def test_on_0_5_9_the_cpu_sweep_refuses_ngram_before_launch(tmp_path):
 def test_on_a_cpu_host_the_twin_adds_up_op_time_and_dispatch_and_forecasts_only_once_calibrated(tmp_path):
     from grid.search.predict import forecast, level_forecasts
     from grid.twin import perf as pm
-    from grid.twin.calibrate import Coefficients
+    from grid.twin.coefficients import Coefficients
 
     spec = _spec(tmp_path)
     perf = perf_model(spec.model, spec.hardware, ["--max-total-tokens", "65536"], "0.5.23")

@@ -15,7 +15,7 @@ from grid.search.policy import Budget, Candidate, TwinRanked
 from grid.search.predict import forecast, replay_point
 from grid.storage.parquet import read_table
 from grid.sweep.space import expand
-from grid.twin.calibrate import Calibration, Coefficients, Outlier, calibrated, fit
+from grid.twin.coefficients import Calibration, Coefficients, Outlier, calibrated, fit
 from tests.config.test_configs import spec_for
 
 SWEEP = ["model=llama3_1_8b", "hardware=h100_x1", "+sweep.name=cal", "+sweep.grid.max_running_requests=[64,8]",

@@ -1,4 +1,4 @@
-"""The twin's calibration from measurements (grid/twin/calibrate.py): the fit recovers coefficients planted in the
+"""The twin's calibration from measurements (grid/twin/coefficients.py): the fit recovers coefficients planted in the
 twin itself, names an outlier instead of absorbing it, and keeps the prior where nothing was measured."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from grid.twin.calibrate import (
+from grid.twin.coefficients import (
     OBSERVATION_SD,
     PRIOR_SD,
     SAVED_SD_FLOOR,

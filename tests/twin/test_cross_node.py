@@ -8,7 +8,7 @@ import pytest
 from grid.config.specs import HardwareSpec
 from grid.releases.checks import check_config, cross_node_refusal
 from grid.twin import cli
-from grid.twin.configured import perf_model
+from grid.twin.perf_of_flags import perf_model
 from grid.twin.crossnode import hierarchical_allreduce_s, nccl_tree_latency_us
 from grid.twin.perf import PerfModel, ServingConfig
 

@@ -22,7 +22,7 @@ from grid.config.specs import HardwareSpec, ModelSpec
 from grid.releases import catalog
 from grid.releases.checks import RULES, check_config
 from grid.releases.flags import parse_version, to_argv
-from grid.twin.configured import perf_model
+from grid.twin.perf_of_flags import perf_model
 from grid.twin.failures import FAILURE_TABLE, find_failures
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -243,7 +243,7 @@ def test_speculative_launch_is_resolved_as_sglang_does():
 
 def test_the_twin_caps_a_speculative_server_at_48_running_requests_unless_told():
     """The cap, not speculation, costs throughput above 48 streams: SGLang's default with speculative decoding."""
-    from grid.twin.configured import perf_model
+    from grid.twin.perf_of_flags import perf_model
 
     flags = ["--tp-size", "8", "--speculative-algorithm", "NEXTN"]
     capped = perf_model(GLM, BM, flags, "0.5.9")
