@@ -66,13 +66,12 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
     if spec.objective.kind not in OBJECTIVES:
         raise ConfigError(f"objective.kind: unknown objective {spec.objective.kind!r}; allowed: "
                           f"{', '.join(sorted(OBJECTIVES))}")
-    needs_slo = {"max_capacity": "the capacity is the highest request rate at which they hold",
-                 "max_goodput": "goodput counts the requests per second that meet them"}
-    if spec.objective.kind in needs_slo:
+    why = OBJECTIVES[spec.objective.kind].needs_slo
+    if why is not None:
         slo = spec.objective.slo
         if slo.ttft_ms is None and slo.tpot_ms is None and slo.e2e_ms is None:
             raise ConfigError(f"objective.kind={spec.objective.kind} needs an SLO: set objective.slo.ttft_ms, tpot_ms "
-                              f"or e2e_ms ({needs_slo[spec.objective.kind]})")
+                              f"or e2e_ms ({why})")
     if spec.search.kind not in SEARCHES:
         raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
     if spec.search.kind == "optuna" and importlib.util.find_spec("optuna") is None:

@@ -35,16 +35,14 @@ THROUGHPUT_UNITS: dict[str, str] = {"output_tok_per_s": "output tok/s", "total_t
 
 
 def throughput_metric(objective_kind: str) -> str:
-    """The throughput column the fronts of an objective use: its own score when higher is better and a throughput
-    (output tok/s for ``max_output_throughput``, goodput req/s for ``max_goodput``), the completed requests per second
-    for ``max_capacity`` (whose score is the offered rate), else output tok/s. Raises ``ValueError`` for an unknown
+    """The throughput column the fronts of an objective use, as the objective declares it (``Objective.pareto_axis``:
+    output tok/s for ``max_output_throughput`` and ``min_tpot``, goodput req/s for ``max_goodput``, the completed
+    requests per second for ``max_capacity``, whose score is the offered rate). Raises ``ValueError`` for an unknown
     kind."""
     obj = OBJECTIVES.get(objective_kind)
     if obj is None:
         raise ValueError(f"objective.kind={objective_kind!r}; allowed: {', '.join(sorted(OBJECTIVES))}")
-    if obj.higher_is_better and obj.metric in THROUGHPUT_UNITS:
-        return obj.metric
-    return "requests_per_s" if objective_kind == "max_capacity" else "output_tok_per_s"
+    return obj.pareto_axis
 
 
 def dominates(a: Mapping[str, Any], b: Mapping[str, Any], x: str, y: str) -> bool:

@@ -38,6 +38,13 @@ class Objective:
     describe: str            # "{meeting}" is replaced by " meeting the SLOs (...)" when SLOs are set, else by ""
     points: Callable[[list[dict]], list[dict]] = lambda rows: rows
     noun: str = "score"      # what the score is, for notes ("throughput still rising ...")
+    #: why it needs an SLO (None: it does not); the config check refuses the objective without one
+    needs_slo: str | None = None
+    #: its own load plan: open-loop rate probes chosen by bisection while the trial runs (grid/search/levels.py), not
+    #: the configured levels; the twin forecasts the same probes
+    bisects_rate: bool = False
+    #: the load-point column on the Pareto front's throughput axis (grid/report/pareto.py)
+    pareto_axis: str = "output_tok_per_s"
 
     def description(self, slo) -> str:
         """``describe`` for an objective's ``slo`` (thresholds in ms): names the SLOs only when some are set."""
@@ -63,7 +70,8 @@ def register(obj: Objective) -> Objective:
 register(Objective("max_output_throughput", "output_tok_per_s", True, "tok/s",
                    "highest output throughput at any load point{meeting}", noun="throughput"))
 register(Objective("max_goodput", "goodput_req_per_s", True, "req/s",
-                   "highest goodput (requests/s within every SLO) at any load point{meeting}", noun="goodput"))
+                   "highest goodput (requests/s within every SLO) at any load point{meeting}", noun="goodput",
+                   needs_slo="goodput counts the requests per second that meet them", pareto_axis="goodput_req_per_s"))
 register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPOT at the lowest load level{meeting}",
                    points=lambda rows: [r for r in rows if r["point_value"] == min(x["point_value"] for x in rows)],
                    noun="median TPOT"))
@@ -71,7 +79,9 @@ register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPO
 # while the trial runs (grid/search/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
 register(Objective("max_capacity", "point_value", True, "req/s",
                    "highest request rate (open loop, found by bisection){meeting}",
-                   points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity"))
+                   points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity",
+                   needs_slo="the capacity is the highest request rate at which they hold", bisects_rate=True,
+                   pareto_axis="requests_per_s"))
 
 def describe_objectives() -> str:
     """Markdown table of the registered objectives (:data:`OBJECTIVES`): kind, the load-point column scored,

@@ -124,7 +124,7 @@ def _counts(row: dict, slo) -> bool:
 
 def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:
     load = plan.load
-    if spec.objective.kind == "max_capacity":
+    if _bisects(spec):
         return capacity_probes(spec, plan, perf)
     levels = [("concurrency", float(c)) for c in load.concurrency] + [("rate", float(r)) for r in load.request_rate]
     return [_simulate_point(perf, load, kind, level, _slo(spec)) for kind, level in levels]
@@ -256,7 +256,7 @@ def score(spec: RunSpec, rows: list[dict]) -> float | None:
 
     obj = OBJECTIVES[spec.objective.kind]
     slo = spec.objective.slo
-    if spec.objective.kind == "max_capacity":
+    if _bisects(spec):
         held = [r["point_value"] for r in rows if r.get("slo_held")]
         return max(held) if held else None
     ok = [r for r in obj.points(rows) if _counts(r, slo)] if rows else []
@@ -278,10 +278,17 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) ->
     startup = sum(perf.startup_phases_s().values())
     rows = _point_rows(spec, plan, perf)
     value = None if unforecastable_load(plan.load) else score(spec, rows)
-    if spec.objective.kind == "max_capacity" and value is not None:
+    if _bisects(spec) and value is not None:
         # what the trial will run: the bisection from the twin's bracket, if the measurements came out as forecast
         rows = capacity_probes(spec, plan, perf, *capacity_bracket(spec, value),
                                max_probes=spec.objective.capacity_max_probes)
     # each level is measured load.repeats times (its own steady-state warm-up wave each time); probes once
-    repeats = 1 if spec.objective.kind == "max_capacity" else plan.load.repeats
+    repeats = 1 if _bisects(spec) else plan.load.repeats
     return Forecast(startup, repeats * sum(r["held_s"] for r in rows), value)
+
+
+def _bisects(spec: RunSpec) -> bool:
+    """Whether the objective runs its own rate bisection instead of the configured levels (``Objective.bisects_rate``)."""
+    from grid.report.select import OBJECTIVES
+
+    return OBJECTIVES[spec.objective.kind].bisects_rate

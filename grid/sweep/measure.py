@@ -89,7 +89,7 @@ def level_plan(spec: RunSpec, engine: Engine, plan: TrialPlan, best: float | Non
     s = spec.search
     unmodelled = not engine.forecastable()
     coefficients = None if unmodelled else current(spec)
-    if spec.objective.kind == "max_capacity":
+    if obj.bisects_rate:
         f: Forecast | None = None if unmodelled else forecast(spec, plan, engine.version(), coefficients)
         c = f.value if f is not None else None
         if c is None:

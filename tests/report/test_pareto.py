@@ -123,3 +123,15 @@ def test_plot_series_are_per_level_means_in_level_order():
     line = ax.get_lines()[0]
     assert list(line.get_xdata()) == [8.0, 32.0, 64.0]
     plt.close(fig)
+
+
+def test_every_objective_declares_a_throughput_axis_the_report_can_name():
+    from grid.report.pareto import THROUGHPUT_UNITS, throughput_metric
+    from grid.report.select import OBJECTIVES
+
+    assert {k: throughput_metric(k) for k in OBJECTIVES} == {
+        "max_output_throughput": "output_tok_per_s", "max_goodput": "goodput_req_per_s",
+        "min_tpot": "output_tok_per_s", "max_capacity": "requests_per_s"}
+    assert all(o.pareto_axis in THROUGHPUT_UNITS for o in OBJECTIVES.values())
+    assert [k for k, o in OBJECTIVES.items() if o.needs_slo] == ["max_goodput", "max_capacity"]
+    assert [k for k, o in OBJECTIVES.items() if o.bisects_rate] == ["max_capacity"]
