@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from grid.server.net import urlopen
 from grid.server.process import ManagedServer, StartupError
 
 #: ``--policy`` values grid uses (sglang-router 0.3.2 ``router_args.py``; its ``manual`` needs a routing key per
@@ -101,7 +101,7 @@ class Router:
         """The router's ``GET /workers`` list (``url``, ``is_healthy``, ``worker_type``, ...); [] when it does not
         answer."""
         try:
-            with urllib.request.urlopen(f"{self.url}/workers", timeout=5.0) as resp:
+            with urlopen(f"{self.url}/workers", timeout=5.0) as resp:
                 return list(json.loads(resp.read()).get("workers") or [])
         except (OSError, ValueError):
             return []
