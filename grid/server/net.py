@@ -10,6 +10,7 @@ whole read timeout. :func:`urlopen` connects within ``CONNECT_TIMEOUT_S`` (or ``
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import urllib.request
 
@@ -54,3 +55,14 @@ def urlopen(request, timeout: float, data: bytes | None = None):
     (``timeout`` when shorter). Raises what urlopen raises (``URLError`` wrapping ``TimeoutError`` for a connect that
     timed out, ``HTTPError``, ``TimeoutError`` for a read)."""
     return _OPENER.open(request, data, timeout)
+
+
+def get_json(url: str, api_key: str | None = None, timeout: float = 10.0):
+    """The JSON body of ``GET url`` (``api_key`` sent as ``Authorization: Bearer``), through :func:`urlopen`. Raises
+    ``OSError`` when nothing answers or the status is an error (``HTTPError``), ``ValueError`` for a body that is not
+    JSON."""
+    req = urllib.request.Request(url)
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())

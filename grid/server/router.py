@@ -18,13 +18,12 @@ sglang-router 0.3.2 running here in front of two twins and two released SGLang s
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from grid.server.net import urlopen
+from grid.server.net import get_json
 from grid.server.process import ManagedServer, StartupError
 
 #: ``--policy`` values grid uses (sglang-router 0.3.2 ``router_args.py``; its ``manual`` needs a routing key per
@@ -101,8 +100,7 @@ class Router:
         """The router's ``GET /workers`` list (``url``, ``is_healthy``, ``worker_type``, ...); [] when it does not
         answer."""
         try:
-            with urlopen(f"{self.url}/workers", timeout=5.0) as resp:
-                return list(json.loads(resp.read()).get("workers") or [])
+            return list(get_json(f"{self.url}/workers", timeout=5.0).get("workers") or [])
         except (OSError, ValueError):
             return []
 

@@ -134,7 +134,7 @@ class PeriodicSampler(Sampler):
         return {}
 
     def read_window(self, snapshots: list[dict[str, Any]], start_s: float) -> list[dict[str, Any]]:
-        """Virtual clock: the samples of the twin's ``snapshots`` (``{"vt", "metrics", "telemetry"}``, oldest first)
+        """Virtual clock: the samples of the twin's ``snapshots`` (``{"vt", "kind", "metrics", "telemetry"}``, oldest first)
         of a point that began at modelled ``start_s``; ``t_s`` is modelled seconds from it."""
         return []
 
@@ -201,19 +201,13 @@ class PeriodicSampler(Sampler):
 def vclock_samples(base_url: str, api_key: str | None, since_s: float, until_s: float) -> list[dict[str, Any]]:
     """The twin's snapshots with modelled times in ``[since_s, until_s]`` (GET /grid/vclock/samples; grid/loadgen/
     vclock.py). Raises ``OSError`` when the twin does not answer, ``ValueError`` for an answer that is not JSON."""
-    import json
     import urllib.parse
-    import urllib.request
 
     from grid.loadgen.vclock import SAMPLES_PATH
-    from grid.server.net import urlopen
+    from grid.server.net import get_json
 
     query = urllib.parse.urlencode({"from": repr(float(since_s)), "to": repr(float(until_s))})
-    req = urllib.request.Request(f"{base_url.rstrip('/')}{SAMPLES_PATH}?{query}")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    with urlopen(req, timeout=10.0) as resp:
-        return list(json.loads(resp.read())["samples"])
+    return list(get_json(f"{base_url.rstrip('/')}{SAMPLES_PATH}?{query}", api_key)["samples"])
 
 
 @register("server_metrics")

@@ -16,11 +16,10 @@ bandwidth ``allreduce_bus_gbps`` (conf/hardware; no per-link NVLink figure is mo
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 from grid.twin.perf import modelled_power_fraction
-from grid.server.net import urlopen
+from grid.server.net import get_json
 
 TELEMETRY_PATH = "/grid/telemetry"  # grid.twin.server.TELEMETRY_PATH (not imported: it pulls in aiohttp)
 
@@ -42,11 +41,7 @@ class ModelledReader:
         self.prev, self.last_decode = None, None
 
     def fetch(self) -> dict[str, Any]:
-        req = urllib.request.Request(self.url)
-        if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
-        with urlopen(req, timeout=self.timeout_s) as resp:
-            return json.loads(resp.read())
+        return dict(get_json(self.url, self.api_key, self.timeout_s))
 
     def read(self) -> list[dict[str, Any]]:
         """Rows for the interval since the previous read (none on the first read, which only sets the baseline)."""

@@ -12,14 +12,14 @@ more GPUs than a node spans whole nodes (``--nnodes``). Sources: docs/topology.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.topology.kv import DEFAULT_COST, TransferCost, kv_link, transfer_s, wire_bytes_per_token
 
 Role = Literal["aggregated", "prefill", "decode"]
-ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
+ROLES: tuple[Role, ...] = get_args(Role)
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,11 @@ class ServerShape:
 
 @dataclass(frozen=True)
 class RoleGroup:
-    """``count`` servers of one ``role`` and ``shape``, with the server flags they add to the configuration's own
-    (``flags``: SGLang flag names without dashes, e.g. ``{"max_running_requests": 128}``)."""
+    """``count`` servers of one ``role`` and ``shape``."""
 
     role: Role
     count: int
     shape: ServerShape
-    flags: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -752,9 +752,10 @@ class TwinAPI(_TwinState):
         return _json(self.telemetry())
 
     async def h_vclock_samples(self, request: web.Request) -> web.Response:
-        """Twin-only, virtual clock: the snapshots of /metrics and :meth:`telemetry` the twin took every
-        ``VCLOCK_SAMPLE_S`` modelled seconds with modelled times in ``[from, to]`` (query parameters, s), as
-        ``{"samples": [{"vt", "metrics", "telemetry"}, ...]}`` (409 when the twin is not on the virtual clock)."""
+        """Twin-only, virtual clock: the snapshots of /metrics and :meth:`telemetry` the twin took (at each point's
+        start, every ``VCLOCK_SAMPLE_S`` modelled seconds and at its end) with modelled times in ``[from, to]`` (query
+        parameters, s), as ``{"samples": [{"vt", "kind", "metrics", "telemetry"}, ...]}`` (409 when the twin is not
+        on the virtual clock)."""
         if not self.virtual:
             return _json({"error": "the twin is not on the virtual clock"}, 409)
         try:

@@ -43,7 +43,7 @@ import uuid
 
 from grid.loadgen import vclock as vproto
 from grid.loadgen.looplag import LoopLag
-from typing import Any
+from typing import Any, Literal, get_args
 
 from aiohttp import web
 
@@ -83,7 +83,8 @@ VCLOCK_SAMPLE_S = 20.0
 #: telemetry's busy time), every VCLOCK_SAMPLE_S after it, the end of a steady-state point's measured window (before
 #: its tail requests are cut), or the end of a point without one (its last stream done). A point of any length gets a
 #: start and an end, as the wall-clock samplers poll once at start and once at stop.
-SNAPSHOT_KINDS = ("start", "tick", "window_end", "end")
+SnapshotKind = Literal["start", "tick", "window_end", "end"]
+SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = get_args(SnapshotKind)
 #: Snapshots kept (the oldest go first): a few points' worth; grid reads a point's when the point ends.
 VCLOCK_SAMPLES_MAX = 4096
 WARMUP_TEXT = "The capital city of France is"
@@ -204,11 +205,12 @@ class Twin(TwinAPI):
         # virtual clock: when the clients of requests in flight would give up
         self.deadlines = Deadlines(done=lambda req: req.finished)
         self.skipped_s = 0.0  # virtual clock: modelled seconds skipped to align each point's start (VClock.begin)
-        # virtual clock: (modelled s, /metrics text or None, telemetry) every VCLOCK_SAMPLE_S from each point's start
-        self.vsamples: collections.deque[tuple[float, str, str | None, dict]] = collections.deque(
+        # virtual clock: (modelled s, kind, /metrics text or None, telemetry) of each point's snapshots
+        self.vsamples: collections.deque[tuple[float, SnapshotKind, str | None, dict]] = collections.deque(
             maxlen=VCLOCK_SAMPLES_MAX)
+        # the running point's next tick (modelled s); inf when no point is open (none began, or its end snapshot
+        # was taken)
         self._next_sample = math.inf
-        self._point_open = False  # a virtual-clock point began and has not had its end snapshot
         self.t0 = time.perf_counter()
         self.unix0 = time.time()
         ep = args.ep_size
@@ -700,7 +702,6 @@ class Twin(TwinAPI):
         self.mclock = t0
         self._snapshot(t0, "start")
         self._next_sample = t0 + VCLOCK_SAMPLE_S
-        self._point_open = True
         self.wake.set()
         return t0
 
@@ -712,7 +713,7 @@ class Twin(TwinAPI):
     def _point_ended(self, t: float) -> None:
         """The end snapshot (at modelled ``t``, s) of a point without a measured window once its last stream is done:
         every request it sent has then ended."""
-        if self._point_open and not self.vclock.bounds:
+        if math.isfinite(self._next_sample) and not self.vclock.bounds:
             self._snapshot(t, "end")
 
     def _enqueue(self, req: Req, treq) -> None:
@@ -944,12 +945,11 @@ class Twin(TwinAPI):
             self._snapshot(self._next_sample, "tick")
             self._next_sample += VCLOCK_SAMPLE_S
 
-    def _snapshot(self, t: float, kind: str) -> None:
+    def _snapshot(self, t: float, kind: SnapshotKind) -> None:
         """Keep /metrics and the telemetry as they stand, stamped modelled time ``t`` (s) and ``kind``
         (:data:`SNAPSHOT_KINDS`). A window's end or a point's end is the point's last snapshot: no tick follows."""
         self.vsamples.append((t, kind, self.metrics.render().decode() if self.metrics else None, self.telemetry()))
         if kind in ("window_end", "end"):
-            self._point_open = False
             self._next_sample = math.inf
 
     def samples_between(self, since: float, until: float) -> list[dict]:
