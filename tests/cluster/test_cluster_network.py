@@ -24,7 +24,9 @@ LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 
 ARGS = ["model=llama3_1_8b", "hardware=h100_x1", "load.concurrency=[1]", "load.repeats=3", "load.min_prompts=2",
         "load.input_len=16", "load.output_len=256", "engine.startup_time_scale=50",
-        "engine.stop_grace_s=3", "ray.num_cpus=2"]
+        "engine.stop_grace_s=3", "ray.num_cpus=2",
+        # the wall clock, so that the twin serves for seconds, long enough to be seen listening (virtual: under one)
+        "engine.clock=real", "engine.time_scale=2"]
 
 
 def niceness(procs) -> dict[str, int]:
