@@ -2,9 +2,9 @@
 
 Runs one sweep on the twin twice into fresh directories: on the machine as it is, then with ``--burners`` CPU-burning
 processes (default: 2 per core) running beside it. Per configuration and load level it prints the mean output tok/s
-and median TTFT over the repeats of each run, their difference, the quiet run's repeat spread, how far the twin fell
-behind its clock and the load generator's loop ran late in the busy run (``twin_behind_pct``, ``client_lag_pct``)
-and whether grid flagged the point as host noise (not counted); then both runs' rankings.
+and median TTFT over the repeats of each run, their difference, the quiet run's repeat spread, how late the load generator's
+loop ran in the busy run (``client_lag_pct``; never recorded on the twin's virtual clock, where the host cannot move a
+number; the twin's earlier wall clock also recorded ``twin_behind_pct``) and whether grid flagged the point as host noise (not counted); then both runs' rankings.
 
     python experiments/busy_host.py [--burners N] [-- extra grid.run overrides]
     python experiments/busy_host.py -- +sweep=cuda_graph
@@ -107,7 +107,7 @@ def levels(run_dir: Path) -> pd.DataFrame:
             rows.setdefault((r["label"], r["point_value"]), []).append(r)
     out = lp.groupby(["label", "point_value"]).agg(
         out=("output_tok_per_s", "mean"), out_min=("output_tok_per_s", "min"), out_max=("output_tok_per_s", "max"),
-        ttft=("ttft_median_ms", "mean"), behind=("twin_behind_pct", "max"), client=("client_lag_pct", "max"),
+        ttft=("ttft_median_ms", "mean"), client=("client_lag_pct", "max"),
         scale=("time_scale", "mean"), n=("output_tok_per_s", "size"))
     out["noise"] = [any(host_noise(r) for r in rows[k]) for k in out.index]
     out["error"] = [host_error_pct(rows[k]) for k in out.index]
@@ -154,7 +154,7 @@ def main() -> None:
     floor = max(spreads.values(), default=float("nan"))
     print(f"quiet run {quiet_s:.0f} s, busy run ({args.burners} CPU burners on {os.cpu_count()} cores) {busy_s:.0f} s")
     print(f"{'configuration':40} {'level':>6} {'quiet tok/s':>11} {'spread':>7} {'busy tok/s':>10} {'diff':>7} "
-          f"{'TTFT q/b ms':>13} {'scale q/b':>10} {'twin':>6} {'client':>6} verdict")
+          f"{'TTFT q/b ms':>13} {'scale q/b':>10} {'client':>6} verdict")
     tally = {"agrees": 0, "noise": 0, "error": 0, "understated": 0, "neither": 0}
     words = {"agrees": "agrees", "noise": "flagged: host noise", "error": "within its stated error",
              "understated": "off by more than its stated error", "neither": "neither"}
@@ -169,8 +169,8 @@ def main() -> None:
                    ("error" if abs(diff) <= ba.error else "understated") if ba.error else "neither")
         tally[verdict] += 1
         print(f"{key[0]:40} {key[1]:>6g} {qa.out:>11.1f} {spread:>6.1f}% {ba.out:>10.1f} {diff:>+6.1f}% "
-              f"{qa.ttft:>6.0f}/{ba.ttft:<6.0f} {qa.scale:>4.1f}/{ba.scale:<5.1f} {ba.behind or 0:>5.1f}% "
-              f"{ba.client or 0:>5.1f}% {words[verdict]}" + (f" (±{ba.error:.1f}%)" if ba.error else ""))
+              f"{qa.ttft:>6.0f}/{ba.ttft:<6.0f} {qa.scale:>4.1f}/{ba.scale:<5.1f} "
+              f"{ba.client if ba.client == ba.client else 0:>5.1f}% {words[verdict]}" + (f" (±{ba.error:.1f}%)" if ba.error else ""))
     print(f"busy points: {tally['agrees']} agree with the quiet run within its spread, {tally['noise']} flagged as "
           f"host noise (not counted), {tally['error']} differ by no more than their stated error (the host's share "
           f"of their time, by which the report widens ties), {tally['understated']} by more; {tally['neither']} "

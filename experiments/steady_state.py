@@ -2,8 +2,8 @@
 
 For each closed-loop start (``together``: all workers at once, requests counted whole; ``staggered``: grid's steady
 state, phases spread by a warm-up wave of spread output lengths, grid/loadgen/runner.py, grid/metrics/loadpoint.py),
-launch the twin ``--runs`` times exactly as the main job does (GLM-5-NVFP4, TP8, 8x RTX PRO 6000 in a VM, trtllm NSA backends, no CUDA graphs, the twin's clock 20x, the
-main job's ``time_scale: auto``), each run with its own prompt seed (as two separate grid runs would be), and measure
+launch the twin ``--runs`` times exactly as the main job does (GLM-5-NVFP4, TP8, 8x RTX PRO 6000 in a VM, trtllm NSA backends, no CUDA graphs, the twin's wall clock 20x, as
+the main job's ran before the virtual clock), each run with its own prompt seed (as two separate grid runs would be), and measure
 one load point per level: ISL 256 / OSL 256 fixed, ``--per-stream`` requests per stream after one warm-up request.
 
     python experiments/steady_state.py [--levels 64] [--per-stream 2] [--runs 3]
@@ -47,7 +47,7 @@ from grid.twin.simulate import simulate  # noqa: E402
 SETTINGS = {"tp_size": 8, "mem_fraction_static": 0.85, "cuda_graph": False, "dsa_prefill_backend": "trtllm",
             "dsa_decode_backend": "trtllm", "kv_cache_dtype": "bfloat16"}
 ISL = OSL = 256
-SCALE = 20.0  # conf/engine/sim.yaml time_scale auto for this configuration (max_time_scale)
+SCALE = 20.0  # the wall-clock scale the main job's twin ran at before the virtual clock (modelled s per real s)
 COMPARED = ("output_tok_per_s", "tpot_median_ms", "tpot_p99_ms", "ttft_median_ms", "ttft_p99_ms")
 
 

@@ -124,8 +124,8 @@ def pytest_collection_modifyitems(config, items):
     what it costs.
 
     On a loaded host the per-test timeout (pyproject ``timeout``, pytest-timeout) is stretched by the load per core
-    (tests/timing.py ``slack``): the twin's auto time scale slows by that factor (grid.engines.sim.auto_time_scale),
-    and so does every process a test starts. A test's own ``timeout`` marker is kept."""
+    (tests/timing.py ``slack``): every process a test starts slows by about that factor (the twin's numbers do not:
+    its virtual clock is the host's neither way). A test's own ``timeout`` marker is kept."""
     from tests.timing import slack
 
     base, k = float(config.getini("timeout") or 0), slack()

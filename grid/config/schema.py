@@ -76,14 +76,10 @@ class EngineSpec(_Spec):
     kind: str = "sim"
     base_url: str | None = Field(None, description="openai only: http://HOST:PORT of a server that is already up")
     version: str | None = Field(None, description="SGLang version to plan for; None: installed (sglang) or 0.5.9")
-    time_scale: float | Literal["auto"] = Field(
-        1.0, description="twin with clock=real only: modelled seconds per real second while serving; 'auto': the "
-                         "fastest clock at which one decode step of the configuration still lasts min_step_real_ms (times the host's "
-                         "load average per core where above 1: grid.engines.sim.auto_time_scale), capped at "
-                         "max_time_scale")
-    max_time_scale: float = Field(20.0, ge=1, description="twin with clock=real only: cap of the 'auto' time scale")
-    min_step_real_ms: float = Field(4.0, gt=0, description="twin with clock=real only: shortest real decode step "
-                                                           "'auto' allows")
+    time_scale: float = Field(
+        1.0, gt=0, description="twin with clock=real only: modelled seconds per real second while serving (1: the "
+                               "wall clock itself); the host's load moves the wall-clock twin's numbers, so it is "
+                               "for what needs real time (pacing, socket timeouts), not for measurements")
     startup_time_scale: float | None = Field(
         None, gt=0, description="twin only: the same until the server is ready (None: time_scale)")
     clock: Literal["real", "virtual"] = Field(
@@ -105,13 +101,6 @@ class EngineSpec(_Spec):
     @classmethod
     def _base_url(cls, v: str | None) -> str | None:
         return None if v is None else server_address(v)
-
-    @field_validator("time_scale")
-    @classmethod
-    def _scale(cls, v: float | str) -> float | str:
-        if not isinstance(v, str) and not v > 0:
-            raise ValueError("engine.time_scale must be > 0 or 'auto'")
-        return v
 
     @field_validator("version")
     @classmethod
@@ -304,8 +293,8 @@ class ObjectiveSpec(_Spec):
     capacity_max_probes: int = Field(10, ge=2, description="max_capacity: probes (load points) per configuration at "
                                      "most")
     host_noise_max_pct: float = Field(20.0, gt=0, description="a load point on which the load generator's event loop "
-                                      "ran late, or the twin fell behind its own clock, by more than this share of "
-                                      "its real time (%) is host noise: not counted, measured again on resume "
+                                      "ran late (against a server that keeps real time; never on the twin's virtual "
+                                      "clock) by more than this share of its real time (%) is host noise: not counted, measured again on resume "
                                       "(default: grid.metrics.hostnoise.HOST_NOISE_MAX_PCT); each point records the "
                                       "bound it was judged by. Raise it only where the numbers do not matter (a "
                                       "pipeline check on a busy machine): the report names the points it let count")

@@ -1,10 +1,10 @@
-"""How late an asyncio event loop runs: the host-noise probe of the load generator and of the twin.
+"""How late an asyncio event loop runs: the host-noise probe of the load generator.
 
 A process whose loop is starved of CPU (a busy host: other jobs, a loaded CI runner) sends requests late and reads
 tokens late, so every time it measures grows by that delay. :class:`LoopLag` runs one task beside the work that
 sleeps ``PERIOD_S`` and adds up how late it woke; the sum over a load point, divided by the point's real length, is
-the share of the point the loop lost (``client_lag_pct`` for the load generator; the twin adds its own to
-``twin_loop_late_s``). Only lateness beyond ``GRACE_S`` per wake-up counts: a loop busy with its own work is not
+the share of the point the loop lost (``client_lag_pct``; not recorded against the twin's virtual clock, where
+nothing the client times is real). Only lateness beyond ``GRACE_S`` per wake-up counts: a loop busy with its own work is not
 host noise.
 """
 

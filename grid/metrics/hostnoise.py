@@ -1,8 +1,11 @@
 """Host noise: a load point measured while the machine was too busy to measure it.
 
-Every time the load generator measures stretches when its own event loop runs late (``client_lag_pct``, any engine;
-grid/loadgen/looplag.py), and the twin's when it falls behind its own clock (``twin_behind_pct``). A point where
-either lost more than :data:`HOST_NOISE_MAX_PCT` of its real time is host noise: the report does not count it, a
+Every time the load generator measures against a server that keeps real time (SGLang, an OpenAI-compatible server,
+the twin with ``engine.clock=real``) stretches when its own event loop runs late (``client_lag_pct``;
+grid/loadgen/looplag.py). On the twin's virtual clock (the default) nothing is late and no point is host noise: its
+times are modelled, whatever else the machine runs. Rows recorded before schema version 13 may also carry
+``twin_behind_pct`` (the wall-clock twin behind its own clock), and count it. A point that lost more than
+:data:`HOST_NOISE_MAX_PCT` of its real time is host noise: the report does not count it, a
 resume measures it again (grid/sweep/rerun.py), and the search stops after configurations measured only so
 (grid/search/policy.py). A point that lost less counts with its loss as its error: its throughput may be off by about
 that share, a lead smaller than the loss of the points it rests on is reported as a tie (grid/report/select.py
@@ -15,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# A load point is host noise when the load generator's own event loop (load_points.client_lag_pct, any engine) or
-# the twin (twin_behind_pct: behind its own clock) lost more than this share of the point's real time: every time
-# the client measures stretches with it. Measured on a 2-core machine: quiet up to 6.4% (the test suite's own load:
-# a client answering a storm of HTTP 429s is busy with its own work), two CPU burners per core 58-90% on the main
-# job (its throughput 7-30% low); 20% sits between (README, "The twin's clock").
+# A load point is host noise when the load generator's own event loop (load_points.client_lag_pct) lost more than
+# this share of the point's real time: every time the client measures stretches with it. Measured on a 2-core machine
+# (the twin on the wall clock): quiet up to 6.4% (the test suite's own load: a client answering a storm of HTTP 429s
+# is busy with its own work), two CPU burners per core 58-90% on the main job (its throughput 7-30% low); 20% sits
+# between (experiments/busy_host.py).
 HOST_NOISE_MAX_PCT = 20.0
 
 # Every counted load point states its loss as its error: each time the client measured may carry up to that share
@@ -33,8 +36,8 @@ HOST_PERTURBED_PCT = 1.0
 
 
 def lost_pct(row: Mapping[str, Any]) -> float:
-    """The share of a load point's real time (%) the host took from it: the larger of ``client_lag_pct`` and
-    ``twin_behind_pct`` (0 where neither was recorded)."""
+    """The share of a load point's real time (%) the host took from it: ``client_lag_pct``, or the larger of it and
+    ``twin_behind_pct`` in rows recorded before schema version 13 (0 where neither was recorded)."""
     return max(row.get("twin_behind_pct") or 0.0, row.get("client_lag_pct") or 0.0)
 
 

@@ -79,8 +79,7 @@ def window_line(rows: Sequence[Mapping[str, Any]], twin: bool = True) -> str | N
 
 def repeats_line(repeats: int) -> str:
     """How often each load point was measured, and so how ties are decided (grid/report/select.py)."""
-    host = ("; so is a lead smaller than the share of the points' time the host took (load_points.client_lag_pct, "
-            "twin_behind_pct)")
+    host = ("; so is a lead smaller than the share of the points' time the host took (load_points.client_lag_pct)")
     if repeats < 2:
         return (f"Repeats: 1 per load point: the spread is not measured, so scores within the default "
                 f"{TIE_PERCENT:g}% of the best count as ties (set load.repeats=3 to measure it){host}")
@@ -164,9 +163,7 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     elif engine_class(engine).twin:
         scale = _levels(scales) if scales else str(spec.engine.time_scale)
         startup = spec.engine.startup_time_scale
-        auto = ("engine.time_scale=auto: each decode step at least engine.min_step_real_ms of real time, times the "
-                "host's load average per core where above 1; " if spec.engine.time_scale == "auto" else "")
-        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ({auto}"
+        lines.append(f"Time: the twin ran its clock {scale}x faster than real time while serving ("
                      + (f"{startup:g}x until ready" if startup else "the same until ready")
                      + "); every ms and per-second value is modelled time (README, 'The twin's clock')")
     lines.append(f"Objective: {spec.objective.kind}" + (f" with SLOs {slo_text(spec.objective.slo)}"

@@ -128,11 +128,10 @@ def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
         bounds = sorted({noise_bound(r) for r in noisy})
         notes.append(
             f"The host was too busy while measuring {len(noisy)} load point{'s' if len(noisy) != 1 else ''} of "
-            f"{_configs(noisy)}: the load generator's event loop ran late or the twin fell behind its own clock by "
+            f"{_configs(noisy)}: the load generator's event loop ran late by "
             f"more than {' / '.join(f'{b:g}%' for b in bounds)} of the point's time (up to "
             f"{max(map(lost_pct, noisy)):.1f}%), so those points are host noise and are not counted. Run the same "
-            "command again on a quieter machine (or, on the twin, with a smaller engine.time_scale) to measure them "
-            "again.")
+            "command again on a quieter machine to measure them again.")
     if counted:
         notes.append(
             f"{len(counted)} load point{'s' if len(counted) != 1 else ''} of {_configs(counted)} lost more than "
@@ -146,7 +145,7 @@ def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
         notes.append(
             f"{len(shaken)} load point{'' if one else 's'} of {_configs(shaken)} lost "
             f"{low if low == high else f'{low[:-1]}-{high}'} of {'its' if one else 'their'} time to the host (the "
-            f"load generator running late or the twin behind its clock; over {HOST_PERTURBED_PCT:g}%): "
+            f"load generator running late; over {HOST_PERTURBED_PCT:g}%): "
             f"{'it counts' if one else 'they count'}, but {'its' if one else 'their'} throughput may be off by about "
             "as much and latencies by more, so a lead smaller than the loss of the points it rests on is reported "
             "as a tie.")

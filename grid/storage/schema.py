@@ -23,7 +23,7 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 12  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 13  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
 # 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
@@ -32,7 +32,8 @@ SCHEMA_VERSION: int = 12  # 2: server metrics, GPU telemetry and bottleneck colu
 # decoding's acceptance: accept_len, accept_rate in server_log, spec_accept_* in server_metrics,
 # server_accept_len_mean and srv_spec_accept_length_mean in load_points; 11: prefix caching and sessions:
 # cached_tokens, session_index, turn_index in requests, total_cached_tokens, cache_hit_rate and
-# server_cache_hit_rate in load_points; 12: host_noise_max_pct in load_points
+# server_cache_hit_rate in load_points; 12: host_noise_max_pct in load_points; 13: twin_behind_pct and
+# twin_delivery_lag_ms no longer recorded (kept for earlier rows: the twin's virtual clock cannot fall behind)
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -235,19 +236,18 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
      "early_stop_twin_bound, grid/search/levels.py); null otherwise"),
     ("forecast_duration_s", "float64", "s", "a point skipped by early stopping: the twin's forecast of its modelled "
      "duration (the time saved; summary.json early_stop_gpu_seconds_saved); null otherwise"),
-    ("twin_behind_pct", "float64", "%", "the twin only: how far it fell behind its own clock while sending the point, "
-     "in percent of the point's real time (its /server_info twin_behind_s or twin_loop_late_s before and after, the "
-     "larger); above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT the point is host noise: not counted, and a resume "
-     "measures it again"),
+    ("twin_behind_pct", "float64", "%", "recorded up to schema version 12 only (null since): how far the wall-clock "
+     "twin fell behind its own clock while sending the point, in percent of its real time; above "
+     "grid.metrics.hostnoise.HOST_NOISE_MAX_PCT such a point is host noise"),
     ("client_lag_pct", "float64", "%", "how late the load generator's own event loop ran while sending the point, "
      "in percent of the point's real time (grid/loadgen/looplag.py): a starved client sends and reads late, so every "
      "time it measures grows; above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT the point is host noise"),
     ("host_noise_max_pct", "float64", "%", "the bound the point was judged by (objective.host_noise_max_pct when it "
-     "was measured): above it, client_lag_pct or twin_behind_pct make the point host noise; null: recorded before "
-     "the column, judged by grid.metrics.hostnoise.HOST_NOISE_MAX_PCT"),
-    ("twin_delivery_lag_ms", "float64", "ms", "the twin only: how late its deliveries of the point were on average "
-     "against the schedule each request's arrival set (modelled ms: every TTFT and E2E latency measured grows by "
-     "about this much; evidence, not a verdict)"),
+     "was measured): above it, client_lag_pct (or an earlier row's twin_behind_pct) makes the point host noise; "
+     "null: recorded before the column, judged by grid.metrics.hostnoise.HOST_NOISE_MAX_PCT"),
+    ("twin_delivery_lag_ms", "float64", "ms", "recorded up to schema version 12 only (null since): how late the "
+     "wall-clock twin's deliveries of the point were on average against the schedule each request's arrival set "
+     "(modelled ms)"),
     ("early_stop_objective", "string", "", "a point skipped by early stopping: the objective it was judged by (kind "
      "and SLOs, e.g. `max_goodput; p99 TTFT <= 1500 ms`); a report under another objective counts the point as not "
      "measured and a resume measures its configuration again (grid/sweep/rerun.py); null otherwise"),

@@ -589,23 +589,13 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
     row["started_unix_ns"] = time.time_ns()
     for sampler in samplers:
         sampler.start(index)
-    clock = _twin_clock(trial)
-    t0_perf_ns = time.perf_counter_ns()
     outcome = run_load_point_sync(
         trial.target, point, prompts, read_timeout_s=load.read_timeout_s / scale,
         stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / scale)
-    real_s = (time.perf_counter_ns() - t0_perf_ns) / 1e9
     virtual = outcome.clock == "virtual"  # the twin's virtual clock: the host's load cannot move the numbers
     if outcome.real_s > 0 and not virtual:
         row["client_lag_pct"] = round(outcome.loop_late_s / outcome.real_s * 100, 3)
     row["host_noise_max_pct"] = spec.objective.host_noise_max_pct
-    after = _twin_clock(trial) if clock is not None else None
-    if clock is not None and after is not None and real_s > 0 and not virtual:
-        # the scheduler's slip and its loop's lateness overlap when the host starves it: the larger of the two
-        behind = max(after[0] - clock[0], after[3] - clock[3], 0.0)
-        row["twin_behind_pct"] = round(behind / real_s * 100, 3)
-        if after[2] > clock[2]:
-            row["twin_delivery_lag_ms"] = round((after[1] - clock[1]) / (after[2] - clock[2]) * scale * 1e3, 3)
     summary: dict[str, Any] = summarize(outcome, trial.slo)
     status, error_class = _point_status(summary)
     row.update(summary)
@@ -634,22 +624,6 @@ def _modelled_span_s(outcome: LoadPointResult) -> tuple[float, float] | None:
     (s); None when nothing was sent."""
     span = span_ns([*outcome.warmup_records, *outcome.records, *outcome.tail_records])
     return None if span is None else (span[0] / 1e9, span[1] / 1e9)
-
-
-def _twin_clock(trial: TrialContext) -> tuple[float, float, int, float] | None:
-    """The twin's clock counters (/server_info): real seconds it fell behind its own clock so far
-    (``twin_behind_s``), real seconds its deliveries were late in all (``twin_delivery_lag_s``), how many deliveries
-    (``twin_deliveries``) and real seconds its event loop woke late (``twin_loop_late_s``); None for another engine
-    or when it does not answer."""
-    if not trial.engine.twin:
-        return None
-    info = trial.server.server_info(trial.spec.engine.api_key) or {}
-    behind, lag, deliveries, late = (info.get("twin_behind_s"), info.get("twin_delivery_lag_s"),
-                                     info.get("twin_deliveries"), info.get("twin_loop_late_s"))
-    if not (isinstance(behind, (int, float)) and isinstance(lag, (int, float)) and isinstance(deliveries, int)
-            and isinstance(late, (int, float))):
-        return None
-    return float(behind), float(lag), deliveries, float(late)
 
 
 def classify_fault(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], measured: PointRun,

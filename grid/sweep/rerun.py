@@ -9,9 +9,9 @@ make it run again, each without touching the others:
   (``probe_status`` ``failed``) runs again, since the probe that judged it is now off;
 * the objective changed: a configuration with load points early stopping skipped under another objective (kind or
   SLOs: ``early_stop_objective``) runs again, since nothing says those points could not count now;
-* the host was too busy: a configuration with a load point the load generator's loop ran late on or the twin fell
-  behind its own clock on (``client_lag_pct``, ``twin_behind_pct`` above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT)
-  runs again;
+* the host was too busy: a configuration with a load point the load generator's loop ran late on
+  (``client_lag_pct`` above grid.metrics.hostnoise.HOST_NOISE_MAX_PCT; ``twin_behind_pct`` in earlier rows) runs
+  again;
 * a ``skipped`` configuration (its machinery was lost, grid/server/infra.py) always runs again.
 
 The earlier files of a configuration that runs again (every Parquet table's file and its server log) are moved to

@@ -24,7 +24,7 @@ RESERVED_KEYS = ("label", "load")
 #: (conf/model/*.yaml, conf/hardware/*.yaml), not a fact; fixing a reference must not re-measure a sweep.
 SPEC_FIELDS_NOT_IN_IDENTITY = frozenset({"source"})
 #: Engine settings that enter the identity. The others do not change a measured value: the twin's clock
-#: (``time_scale``, ``max_time_scale``, ``min_step_real_ms``, ``startup_time_scale``: results are in modelled time),
+#: (``clock``, ``time_scale``, ``startup_time_scale``: results are in modelled time),
 #: where and how the server is reached (``python``, ``host``, ``port``, ``api_key``) and the time limits
 #: (``startup_timeout_s``, ``stop_grace_s``).
 ENGINE_FIELDS_IN_IDENTITY = ("kind", "version", "api", "base_url", "env")

@@ -156,14 +156,10 @@ class _TwinState:
         validate: Callable[[int, int], None]
         mnow: Callable[[], float]
         model_unix: Callable[[], float]
-        behind_s: Callable[[], float]
-        _lag_sum_s: float
         virtual: bool
         vclock_begin: Callable[[int, int | None], float]
         vclock_done: Callable[[int], None]
         samples_between: Callable[[float, float], list[dict]]
-        _deliveries: int
-        loop_lag: Any
         resolved_args: Callable[[], dict[str, Any]]
         garbage: Callable[[], str | None]
         diverge_at: Callable[[str], int | None]
@@ -694,14 +690,7 @@ class TwinAPI(_TwinState):
                 # the twin's modelled startup (s): its startup phases, warm-up request and any fault's ready time,
                 # without host latency; the launcher's clock also scales the host's process start and polling by
                 # startup_time_scale (grid/sweep/measure.py startup_seconds)
-                "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3),
-                # real seconds the twin fell behind its own clock since it started (Twin.behind_s): a host too busy
-                # to keep the modelled schedule; grid/sweep/measure.py compares it with each load point's length
-                "twin_behind_s": round(self.behind_s(), 6),
-                # every delivery's lateness against the schedule its arrival set (real s, summed) and their count
-                "twin_delivery_lag_s": round(self._lag_sum_s, 6), "twin_deliveries": self._deliveries,
-                # real seconds its event loop woke late in all (grid/loadgen/looplag.py): deliveries wait on it too
-                "twin_loop_late_s": round(self.loop_lag.late_s, 6)}
+                "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3)}
         if self.ver >= (0, 5, 23):
             info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
                         startup_time=round(self.ready_at, 3), frontend="python")

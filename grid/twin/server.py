@@ -12,12 +12,16 @@ One asyncio loop, one aiohttp application. Lifecycle
    (``"The capital city of France is"``, 8 tokens) runs through the scheduler.
 3. *ready*: ``The server is fired up and ready to roll!``; health answers 200.
 
-The scheduler is driven in scaled real time by one task (:meth:`Twin._sched_loop`): ``step = scheduler.step(t)``,
-then wait for the absolute deadline ``t0 + (t + step.duration_s) / time_scale`` on ``perf_counter`` and deliver the
-step's tokens. The modelled clock never runs behind real time (after idling, or when the CPU falls behind, it resyncs
-to ``elapsed_real x time_scale``). Delivery is coalescing: each request has a token counter and an ``asyncio.Event``;
-its HTTP handler wakes, sends one chunk with everything produced since its last chunk, and sleeps again. All reported
-times (``e2e_latency``, metrics, log timestamps, throughputs) are modelled seconds.
+The scheduler is driven by one task (:meth:`Twin._sched_loop`). On the virtual clock (the default,
+``GRID_TWIN_CLOCK=virtual``) it moves the modelled clock only with its own steps, up to where no stream of the load
+generator can still send earlier (grid/loadgen/vclock.py), and every chunk carries its modelled emission time: a point's
+numbers depend on the configuration, load and seed, not on the host. On the wall clock (``real``) it waits for each
+step's absolute deadline ``t0 + (t + step.duration_s) / time_scale`` on ``perf_counter`` and delivers the step's
+tokens then; the modelled clock never runs behind real time (after idling, or when the CPU falls behind, it resyncs
+to ``elapsed_real x time_scale``), so a busy host moves its numbers. Delivery is coalescing: each request has a token
+counter and an ``asyncio.Event``; its HTTP handler wakes, sends one chunk with everything produced since its last
+chunk, and sleeps again. All reported times (``e2e_latency``, metrics, log timestamps, throughputs) are modelled
+seconds.
 
 Health: ``/health`` answers 200 as soon as the server is up (SGLang with
 ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false``); ``/health_generate`` sends a 1-token request through the scheduler
@@ -42,7 +46,6 @@ import math
 import uuid
 
 from grid.loadgen import vclock as vproto
-from grid.loadgen.looplag import LoopLag
 from typing import Any, Literal, get_args
 
 from aiohttp import web
@@ -241,13 +244,6 @@ class Twin(TwinAPI):
         self.last_gen_throughput = 0.0
         self.last_output_real = 0.0
         self.mclock = 0.0
-        self._busy = False             # the scheduler ran a step since it last went idle
-        self._behind_banked_s = 0.0    # real seconds behind its clock over the finished busy periods (behind_s)
-        self._woken_m = 0.0            # modelled time at which work last arrived for an idle scheduler
-        self._slip_s = 0.0             # real seconds the current busy period started after the arrival that woke it
-        self._lag_sum_s = 0.0          # real seconds deliveries were late, summed over every delivery
-        self._deliveries = 0           # steps that delivered tokens
-        self.loop_lag = LoopLag()      # the event loop's own lateness (grid/loadgen/looplag.py)
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
         self.loop_task: asyncio.Task | None = None
@@ -283,15 +279,6 @@ class Twin(TwinAPI):
         now_real = time.perf_counter()
         self.m_base = self.m_base + (now_real - self.t0) * self.scale
         self.t0, self.scale = now_real, float(scale)
-
-    def behind_s(self) -> float:
-        """Real seconds the twin has fallen behind its own clock since it started (monotonic): over each busy period,
-        how far the delivery of the last step trails the real time its modelled end maps to (steps follow each other
-        in modelled time exactly, so a host that cannot keep up makes this grow; a late wake-up does not carry over),
-        plus how late each busy period started after the arrival that woke the idle scheduler. A busy period's lag is
-        banked when the scheduler goes idle and its clock resyncs."""
-        lag = max(0.0, time.perf_counter() - self.real_at(self.mclock)) if self._busy else 0.0
-        return self._behind_banked_s + lag
 
     def model_unix(self) -> float:
         return self.unix0 + self.mnow()
@@ -527,7 +514,6 @@ class Twin(TwinAPI):
             self.log.info(logs.uvicorn(msg))
         self.mclock = max(self.mclock, self.mnow())
         self.loop_task = asyncio.create_task(self._sched_loop())
-        self.loop_lag.start()  # how late this loop (scheduler and HTTP deliveries alike) runs: /server_info
 
     async def _warmup(self, post_s: float) -> None:
         start = self.mnow()
@@ -721,8 +707,6 @@ class Twin(TwinAPI):
             return
         now = self.mnow()
         self.sched.add(treq, now)
-        if not self.wake.is_set():
-            self._woken_m = now  # when work arrived for an idle scheduler (behind_s counts how late it started)
         self.wake.set()
 
     def abort(self, req: Req) -> None:
@@ -799,9 +783,6 @@ class Twin(TwinAPI):
                 await self._vloop()
                 return
             if not sched.has_work():
-                if self._busy:  # the busy period ends: bank its lag before the clock resyncs
-                    self._behind_banked_s = self.behind_s()
-                    self._busy = False
                 self.wake.clear()
                 if not sched.has_work():
                     await self.wake.wait()
@@ -809,20 +790,13 @@ class Twin(TwinAPI):
                 continue
             # Back-to-back steps follow each other in modelled time exactly (end of one = start of the next), so
             # the loop's own latency is never multiplied by the time scale; deliveries that run late do not drift.
-            if resume:
-                now = max(self.mclock, self.mnow())
-                # an idle scheduler should start at the arrival that woke it; starting later is the host's delay
-                self._slip_s = max(0.0, now - max(self.mclock, self._woken_m)) / self.scale
-                self._behind_banked_s += self._slip_s
-            else:
-                now = self.mclock
+            now = max(self.mclock, self.mnow()) if resume else self.mclock
             resume = False
             step = sched.step(now)
             st = step.stats
             dur = float(st.duration_s)
             end = now + dur
             self.mclock = end
-            self._busy = True
             delay = self.real_at(end) - perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -855,10 +829,6 @@ class Twin(TwinAPI):
                                  token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph))
         if step.emitted:
             self.last_output_real = time.perf_counter()
-            # how late this delivery is against the schedule the arrival set: the busy period's late start plus
-            # the step's own lateness (Twin.delivery_lag)
-            self._lag_sum_s += self._slip_s + max(0.0, self.last_output_real - self.real_at(end))
-            self._deliveries += 1
             reqs = self.reqs
             itl = self.metrics.itl if self.metrics is not None else None
             for rid, n in step.emitted.items():

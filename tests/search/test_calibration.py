@@ -33,7 +33,7 @@ def sweep(tmp_path):
 
 def row(h, level, repeat=0, status="ok", lag=0.0, **measured):
     return {"config_hash": h, "point_kind": "concurrency", "point_value": float(level), "repeat_index": repeat,
-            "status": status, "trial_status": "ok", "client_lag_pct": lag, "twin_behind_pct": 0.0, **measured}
+            "status": status, "trial_status": "ok", "client_lag_pct": lag, **measured}
 
 
 def test_only_points_that_count_enter_and_repeats_are_averaged(sweep):

@@ -19,7 +19,7 @@ from .test_server import H100_X1, LLAMA_8B, TwinProc
 
 ISL, OSL = 96, 48
 #: load-point metrics that describe the host, not the model
-HOST_KEYS = ("client_lag_pct", "twin_behind_pct", "real_s")
+HOST_KEYS = ("client_lag_pct", "real_s")
 POINTS = {
     "steady closed loop": LoadPoint("concurrency", 8, 24, warmup_requests=1, steady=True),
     "closed loop, all at once": LoadPoint("concurrency", 4, 12, warmup_requests=1),

@@ -271,34 +271,3 @@ def test_port_taken_between_check_and_launch_is_retried(tmp_path):
         session.stop(3)
     assert result.status == "ok" and result.port != port
     assert result.infra_retries == [f"port_in_use: {port} taken at launch; retried on {result.port}"]
-
-
-def test_a_port_retry_keeps_the_clock_the_server_was_given(tmp_path, monkeypatch):
-    """time_scale=auto reads the host's load on every launch plan; after a retry on another port the trial must keep
-    the scale the server was started with (the client converts every duration with it), not re-read one."""
-    from grid.engines import sim
-    from grid.engines.base import get_engine
-    from grid.server.session import ServerSession
-    from grid.sweep.measure import start_server
-    from grid.sweep.space import expand
-
-    spec = make_spec(tmp_path, "load.concurrency=[1]", "engine.clock=real", "engine.time_scale=auto")
-    engine = get_engine(spec)
-    engine.prepare(spec.run_dir)
-    plan = expand(spec)[0]
-    loads = iter([0.0, 3.0, 3.0, 3.0])          # quiet when the launch is planned, loaded when planned again
-    monkeypatch.setattr(sim, "host_load_per_core", lambda: next(loads))
-    session = ServerSession(clean_wait_s=5)
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
-        monkeypatch.setattr(session, "pick_port", lambda preferred=0: (port, []))  # as if free when picked
-        try:
-            start = start_server(spec, engine, plan, session)
-            info = session.server_info()
-        finally:
-            session.stop(3)
-    assert start.result.status == "ok" and start.result.port != port
-    assert start.launch.port == start.result.port and f"--port {start.result.port}" in start.launch.command
-    assert start.launch.time_scale == info["time_scale"] == 1.746  # Llama-3.1-8B: 6.98 ms step / 4 ms; loaded: 1.0
