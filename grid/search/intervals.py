@@ -2,9 +2,9 @@
 
 The forecast is the twin's score of the configuration as the sweep last calibrated it (grid/search/calibration.py;
 ``Candidate.forecast`` after ``Policy.reforecast``). Its interval is what the measurements say of the twin's error
-there: the residual model of the ``twin_guided`` search (grid/search/residuals.py: log(measured / forecast) regressed
-on the swept flag values, sigma ``search.twin_error`` before anything was measured, hyperparameters by marginal
-likelihood), whichever search ran. The model's mixture over its hyperparameters is summarised by its mean and
+there: the residual model of the ``twin_guided`` search (grid/search/residuals.py: log(measured / forecast), each
+forecast the one made before that configuration was measured, regressed on the swept flag values, sigma
+``search.twin_error`` before anything was measured, hyperparameters by marginal likelihood), whichever search ran. The model's mixture over its hyperparameters is summarised by its mean and
 standard deviation in log space, and the interval is ``z`` of those either side (95% by default). Pure: no I/O.
 """
 
@@ -38,11 +38,15 @@ class Interval:
 
 
 def intervals(candidates: list[Any], measured: Mapping[str, float | None], higher_is_better: bool,
-              twin_error: float, spread: float, z: float = Z95) -> dict[str, Interval]:
+              twin_error: float, spread: float, z: float = Z95,
+              before: Mapping[str, float] | None = None) -> dict[str, Interval]:
     """``config_hash`` -> :class:`Interval` of every candidate (``grid.search.policy.Candidate``) that is not refused,
     has a positive forecast and is not known to fail (unless it was measured with a score). ``measured``: hash -> measured score (None: failed or no SLO met). The residual model
     is fitted on the candidates measured with a positive score; a lower-is-better score is modelled on its
-    reciprocal, as the search does. The interval is for a measurement (the repeat spread ``spread`` included); a
+    reciprocal, as the search does. ``before``: hash -> the forecast a configuration had when it was measured
+    (``Policy.forecast_before``): its residual is taken against that one, out of sample, so the twin's error is
+    learned from forecasts of configurations the calibration had not seen, as the unmeasured ones are; a measured
+    configuration without one is taken against its current forecast. The interval is for a measurement (the repeat spread ``spread`` included); a
     measured configuration's comes from the model fitted with its own residual among the others (in sample)."""
     from grid.search.residuals import fit, flag_count, one_hot, residual_points
 
@@ -52,7 +56,8 @@ def intervals(candidates: list[Any], measured: Mapping[str, float | None], highe
     forecasts = {c.config_hash: c.forecast for c in candidates
                  if not c.refused and c.forecast is not None and c.forecast > 0
                  and (not c.known_to_fail or measured.get(c.config_hash) is not None)}
-    pts = residual_points(measured, forecasts, rows, higher_is_better)
+    against = {**forecasts, **{h: f for h, f in (before or {}).items() if h in forecasts}}
+    pts = residual_points(measured, against, rows, higher_is_better)
     model = fit(x[[i for i, _ in pts]], np.array([y for _, y in pts]), flag_count(cols), twin_error, spread)
     hashes = list(forecasts)
     if not hashes:

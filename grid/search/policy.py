@@ -92,6 +92,9 @@ class Policy:
     tolerance: float = 0.03
     risk: float = 0.1
     noisy: list[str] = field(default_factory=list)  # configurations whose every measured point was host noise
+    #: The forecast each configuration had when its measurement was recorded: the twin calibrated on what was
+    #: measured before it, not on its own points (out of sample; the sweep recalibrates after recording).
+    forecast_before: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queue = self.order(self.candidates)
@@ -120,6 +123,13 @@ class Policy:
         self.by_hash = {c.config_hash: c for c in self.candidates}
         self.queue = self.order([updated(c) for c in self.queue])
 
+    def residual_forecasts(self) -> dict[str, float]:
+        """The forecast each configuration's residual log(measured / forecast) is taken against: the one it had when
+        its measurement was recorded (:attr:`forecast_before`, out of sample), else its current one (not measured
+        yet, or recorded by an earlier run, which the calibration at the start already fitted)."""
+        return {c.config_hash: self.forecast_before.get(c.config_hash, c.forecast) for c in self.candidates
+                if c.forecast is not None}
+
     def resume(self, recorded: dict[str, float | None]) -> None:
         """Configurations recorded by an earlier run: taken out of the queue, their scores known."""
         self.queue = [c for c in self.queue if c.config_hash not in recorded]
@@ -130,6 +140,9 @@ class Policy:
         point it measured was host noise (grid/metrics/hostnoise.py), so nothing of it counts."""
         self.running.discard(config_hash)
         self.measured[config_hash] = value
+        c = self.by_hash.get(config_hash)
+        if c is not None and c.forecast is not None:
+            self.forecast_before.setdefault(config_hash, c.forecast)
         if host_noise:
             self.noisy.append(config_hash)
         elif value is not None:
@@ -233,8 +246,8 @@ class TwinRanked(ForecastOrdered):
 
     def bias(self) -> float:
         """Median measured/forecast ratio over the configurations measured with both (1.0 before any)."""
-        ratios = [v / forecast for h, v in self.measured.items()
-                  if v is not None and (forecast := self.by_hash[h].forecast)]
+        before = self.residual_forecasts()
+        ratios = [v / forecast for h, v in self.measured.items() if v is not None and (forecast := before.get(h))]
         return statistics.median(ratios) if ratios else 1.0
 
     def optimistic(self, c: Candidate) -> float | None:
@@ -315,11 +328,11 @@ class TwinGuided(ForecastOrdered):
         return math.log(v) if self.higher_is_better else -math.log(v)
 
     def model(self):
-        """The residual model fitted on every configuration measured with a score and a forecast (cached)."""
+        """The residual model fitted on every configuration measured with a score and a forecast made before it was
+        measured (:meth:`residual_forecasts`; cached)."""
         from grid.search.residuals import fit, residual_points
 
-        forecasts = {c.config_hash: c.forecast for c in self.candidates if c.forecast is not None}
-        pts = residual_points(self.measured, forecasts, self.row, self.higher_is_better)
+        pts = residual_points(self.measured, self.residual_forecasts(), self.row, self.higher_is_better)
         key = tuple(pts)
         if self._fitted is None or self._fitted[0] != key:
             import numpy as np

@@ -475,7 +475,8 @@ def record_search(spec: RunSpec, plan: Plan) -> None:
 
     policy = plan.search.policy
     labels = {p.config_hash: p.label for p in plan.all}
-    ranges = intervals(policy.candidates, policy.measured, policy.higher_is_better, policy.twin_error, policy.spread)
+    ranges = intervals(policy.candidates, policy.measured, policy.higher_is_better, policy.twin_error, policy.spread,
+                       before=policy.forecast_before)
     write_record(spec.run_dir, {
         "search": spec.search.kind,
         "issued": policy.issued,

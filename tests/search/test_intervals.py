@@ -44,6 +44,27 @@ def test_measurements_above_the_forecast_move_the_others_and_narrow_their_interv
     assert all(out[h].covers() for h in measured)
 
 
+def test_the_twins_error_is_learned_from_forecasts_made_before_each_measurement():
+    """A calibration fitted to a configuration's own points makes its forecast match its measurement: residuals taken
+    against those forecasts (in sample) say the twin is exact. The forecasts made before (out of sample) keep its
+    error: here 10% low on every configuration, which the unmeasured ones' expected values carry."""
+    from grid.search.policy import Budget, Policy
+
+    cands = _cands()
+    policy = Policy(cands, Budget())
+    for c in cands[:8]:
+        policy.record(c.config_hash, c.forecast * 1.10)       # measured 10% above the forecast it had then
+    # the sweep recalibrates after each record: the fitted twin now forecasts the measured ones exactly
+    policy.reforecast({c.config_hash: (c.forecast * 1.10, 0.0) for c in cands[:8]})
+    assert policy.forecast_before == {c.config_hash: c.forecast for c in cands[:8]}
+    assert policy.residual_forecasts()["h00"] == 100.0 and policy.residual_forecasts()["h30"] == 130.0
+    in_sample = intervals(policy.candidates, policy.measured, True, 0.077, 0.01)
+    out = intervals(policy.candidates, policy.measured, True, 0.077, 0.01, before=policy.forecast_before)
+    for h in ("h30", "h31", "h32", "h22"):   # not measured
+        assert in_sample[h].expected == pytest.approx(in_sample[h].forecast, rel=1e-6)   # "exact": no correction
+        assert out[h].forecast * 1.05 < out[h].expected <= out[h].forecast * 1.10 + 1e-9
+
+
 def test_a_lower_is_better_score_is_modelled_on_its_reciprocal():
     cands = [Candidate(c.config_hash, forecast=c.forecast, settings=c.settings) for c in _cands()]
     measured = {c.config_hash: c.forecast * 0.9 for c in cands[:8]}  # lower: 10% better than forecast
