@@ -1,0 +1,237 @@
+"""The twin's simulation of a deployment: several SGLang servers behind a router, in virtual time (pure).
+
+A deployment (grid/topology/deployment.py) is ``n`` aggregated servers, or prefill and decode servers. Each server
+is its own ``Scheduler`` over its own ``PerfModel`` (its role's parallel shape and flags); one event loop advances
+them on one clock, so a replica's or a role's step is simulated exactly as :func:`grid.twin.simulate.simulate`
+simulates a lone server's, and a deployment of one aggregated server gives the same timings to the bit
+(tests/twin/test_deployment.py).
+
+The request path, as SGLang serves it:
+
+* **Aggregated**: the router sends the request to one server (``router_policy``), which prefills and decodes it.
+* **Disaggregated** (SGLang's ``--disaggregation-mode prefill|decode`` behind ``sglang_router --pd-disaggregation``):
+  the router picks a prefill and a decode server for each request. The prefill server prefills it and samples its
+  first token (a request of one output token); its KV then moves to the decode server, taking ``transfer(prefill
+  index, decode index, prompt tokens, transfers in flight)`` seconds (grid/topology/kv.py: a fixed cost plus the
+  bytes over the link, shared with the transfers in flight when it starts). SGLang's decode server never prefills:
+  the request arrives with its KV and first token, and joins the decode batch through a one-token extend (the
+  scheduler's own prefix-cache path: every prompt token cached but the last), which streams that first token to the
+  client. TTFT is therefore prefill queue + prefill + transfer + the decode server's admission; TPOT is the decode
+  server's alone.
+
+Router policies (``sglang_router --policy``): ``round_robin`` cycles each role's servers; ``random`` draws one with
+the seeded generator; ``power_of_two`` draws two and takes the one with fewer requests in flight (the first on a
+tie); ``cache_aware`` routes by shared prompt prefixes, which a replay's independent prompts never have, so it is
+played as round robin (its load-balancing fallback).
+
+Left out (documented in docs/topology.md): the prefill server holds a request's KV until its transfer ends (here it
+is freed when the prefill finishes), and the decode server reserves KV when the request is routed (here when its KV
+arrives); the router's own latency; retries after a failed transfer.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from grid.twin.perf import PerfModel
+from grid.twin.scheduler import Scheduler, Step, TwinRequest
+from grid.twin.simulate import RequestResult, SimResult
+
+Role = Literal["aggregated", "prefill", "decode"]
+#: The router policies the replay plays (``sglang_router`` 0.3.2 ``--policy``; grid/server/router.py POLICIES).
+ROUTER_POLICIES: tuple[str, ...] = ("round_robin", "random", "power_of_two", "cache_aware")
+#: ``transfer(prefill index, decode index, prompt tokens, transfers in flight)``: seconds to move one request's KV.
+Transfer = Callable[[int, int, int, int], float]
+
+
+@dataclass(frozen=True)
+class DeployedServer:
+    """One server of the simulated deployment: its ``role`` and its performance model (its shape and flags)."""
+
+    role: Role
+    perf: PerfModel
+
+
+@dataclass
+class DeploymentResult:
+    """What the client saw (``sim``: per-request timings, as :func:`grid.twin.simulate.simulate` reports them) and
+    what moved inside: each request's KV ``transfers_s`` (disaggregated only) and the server indexes that served it
+    (``served_by``: one aggregated server, or (prefill, decode)), indexes into the ``servers`` given."""
+
+    sim: SimResult
+    transfers_s: dict[str, float] = field(default_factory=dict)
+    served_by: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+class _Router:
+    def __init__(self, policy: str, seed: int) -> None:
+        if policy not in ROUTER_POLICIES:
+            raise ValueError(f"router_policy must be one of {', '.join(ROUTER_POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self.rng = random.Random(seed)
+        self.turn: dict[str, int] = {}
+
+    def pick(self, role: str, candidates: list[int], in_flight: list[int]) -> int:
+        if self.policy == "random":
+            return candidates[self.rng.randrange(len(candidates))]
+        if self.policy == "power_of_two" and len(candidates) > 1:
+            a, b = self.rng.sample(candidates, 2)
+            return b if in_flight[b] < in_flight[a] else a
+        k = self.turn.get(role, 0)
+        self.turn[role] = k + 1
+        return candidates[k % len(candidates)]
+
+
+def simulate_deployment(
+    servers: Sequence[DeployedServer],
+    requests: list[tuple[float, TwinRequest]],
+    transfer: Transfer | None = None,
+    router_policy: str = "round_robin",
+    max_concurrency: int | None = None,
+    frontend: bool = True,
+    seed: int = 0,
+    max_steps: int = 10_000_000,
+) -> DeploymentResult:
+    """Run ``requests`` ((send_s, request) pairs) through the deployment of ``servers`` to completion in virtual time.
+
+    ``max_concurrency`` replays a closed-loop client over the whole deployment, as
+    :func:`grid.twin.simulate.simulate` does for one server; with ``frontend`` a request reaches its (first) server
+    ``perf.frontend_latency_s(input_tokens)`` of that server after it is sent. ``transfer`` is required when there are
+    prefill and decode servers. Raises ``ValueError`` for a mix of aggregated and disaggregated servers, a
+    disaggregated deployment without both roles or without ``transfer``, or an unknown ``router_policy``."""
+    roles = {s.role for s in servers}
+    if not servers or ("aggregated" in roles and roles != {"aggregated"}):
+        raise ValueError("a deployment is one or more aggregated servers, or prefill and decode servers")
+    pd = roles != {"aggregated"}
+    if pd and roles != {"prefill", "decode"}:
+        raise ValueError(f"a disaggregated deployment needs prefill and decode servers; it has {sorted(roles)}")
+    if pd and transfer is None:
+        raise ValueError("a disaggregated deployment needs a transfer model (grid/topology/kv.py)")
+    router = _Router(router_policy, seed)
+    scheds = [Scheduler(s.perf) for s in servers]
+    by_role = {r: [i for i, s in enumerate(servers) if s.role == r] for r in roles}
+    entry = by_role["prefill" if pd else "aggregated"]
+    busy_until: list[float | None] = [None] * len(servers)  # the end of the step a server is running
+    running_step: list[Step | None] = [None] * len(servers)
+    in_flight = [0] * len(servers)
+    queue = deque(sorted(requests, key=lambda x: x[0]))
+    cap = max_concurrency if max_concurrency and max_concurrency > 0 else None
+    client_in_flight = 0
+    free_at: list[float] = [float("-inf")] * (cap or 0)
+    events: list[tuple[float, int, int, TwinRequest]] = []  # (time, order, server, request): reaches the server
+    order = 0
+    sent: dict[str, tuple[float, TwinRequest]] = {}
+    decode_of: dict[str, int] = {}
+    first_tok: dict[str, float] = {}
+    out_tok: dict[str, int] = {}
+    done: dict[str, tuple[float, str]] = {}
+    transfers: dict[str, float] = {}
+    transferring: list[float] = []  # end times of the transfers in flight (a heap)
+    served: dict[str, tuple[int, ...]] = {}
+    t0 = queue[0][0] if queue else 0.0
+    now = t0
+    steps = 0
+
+    def finish_step(i: int) -> None:
+        nonlocal client_in_flight, order
+        step = running_step[i]
+        running_step[i], busy_until[i] = None, None
+        if step is None:
+            return
+        role = servers[i].role
+        for rid, n in step.emitted.items():
+            if role == "prefill":
+                continue  # the first token reaches the client from the decode server
+            first_tok.setdefault(rid, now)
+            out_tok[rid] = out_tok.get(rid, 0) + n
+        for rid, reason in step.finished.items():
+            in_flight[i] -= 1
+            if role == "prefill" and reason != "abort":
+                _, req = sent[rid]
+                d = decode_of[rid]
+                while transferring and transferring[0] <= now + 1e-12:
+                    heapq.heappop(transferring)
+                assert transfer is not None
+                took = transfer(i, d, req.input_tokens, len(transferring) + 1)
+                transfers[rid] = took
+                heapq.heappush(transferring, now + took)
+                # the decode server holds every prompt token but the last, whose extend samples nothing new: it
+                # streams the first token the prefill server sampled
+                arriving = TwinRequest(req.rid, req.input_tokens, req.max_new_tokens, req.eos_after, req.priority,
+                                       cached_tokens=req.input_tokens)
+                order += 1
+                heapq.heappush(events, (now + took, order, d, arriving))
+                continue
+            done[rid] = (now, reason)
+            client_in_flight -= 1
+            if cap is not None:
+                heapq.heappush(free_at, now)
+
+    def release() -> None:
+        nonlocal client_in_flight, order
+        while queue and queue[0][0] <= now + 1e-12 and (cap is None or client_in_flight < cap):
+            t, req = queue.popleft()
+            send = max(t, heapq.heappop(free_at)) if cap is not None else t
+            sent[req.rid] = (send, req)
+            client_in_flight += 1
+            first = router.pick("prefill" if pd else "aggregated", entry, in_flight)
+            in_flight[first] += 1
+            if pd:
+                d = router.pick("decode", by_role["decode"], in_flight)
+                in_flight[d] += 1
+                decode_of[req.rid] = d
+                served[req.rid] = (first, d)
+                req = TwinRequest(req.rid, req.input_tokens, 1, None, req.priority)
+            else:
+                served[req.rid] = (first,)
+            delay = servers[first].perf.frontend_latency_s(req.input_tokens) if frontend else 0.0
+            order += 1
+            heapq.heappush(events, (send + delay, order, first, req))
+        while events and events[0][0] <= now + 1e-12:
+            t, _, i, req = heapq.heappop(events)
+            scheds[i].add(req, t)
+
+    def next_time() -> float | None:
+        cands = [t for t in busy_until if t is not None]
+        if events:
+            cands.append(events[0][0])
+        if queue and (cap is None or client_in_flight < cap):
+            cands.append(queue[0][0])
+        return min(cands) if cands else None
+
+    while steps < max_steps:
+        for i, t in enumerate(busy_until):
+            if t is not None and t <= now:
+                finish_step(i)
+        release()
+        started = False
+        for i, sched in enumerate(scheds):
+            if busy_until[i] is not None or not sched.has_work():
+                continue
+            step = sched.step(now)
+            steps += 1
+            if step.stats.kind == "idle" and step.stats.duration_s == 0 and not step.finished:
+                continue  # nothing it can run until something arrives
+            running_step[i], busy_until[i] = step, now + step.stats.duration_s
+            started = True
+        nxt = next_time()
+        if nxt is None:
+            break
+        if not started and nxt <= now and not any(t is not None and t <= now for t in busy_until):
+            break  # nothing can move (a request no server can admit)
+        now = max(now, nxt)
+    results = []
+    for t, req in list(queue):
+        sent.setdefault(req.rid, (t, req))
+    for rid, (arr, req) in sent.items():
+        end, reason = done.get(rid, (now, "abort"))
+        results.append(RequestResult(rid=rid, arrival_s=arr, input_tokens=req.input_tokens,
+                                     output_tokens=out_tok.get(rid, 0), ttft_s=first_tok.get(rid, end) - arr,
+                                     e2e_s=end - arr, finish_reason=reason))
+    last_end = max((r.arrival_s + r.e2e_s for r in results), default=t0)
+    return DeploymentResult(SimResult(requests=results, duration_s=last_end - t0, steps=steps), transfers, served)
