@@ -50,6 +50,17 @@ class ServerShape:
         """GPUs one attention group spans: ``tp / attn_dp``."""
         return self.tp // self.attn_dp
 
+    def settings(self) -> dict[str, int | bool]:
+        """grid's settings for this shape (``tp_size``; ``dp_size`` with ``enable_dp_attention`` and ``ep_size``
+        where not 1), which the release's dialect renders as that release's flags (grid/releases/flags.py:
+        ``--dp-size N --enable-dp-attention`` before 0.5.22, ``--attn-dp-size N`` from it)."""
+        out: dict[str, int | bool] = {"tp_size": self.tp}
+        if self.attn_dp > 1:
+            out.update(dp_size=self.attn_dp, enable_dp_attention=True)
+        if self.ep > 1:
+            out["ep_size"] = self.ep
+        return out
+
     def label(self) -> str:
         """``TP8``, ``TP8 DP8 EP8``: the sizes that are not 1 besides TP."""
         return " ".join([f"TP{self.tp}"] + [f"{name}{n}" for name, n in (("DP", self.attn_dp), ("EP", self.ep))
@@ -166,18 +177,21 @@ def _place_one(role: Role, index: int, gpus: int, free: list[int], per_node: int
 
 def kv_transfer_s(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, prompt_tokens: int,
                   concurrent: int = 1, kv_cache_dtype: str | None = None,
-                  cost: TransferCost = DEFAULT_COST) -> float:
+                  cost: TransferCost = DEFAULT_COST, prefill: int = 0, decode: int = 0) -> float:
     """Seconds to move one request's KV (``prompt_tokens`` uncached prompt tokens; SGLang's decode server keeps no
-    radix cache unless ``--disaggregation-decode-enable-radix-cache``) from the deployment's first prefill server to
-    its first decode server, ``concurrent`` transfers sharing the link (grid/topology/kv.py ``transfer_s``). The link
-    is the node's own when both share a node, else the network. Raises ``ValueError`` for an aggregated deployment."""
+    radix cache unless ``--disaggregation-decode-enable-radix-cache``) from prefill server ``prefill`` to decode server
+    ``decode`` (indexes among their role's servers, in placement order), ``concurrent`` transfers sharing the link
+    (grid/topology/kv.py ``transfer_s``). The link is the node's own when both share a node, else the network.
+    Raises ``ValueError`` for an aggregated deployment or an index beyond the role's servers."""
     if not deployment.disaggregated:
         raise ValueError(f"deployment {deployment.label()} is aggregated: no KV moves between its servers")
     places = deployment.place(hardware)
-    prefill = next(p for p in places if p.role == "prefill")
-    decode = next(p for p in places if p.role == "decode")
-    p_shape = next(g.shape for g in deployment.groups if g.role == "prefill")
-    d_shape = next(g.shape for g in deployment.groups if g.role == "decode")
-    link = kv_link(hardware, same_node=prefill.nodes == decode.nodes == 1 and prefill.node == decode.node)
+    shapes = [g.shape for g in deployment.groups for _ in range(g.count)]
+    by_role = {role: [(p, s) for p, s in zip(places, shapes) if p.role == role] for role in ("prefill", "decode")}
+    for role, i in (("prefill", prefill), ("decode", decode)):
+        if not 0 <= i < len(by_role[role]):
+            raise ValueError(f"deployment {deployment.label()} has {len(by_role[role])} {role} server(s); no index {i}")
+    (p_place, p_shape), (d_place, d_shape) = by_role["prefill"][prefill], by_role["decode"][decode]
+    link = kv_link(hardware, same_node=p_place.nodes == d_place.nodes == 1 and p_place.node == d_place.node)
     wire = prompt_tokens * wire_bytes_per_token(model, d_shape.attn_tp, kv_cache_dtype)
     return transfer_s(wire, link, lanes=min(p_shape.attn_tp, d_shape.attn_tp), concurrent=concurrent, cost=cost)

@@ -34,15 +34,17 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
+from grid.config.specs import HardwareSpec, ModelSpec
+from grid.topology.deployment import Deployment, Role, kv_transfer_s
+from grid.topology.kv import DEFAULT_COST, TransferCost
 from grid.twin.perf import PerfModel
 from grid.twin.scheduler import Scheduler, Step, TwinRequest
 from grid.twin.simulate import RequestResult, SimResult
 
-Role = Literal["aggregated", "prefill", "decode"]
 #: The router policies the replay plays (``sglang_router`` 0.3.2 ``--policy``; grid/server/router.py POLICIES).
 ROUTER_POLICIES: tuple[str, ...] = ("round_robin", "random", "power_of_two", "cache_aware")
 #: ``transfer(prefill index, decode index, prompt tokens, transfers in flight)``: seconds to move one request's KV.
@@ -96,13 +98,15 @@ def simulate_deployment(
     frontend: bool = True,
     seed: int = 0,
     max_steps: int = 10_000_000,
+    trace: bool = False,
 ) -> DeploymentResult:
     """Run ``requests`` ((send_s, request) pairs) through the deployment of ``servers`` to completion in virtual time.
 
     ``max_concurrency`` replays a closed-loop client over the whole deployment, as
     :func:`grid.twin.simulate.simulate` does for one server; with ``frontend`` a request reaches its (first) server
     ``perf.frontend_latency_s(input_tokens)`` of that server after it is sent. ``transfer`` is required when there are
-    prefill and decode servers. Raises ``ValueError`` for a mix of aggregated and disaggregated servers, a
+    prefill and decode servers; ``trace`` keeps each request's token events as the client receives them
+    (``SimResult.emissions``: the aggregated or decode server's steps). Raises ``ValueError`` for a mix of aggregated and disaggregated servers, a
     disaggregated deployment without both roles or without ``transfer``, or an unknown ``router_policy``."""
     roles = {s.role for s in servers}
     if not servers or ("aggregated" in roles and roles != {"aggregated"}):
@@ -133,6 +137,7 @@ def simulate_deployment(
     transfers: dict[str, float] = {}
     transferring: list[float] = []  # end times of the transfers in flight (a heap)
     served: dict[str, tuple[int, ...]] = {}
+    emissions: dict[str, list[tuple[float, int]]] = {}
     t0 = queue[0][0] if queue else 0.0
     now = t0
     steps = 0
@@ -149,6 +154,8 @@ def simulate_deployment(
                 continue  # the first token reaches the client from the decode server
             first_tok.setdefault(rid, now)
             out_tok[rid] = out_tok.get(rid, 0) + n
+            if trace and n:
+                emissions.setdefault(rid, []).append((now, n))
         for rid, reason in step.finished.items():
             in_flight[i] -= 1
             if role == "prefill" and reason != "abort":
@@ -234,4 +241,59 @@ def simulate_deployment(
                                      output_tokens=out_tok.get(rid, 0), ttft_s=first_tok.get(rid, end) - arr,
                                      e2e_s=end - arr, finish_reason=reason))
     last_end = max((r.arrival_s + r.e2e_s for r in results), default=t0)
-    return DeploymentResult(SimResult(requests=results, duration_s=last_end - t0, steps=steps), transfers, served)
+    return DeploymentResult(SimResult(requests=results, duration_s=last_end - t0, steps=steps, emissions=emissions),
+                            transfers, served)
+
+
+def servers_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, version: str,
+               settings: Mapping[str, Any], role_settings: Mapping[str, Mapping[str, Any]] | None = None,
+               env: Mapping[str, str] | None = None) -> list[DeployedServer]:
+    """The deployment's servers in :meth:`Deployment.place` order, each the twin's ``PerfModel`` of SGLang ``version``
+    launched with ``settings`` (grid's names), its group's shape (:meth:`ServerShape.settings`) and its role's
+    ``role_settings``. Raises ``ValueError`` naming the role and shape when the twin refuses a server's flags, as
+    SGLang would (grid/twin/perf_of_flags.py), or knows the server fails on this hardware (grid/twin/failures.py:
+    e.g. ``weights_oom``, DeepSeek-V3's FP8 weights on eight 80 GB GPUs)."""
+    from grid.releases.flags import parse_version, to_argv
+    from grid.twin.failures import find_failures
+    from grid.twin.perf_of_flags import perf_model
+
+    out = []
+    for group in deployment.groups:
+        chosen = {**settings, **group.shape.settings(), **(role_settings or {}).get(group.role, {})}
+        perf = perf_model(model, hardware, to_argv(chosen, parse_version(version)), version, env)
+        if perf is None:
+            raise ValueError(f"deployment {deployment.label()}: the twin refuses the {group.role} server "
+                             f"{group.shape.label()} ({chosen}) on {hardware.name} at SGLang {version}")
+        failing = find_failures(model, hardware, perf.cfg, perf)
+        if failing:
+            raise ValueError(f"deployment {deployment.label()}: the {group.role} server {group.shape.label()} is known "
+                             f"to fail on {hardware.name}: " + "; ".join(f"{f.id} ({f.effect})" for f in failing))
+        out += [DeployedServer(group.role, perf)] * group.count
+    return out
+
+
+def transfer_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, kv_cache_dtype: str | None = None,
+                cost: TransferCost = DEFAULT_COST) -> Transfer:
+    """The :data:`Transfer` of a disaggregated deployment on ``hardware``: each prefill-decode pair's KV transfer
+    time over the link between their places (grid/topology/deployment.py ``kv_transfer_s``), server indexes as
+    :func:`servers_of` orders them. Raises ``ValueError`` for an aggregated deployment or one that does not fit."""
+    places = deployment.place(hardware)
+    if not deployment.disaggregated:
+        raise ValueError(f"deployment {deployment.label()} is aggregated: no KV moves between its servers")
+
+    def transfer(prefill: int, decode: int, tokens: int, concurrent: int) -> float:
+        return kv_transfer_s(deployment, model, hardware, tokens, concurrent, kv_cache_dtype, cost,
+                             prefill=places[prefill].index, decode=places[decode].index)
+    return transfer
+
+
+def replay_deployment(servers: Sequence[DeployedServer], point, input_len: int, output_len: int,
+                      transfer: Transfer | None = None, router_policy: str = "round_robin", seed: int = 0):
+    """``point`` (a ``grid.loadgen.runner.LoadPoint``) as grid's load generator plays it against the deployment's
+    router, simulated here: the ``LoadPointResult`` it would record (grid/twin/simulate.py ``replay``, the plan the
+    same as for one server), for ``grid.metrics.loadpoint.summarize``."""
+    from grid.twin.simulate import replay
+
+    def run(requests: list[tuple[float, TwinRequest]], cap: int | None) -> SimResult:
+        return simulate_deployment(servers, requests, transfer, router_policy, cap, seed=seed, trace=True).sim
+    return replay(None, point, input_len, output_len, sequential_shortcut=False, run=run)

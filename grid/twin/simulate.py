@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grid.twin.perf import PerfModel
@@ -211,7 +212,13 @@ def _sequential(perf: PerfModel, requests: list[TwinRequest], policy: str | None
                      emissions=emissions)
 
 
-def _warmup_phase_ns(perf: PerfModel, point, isl: int, osl: int, policy: str | None, sequential_shortcut: bool) -> int:
+#: ``run(requests, max_concurrency)``: a simulation of ``(send_s, request)`` pairs with their token events traced
+#: (:func:`simulate` of one server; grid/twin/deployment.py of a deployment).
+Run = Callable[[list[tuple[float, TwinRequest]], "int | None"], SimResult]
+
+
+def _warmup_phase_ns(perf: PerfModel | None, point, isl: int, osl: int, policy: str | None,
+                     sequential_shortcut: bool, run: Run | None = None) -> int:
     """Modelled ns of the ``point.warmup_requests`` requests the load generator sends before a point (a closed loop
     of the point's streams, one stream for an open loop; grid/loadgen/runner.py), first send to last end; 0 without."""
     from grid.loadgen import vclock
@@ -221,13 +228,17 @@ def _warmup_phase_ns(perf: PerfModel, point, isl: int, osl: int, policy: str | N
         return 0
     k = min(int(point.value) if point.kind == "concurrency" else 1, w)
     reqs = [TwinRequest(f"p{j}", isl, osl) for j in range(w)]
-    res = (_sequential(perf, reqs, policy) if sequential_shortcut and k == 1
-           else simulate(perf, [(0.0, r) for r in reqs], policy, max_concurrency=k))
+    if run is not None:
+        res = run([(0.0, r) for r in reqs], k)
+    else:
+        assert perf is not None
+        res = (_sequential(perf, reqs, policy) if sequential_shortcut and k == 1
+               else simulate(perf, [(0.0, r) for r in reqs], policy, max_concurrency=k))
     return vclock.to_ns(max(r.arrival_s + r.e2e_s for r in res.requests))
 
 
-def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str | None = None,
-           sequential_shortcut: bool = True):
+def replay(perf: PerfModel | None, point, input_len: int, output_len: int, policy: str | None = None,
+           sequential_shortcut: bool = True, run: Run | None = None):
     """``point`` (a ``grid.loadgen.runner.LoadPoint``) as grid's load generator plays it against the twin on its
     virtual clock, with prompts of ``input_len`` / ``output_len`` tokens, run here through the same scheduler and
     performance model: the ``LoadPointResult`` the load generator would record, every stamp in modelled ns, for
@@ -246,6 +257,9 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     an idle scheduler (no batch to join, nothing to retract, nothing cached), so each has the same timeline from its
     send, and one is simulated and repeated (``sequential_shortcut``; tests/twin/test_replay.py compares it with the
     full simulation).
+
+    ``run`` replaces the single server's simulation (``perf`` and ``policy`` are then not read): a deployment's
+    (grid/twin/deployment.py ``replay_deployment``), which plays the same plan through its router.
     """
     import math
 
@@ -275,9 +289,13 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     # sent in plan order (simulate's sort is stable): wave, measured, tail; open loop by due time
     order = {req.rid: (t, index, role) for t, req, index, role in plan}
     shapes = {(req.input_tokens, req.max_new_tokens, req.eos_after) for _, req, _, _ in plan}
-    if sequential_shortcut and point.kind == "concurrency" and cap == 1 and len(shapes) == 1:
+    if run is not None:
+        res = run([(t, req) for t, req, _, _ in plan], cap)
+    elif sequential_shortcut and point.kind == "concurrency" and cap == 1 and len(shapes) == 1:
+        assert perf is not None
         res = _sequential(perf, [req for _, req, _, _ in plan], policy)
     else:
+        assert perf is not None
         res = simulate(perf, [(t, req) for t, req, _, _ in plan], policy, max_concurrency=cap, trace=True)
     ns = vclock.to_ns
     records: dict[str, list[RequestRecord]] = {"warm": [], "measured": [], "tail": []}
@@ -319,7 +337,7 @@ def replay(perf: PerfModel, point, input_len: int, output_len: int, policy: str 
     for rec in measured:
         rec.scheduled_offset_ns = (rec.scheduled_perf_ns or 0) - start
     # held as the runner counts it: the warm-up requests' own phase, then this one from its start (0) to the window's end
-    held_ns = _warmup_phase_ns(perf, point, isl, osl, policy, sequential_shortcut) + end
+    held_ns = _warmup_phase_ns(perf, point, isl, osl, policy, sequential_shortcut, run) + end
     return LoadPointResult(records=measured, window_start_perf_ns=start, window_end_perf_ns=end, time_scale=1.0,
                            held_ns=held_ns,
                            warmup_records=sorted(records["warm"], key=lambda x: x.request_index), point=point,
