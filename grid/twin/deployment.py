@@ -14,10 +14,10 @@ The request path, as SGLang serves it:
   first token (a request of one output token); its KV then moves to the decode server, taking ``transfer(prefill
   index, decode index, prompt tokens, transfers in flight)`` seconds (grid/topology/kv.py: a fixed cost plus the
   bytes over the link, shared with the transfers in flight when it starts). SGLang's decode server never prefills:
-  the request arrives with its KV and first token, and joins the decode batch through a one-token extend (the
-  scheduler's own prefix-cache path: every prompt token cached but the last), which streams that first token to the
-  client. TTFT is therefore prefill queue + prefill + transfer + the decode server's admission; TPOT is the decode
-  server's alone.
+  the request arrives with its KV and first token, is admitted when its KV fits (SGLang's prebuilt extend: no
+  forward pass, ``TwinRequest.kv_ready``), streams that first token then and joins the next decode batch. TTFT is
+  therefore prefill queue + prefill + transfer + waiting for room on the decode server; TPOT is the decode server's
+  alone.
 
 Router policies (``sglang_router --policy``): ``round_robin`` cycles each role's servers; ``random`` draws one with
 the seeded generator; ``power_of_two`` draws two and takes the one with fewer requests in flight (the first on a
@@ -167,10 +167,10 @@ def simulate_deployment(
                 took = transfer(i, d, req.input_tokens, len(transferring) + 1)
                 transfers[rid] = took
                 heapq.heappush(transferring, now + took)
-                # the decode server holds every prompt token but the last, whose extend samples nothing new: it
-                # streams the first token the prefill server sampled
+                # the decode server admits it with its KV, no forward pass, and streams the first token the prefill
+                # server sampled
                 arriving = TwinRequest(req.rid, req.input_tokens, req.max_new_tokens, req.eos_after, req.priority,
-                                       cached_tokens=req.input_tokens)
+                                       kv_ready=True)
                 order += 1
                 heapq.heappush(events, (now + took, order, d, arriving))
                 continue

@@ -84,14 +84,14 @@ def load_runs(path: Path = ROWS_FILE) -> list[dict[str, Any]]:
     return runs
 
 
-def _spec(kind: str, name: str):
+def conf_spec(kind: str, name: str):
     data = yaml.safe_load((CONF_DIR / kind / f"{name}.yaml").read_text())
     return ModelSpec(**data) if kind == "model" else HardwareSpec(**data)
 
 
 def perf_for(run: dict[str, Any]) -> PerfModel:
     """The twin's performance model for a run (its model, hardware and flags)."""
-    return PerfModel(_spec("model", run["model"]), _spec("hardware", run["hardware"]), ServingConfig(**run.get("flags", {})))
+    return PerfModel(conf_spec("model", run["model"]), conf_spec("hardware", run["hardware"]), ServingConfig(**run.get("flags", {})))
 
 
 def workload(run: dict[str, Any], seed: int = 0) -> tuple[list[tuple[float, TwinRequest]], int | None]:
@@ -278,7 +278,7 @@ def uncertainty_cells(rows: list[Row], runs: list[dict[str, Any]] | None = None)
         if row.split == "rejected":
             continue
         run = by_id[row.run_id]
-        model, hw = _spec("model", run["model"]), _spec("hardware", run["hardware"])
+        model, hw = conf_spec("model", run["model"]), conf_spec("hardware", run["hardware"])
         errors.append((row.metric, model.is_moe, hardware_family(hw), row.error))
     return spread_table(errors)
 

@@ -81,6 +81,9 @@ class TwinRequest:
     eos_after: int | None = None  # natural stop after this many tokens (ignore_eos False); None -> max_new_tokens
     priority: int = 0
     cached_tokens: int = 0  # prefix-cache hit (0 unless radix cache modelled)
+    #: its KV and first token came from a prefill server (SGLang's decode server, ``--disaggregation-mode decode``):
+    #: admitted without a forward pass (SGLang's prebuilt extend), streaming that first token when admitted
+    kv_ready: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,10 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------------------------
     def add(self, req: TwinRequest, now_s: float) -> None:
         st = _State(req=req, arrival_s=now_s, seq=self._seq, prefix=max(1, req.input_tokens))
-        st.prefilled = min(req.cached_tokens, st.prefix - 1) if req.cached_tokens else 0
+        if req.kv_ready:
+            st.prefilled = st.prefix
+        else:
+            st.prefilled = min(req.cached_tokens, st.prefix - 1) if req.cached_tokens else 0
         self._seq += 1
         self.waiting.append(st)
 
@@ -277,7 +283,7 @@ class Scheduler:
         cached = sum(st.prefilled for st, _ in batch)  # the keys this batch attends to beyond its new tokens
         # #cached-token counts the prefix-cache hits of the requests admitted now; a chunked request's next chunk
         # reports none (0.5.23 schedule_policy.py PrefillAdder.add_chunked_req: _update_prefill_budget(0, ...))
-        hit = sum(st.prefilled for st in admitted)
+        hit = sum(st.prefilled for st in admitted if not st.req.kv_ready)
         dur = self.perf.prefill_step_s(new_tokens, cached, len(batch))
         emitted: dict[str, int] = {}
         for st, take in batch:
