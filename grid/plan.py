@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from grid.config.schema import LoadSpec
 from grid.loadgen.dataset import DatasetArgs, build_dataset
 from grid.loadgen.runner import LoadPoint
+from grid.topology.deployment import Deployment, RoleGroup
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,12 @@ class TrialPlan:
     load: LoadSpec
     label: str                   # short human name: the settings that vary across the sweep
     config_hash: str             # 12 hex chars of sha256 over everything that changes a result (see config_hash)
+    #: the servers it launches when more than one (grid/topology/deployment.py); None: one server of ``settings``
+    deployment: Deployment | None = None
+
+    def role_settings(self, group: RoleGroup) -> dict[str, Any]:
+        """The settings a server of ``group`` launches with: the plan's, its shape's and its role's own."""
+        return {**self.settings, **group.shape.settings(), **dict(group.settings)}
 
     @property
     def config_json(self) -> str:

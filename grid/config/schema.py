@@ -310,6 +310,31 @@ class AccuracySpec(_Spec):
     max_new_tokens: int = Field(16, ge=1, description="tokens per answer")
 
 
+class RoleGroupSpec(_Spec):
+    """``count`` servers of one ``role`` in a deployment, each ``tp`` GPUs with ``attn_dp`` attention data-parallel
+    groups and expert parallelism ``ep`` (grid/topology/deployment.py ``ServerShape``), and this role's own
+    ``settings`` over the configuration's."""
+
+    role: Literal["aggregated", "prefill", "decode"]
+    count: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, description="--tp-size")
+    attn_dp: int = Field(1, ge=1, description="attention data-parallel groups (--attn-dp-size; --dp-size with "
+                                              "--enable-dp-attention before 0.5.22)")
+    ep: int = Field(1, ge=1, description="--ep-size")
+    settings: dict[str, Any] = Field(default_factory=dict, description="this role's settings over the "
+                                                                       "configuration's (grid's names)")
+
+
+class DeploymentSpec(_Spec):
+    """One deployment a sweep tries: aggregated replicas, or prefill and decode servers (xPyD), behind SGLang's
+    router (docs/topology.md)."""
+
+    label: str | None = Field(None, description="its name in labels; None: 2x TP8, 1P2D P:TP8 D:TP8 DP8 EP8, ...")
+    groups: list[RoleGroupSpec]
+    router_policy: Literal["round_robin", "random", "power_of_two", "cache_aware"] | None = Field(
+        None, description="sglang_router --policy; needed with more than one server")
+
+
 class SweepSpec(_Spec):
     """The search space: the cartesian product of ``grid`` plus any explicit ``configs`` (overrides of the base)."""
 
@@ -320,6 +345,9 @@ class SweepSpec(_Spec):
     base: dict[str, Any] = Field(default_factory=dict, description="settings fixed for this sweep")
     load: dict[str, Any] = Field(default_factory=dict,
                                  description="load settings for this sweep, over the run's load (configs[].load over it)")
+    deployments: list[DeploymentSpec] = Field(
+        default_factory=list, description="deployments each configuration is tried in (several servers behind a "
+                                          "router; empty: one server per configuration)")
 
     @field_validator("grid")
     @classmethod

@@ -72,9 +72,40 @@ def assess(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> 
     """``config_hash`` -> :class:`Known` for every plan."""
     out: dict[str, Known] = {}
     for plan in plans:
+        if plan.deployment is not None:
+            out[plan.config_hash] = _deployment_known(spec, engine, plan, version)
+            continue
         why = engine.refuse(plan)
         out[plan.config_hash] = Known(refused=why) if why else Known(failures=failures(spec, plan, version))
     return out
+
+
+def _deployment_known(spec: RunSpec, engine: Any, plan: TrialPlan, version: str) -> Known:
+    """:class:`Known` of a plan of several servers: refused when the deployment does not fit the hardware's nodes
+    (grid/topology/deployment.py ``Deployment.place``) or SGLang ``version`` would refuse one of its servers (its
+    role's settings, with ``--disaggregation-mode`` for a prefill or decode server: grid/releases/checks.py
+    ``refusals``); else the failure-table rows of each role's server (:func:`failures`)."""
+    import dataclasses
+
+    from grid.releases.checks import refusals
+
+    deployment = plan.deployment
+    assert deployment is not None
+    try:
+        deployment.place(spec.hardware)
+    except ValueError as e:
+        return Known(refused=str(e))
+    rows: list[tuple[str, str, str]] = []
+    for group in deployment.groups:
+        settings = plan.role_settings(group)
+        server = {**settings, **({"disaggregation_mode": group.role} if group.role != "aggregated" else {})}
+        found = refusals(server, version, spec.model, spec.hardware)
+        if found:
+            return Known(refused=f"the {group.role} server {group.shape.label()}: SGLang {version} would refuse it: "
+                                 f"{found[0].message}")
+        one = dataclasses.replace(plan, settings=settings, deployment=None)
+        rows += [row for row in failures(spec, one, version) if row not in rows]
+    return Known(failures=tuple(rows))
 
 
 def launch_order(plans: list[TrialPlan], known: dict[str, Known], try_known_failures: bool = False) -> list[TrialPlan]:

@@ -56,9 +56,9 @@ class SearchPlan:
 
 
 def gpu_seconds(spec: RunSpec, f: Forecast | None) -> float:
-    """Modelled GPU-seconds of one launch: (startup + load) x ``hardware.total_gpus`` (every node); 0 when not
-    modelled."""
-    return 0.0 if f is None else f.gpu_s * spec.hardware.total_gpus
+    """Modelled GPU-seconds of one launch: (startup + load) x the GPUs it holds (a deployment's, else
+    ``hardware.total_gpus``: every node); 0 when not modelled."""
+    return 0.0 if f is None else f.gpu_s * (f.gpus or spec.hardware.total_gpus)
 
 
 def max_gpu_s(search, cands: list[Candidate]) -> float | None:

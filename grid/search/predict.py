@@ -41,6 +41,7 @@ class Forecast:
     startup_s: float
     load_s: float
     value: float | None
+    gpus: int | None = None  # GPUs the launch holds when not the hardware's all (a deployment's servers)
 
     @property
     def gpu_s(self) -> float:
@@ -66,8 +67,9 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
     # at most this many requests are in flight (a closed loop's streams, an open loop's cap or all of it), each
     # holding at most input + output KV tokens: a larger pool or running cap never binds
     inflight = int(point.value) if point.kind == "concurrency" else (point.max_concurrency or point.num_prompts)
-    key = (_model_key(perf, inflight * (load.input_len + load.output_len), inflight), point, load.input_len,
-           load.output_len)
+    model_key = (tuple(_model_key(s.perf) for s in perf.servers) + (repr(perf.deployment),)
+                 if _deployed(perf) else _model_key(perf, inflight * (load.input_len + load.output_len), inflight))
+    key = (model_key, point, load.input_len, load.output_len)
     if (key, slo) not in _ROWS:
         if len(_ROWS) > _WAVES_MAX:
             _ROWS.clear()
@@ -76,7 +78,8 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
 
             if len(_REPLAYS) > _WAVES_MAX:
                 _REPLAYS.clear()
-            _REPLAYS[key] = replay(perf, point, load.input_len, load.output_len)
+            _REPLAYS[key] = (perf.replay(point, load.input_len, load.output_len) if _deployed(perf)
+                             else replay(perf, point, load.input_len, load.output_len))
         res = _REPLAYS[key]
         row: dict = dict(summarize(res, slo))
         if slo is not None:  # each SLO's percentile value, as the trial adds them to its row (grid/sweep/measure.py)
@@ -88,6 +91,13 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
                    status="ok" if row["completed"] == row["requests_total"] else "failed")
         _ROWS[(key, slo)] = row
     return dict(_ROWS[(key, slo)])
+
+
+def _deployed(perf) -> bool:
+    """Whether ``perf`` is a deployment's model (grid/twin/deployment.py ``DeploymentModel``), not one server's."""
+    from grid.twin.deployment import DeploymentModel
+
+    return isinstance(perf, DeploymentModel)
 
 
 def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
@@ -174,6 +184,14 @@ def _model(spec: RunSpec, plan: TrialPlan, version: str, coefficients):
 
     if coefficients is None and forecasts_need_calibration(spec.hardware):
         return None
+    if plan.deployment is not None:  # several servers: the twin's deployment simulation (grid/twin/deployment.py)
+        from grid.twin.deployment import deployment_model
+
+        try:
+            return deployment_model(plan.deployment, spec.model, spec.hardware, version, plan.settings,
+                                    spec.engine.env, coefficients)
+        except ValueError:
+            return None
     perf = twin_model(spec, plan.settings, version)
     return None if perf is None else calibrated(perf, coefficients)
 
@@ -284,7 +302,8 @@ def forecast(spec: RunSpec, plan: TrialPlan, version: str, coefficients=None) ->
                                max_probes=spec.objective.capacity_max_probes)
     # each level is measured load.repeats times (its own steady-state warm-up wave each time); probes once
     repeats = 1 if _bisects(spec) else plan.load.repeats
-    return Forecast(startup, repeats * sum(r["held_s"] for r in rows), value)
+    return Forecast(startup, repeats * sum(r["held_s"] for r in rows), value,
+                    perf.gpus if _deployed(perf) else None)
 
 
 def _bisects(spec: RunSpec) -> bool:

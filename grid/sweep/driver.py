@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grid.config.schema import RunSpec
+from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import engine_class, get_engine
 from grid.storage.parquet import set_aside_corrupt
 from grid.sweep import rerun
@@ -376,6 +376,34 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
         end_leftovers(spec, None, console, "this run")
 
 
+def _print_deployment(spec: RunSpec, engine, plan, search, console) -> None:
+    """A dry run's lines for a plan of several servers: where each runs and its command, then the twin's forecast of
+    the deployment under the objective (grid/twin/deployment.py)."""
+    import dataclasses
+
+    from grid.report.select import OBJECTIVES
+
+    deployment = plan.deployment
+    try:
+        places = deployment.place(spec.hardware)
+    except ValueError:
+        places = []
+    groups = [g for g in deployment.groups for _ in range(g.count)]
+    for i, group in enumerate(groups):
+        settings = {**plan.role_settings(group),
+                    **({"disaggregation_mode": group.role} if group.role != "aggregated" else {})}
+        where = f"node {places[i].node}, GPUs {','.join(map(str, places[i].gpus))}" if places else "not placed"
+        command = engine.launch_plan(dataclasses.replace(plan, settings=settings, deployment=None),
+                                     spec.engine.port or 30000).command
+        console.print(f"  [{group.role} {i}: {where}] {command}", soft_wrap=True, markup=False)
+    f = search.forecasts.get(plan.config_hash)
+    obj = OBJECTIVES[spec.objective.kind]
+    if f is not None:
+        value = f"{obj.metric} {f.value:.4g}" if f.value is not None else "no load point meets the objective's SLOs"
+        console.print(f"  twin forecast: {value} ({deployment.gpus} GPUs, router {deployment.router_policy})",
+                      soft_wrap=True, markup=False, highlight=False)
+
+
 def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> Plan:
     """Plan, check and run the sweep (or print it with dry_run). Returns the plan. ``accepted`` is called once
     nothing refuses the run (after the engine's check, before anything in the run directory changes; never for a dry
@@ -414,10 +442,20 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
             state = f"refused: {known.refused}" if known.refused else \
                 f"{state}, {known.text()}" if known.known_to_fail else state
             console.print(f"[bold]{p.label}[/] ({p.config_hash}, {state})", soft_wrap=True)
+            if p.deployment is not None:
+                _print_deployment(spec, engine, p, search, console)
+                continue
             for node in nodes:
                 console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
                               soft_wrap=True, markup=False)
         return plan
+    several = [p.label for p in plan.todo if p.deployment is not None and not search.known[p.config_hash].refused]
+    if several:
+        raise ConfigError(
+            f"sweep.deployments: {len(several)} configuration(s) deploy several servers behind a router "
+            f"({'; '.join(several[:3])}{'; ...' if len(several) > 3 else ''}): grid plans, checks and forecasts them "
+            "(dry_run=true prints each server's command and the twin's forecast), but a trial that launches several "
+            "servers is not built yet (docs/topology.md); measure one-server deployments (count 1) meanwhile")
     engine.check_runnable()
     if accepted is not None:
         accepted()

@@ -13,7 +13,7 @@ more GPUs than a node spans whole nodes (``--nnodes``). Sources: docs/topology.m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.topology.kv import DEFAULT_COST, TransferCost, kv_link, transfer_s, wire_bytes_per_token
@@ -69,11 +69,14 @@ class ServerShape:
 
 @dataclass(frozen=True)
 class RoleGroup:
-    """``count`` servers of one ``role`` and ``shape``."""
+    """``count`` servers of one ``role`` and ``shape``, launched with the run's settings and ``settings`` (grid's
+    names, ``(name, value)`` pairs: this role's own flags over the run's, e.g. a decode server's
+    ``cuda_graph_max_bs``)."""
 
     role: Role
     count: int
     shape: ServerShape
+    settings: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -132,6 +135,13 @@ class Deployment:
 
     def count(self, role: Role) -> int:
         return sum(g.count for g in self.groups if g.role == role)
+
+    def identity(self) -> dict[str, Any]:
+        """The deployment as JSON-able values: its groups (role, count, tp, attn_dp, ep, settings) and router
+        policy (a trial's identity, grid/sweep/space.py ``config_identity``)."""
+        return {"groups": [{"role": g.role, "count": g.count, "tp": g.shape.tp, "attn_dp": g.shape.attn_dp,
+                            "ep": g.shape.ep, "settings": dict(g.settings)} for g in self.groups],
+                "router_policy": self.router_policy}
 
     def label(self) -> str:
         """``1x TP8`` or ``2x TP4`` (aggregated), ``1P2D P:TP8 D:TP8 DP8 EP8`` (disaggregated): the xPyD ratio counts

@@ -246,20 +246,21 @@ def simulate_deployment(
 
 
 def servers_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, version: str,
-               settings: Mapping[str, Any], role_settings: Mapping[str, Mapping[str, Any]] | None = None,
-               env: Mapping[str, str] | None = None) -> list[DeployedServer]:
+               settings: Mapping[str, Any], env: Mapping[str, str] | None = None,
+               coefficients: Any = None) -> list[DeployedServer]:
     """The deployment's servers in :meth:`Deployment.place` order, each the twin's ``PerfModel`` of SGLang ``version``
-    launched with ``settings`` (grid's names), its group's shape (:meth:`ServerShape.settings`) and its role's
-    ``role_settings``. Raises ``ValueError`` naming the role and shape when the twin refuses a server's flags, as
+    launched with ``settings`` (grid's names), its group's shape (:meth:`ServerShape.settings`) and its group's own
+    settings, calibrated to ``coefficients`` (grid/twin/coefficients.py; None: the spec-sheet model). Raises ``ValueError`` naming the role and shape when the twin refuses a server's flags, as
     SGLang would (grid/twin/perf_of_flags.py), or knows the server fails on this hardware (grid/twin/failures.py:
     e.g. ``weights_oom``, DeepSeek-V3's FP8 weights on eight 80 GB GPUs)."""
     from grid.releases.flags import parse_version, to_argv
+    from grid.twin.coefficients import calibrated
     from grid.twin.failures import find_failures
     from grid.twin.perf_of_flags import perf_model
 
     out = []
     for group in deployment.groups:
-        chosen = {**settings, **group.shape.settings(), **(role_settings or {}).get(group.role, {})}
+        chosen = {**settings, **group.shape.settings(), **dict(group.settings)}
         perf = perf_model(model, hardware, to_argv(chosen, parse_version(version)), version, env)
         if perf is None:
             raise ValueError(f"deployment {deployment.label()}: the twin refuses the {group.role} server "
@@ -268,8 +269,43 @@ def servers_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec,
         if failing:
             raise ValueError(f"deployment {deployment.label()}: the {group.role} server {group.shape.label()} is known "
                              f"to fail on {hardware.name}: " + "; ".join(f"{f.id} ({f.effect})" for f in failing))
-        out += [DeployedServer(group.role, perf)] * group.count
+        out += [DeployedServer(group.role, calibrated(perf, coefficients))] * group.count
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class DeploymentModel:
+    """The twin's model of a deployment, as the search forecasts a configuration with it: its servers, their
+    transfers and router, the GPUs it holds and its start-up (the slowest server's: they start together and the
+    router waits for every one)."""
+
+    deployment: Deployment
+    servers: tuple[DeployedServer, ...]
+    transfer: Transfer | None
+
+    @property
+    def gpus(self) -> int:
+        return self.deployment.gpus
+
+    def startup_phases_s(self) -> dict[str, float]:
+        """The start-up phases (modelled s) of the server that takes longest to start."""
+        return max((s.perf.startup_phases_s() for s in self.servers), key=lambda p: sum(p.values()))
+
+    def replay(self, point, input_len: int, output_len: int):
+        """:func:`replay_deployment` of ``point`` through this deployment."""
+        return replay_deployment(self.servers, point, input_len, output_len, self.transfer,
+                                 self.deployment.router_policy or "round_robin")
+
+
+def deployment_model(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, version: str,
+                     settings: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                     coefficients: Any = None) -> DeploymentModel:
+    """:class:`DeploymentModel` of ``deployment`` (:func:`servers_of`, :func:`transfer_of`). Raises ``ValueError`` as
+    they do."""
+    servers = servers_of(deployment, model, hardware, version, settings, env, coefficients)
+    transfer = transfer_of(deployment, model, hardware, settings.get("kv_cache_dtype")) \
+        if deployment.disaggregated else None
+    return DeploymentModel(deployment, tuple(servers), transfer)
 
 
 def transfer_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, kv_cache_dtype: str | None = None,

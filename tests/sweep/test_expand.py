@@ -78,7 +78,8 @@ def test_the_same_settings_under_another_load_are_another_configuration():
 
 
 def test_empty_search_space_is_refused():
-    with pytest.raises(ConfigError, match=r"^sweep\.s: empty search space \(set sweep\.grid or sweep\.configs\)$"):
+    with pytest.raises(ConfigError, match=r"^sweep\.s: empty search space \(set sweep\.grid, sweep\.configs or "
+                                          r"sweep\.deployments\)$"):
         expand(spec_with(SweepSpec(name="s")))
 
 

@@ -3,6 +3,7 @@ held to the single-server simulation and to the request path's own terms."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -133,4 +134,5 @@ def test_a_deployments_servers_are_the_twins_models_of_their_shapes_and_their_tr
         servers_of(pd, model("deepseek_v3_fp8"), hw, "0.5.23", {})
     # pipeline parallelism with speculative decoding on the decode servers: SGLang 0.5.23 refuses it at launch
     with pytest.raises(ValueError, match=r"1P1D P:TP8 D:TP8 DP8 EP8: the twin refuses the decode server TP8 DP8 EP8"):
-        servers_of(pd, qwen, hw, "0.5.23", {}, {"decode": {"pp_size": 2, "speculative_algorithm": "EAGLE"}})
+        servers_of(Deployment((pd.groups[0], dataclasses.replace(pd.groups[1], settings=(
+            ("pp_size", 2), ("speculative_algorithm", "EAGLE")))), router_policy="round_robin"), qwen, hw, "0.5.23", {})

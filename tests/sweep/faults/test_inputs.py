@@ -21,7 +21,7 @@ def grid_run(*args, run_dir, expect=0):
 
 def test_empty_search_space_exits_2_before_launch(tmp_path):
     out = grid_run("+sweep=mem_fraction", "~sweep.grid", run_dir=tmp_path, expect=2)
-    assert "sweep.mem_fraction: empty search space (set sweep.grid or sweep.configs)" in out.stdout
+    assert "sweep.mem_fraction: empty search space (set sweep.grid, sweep.configs or sweep.deployments)" in out.stdout
     assert not (tmp_path / "parquet").exists() and not (tmp_path / "logs").exists()
 
 

@@ -1,0 +1,65 @@
+"""Deployments in the search space (sweep.deployments): each configuration tried as aggregated replicas or
+prefill-decode splits, their identity and labels, the checks before launch and the twin's forecast of each
+(grid/sweep/space.py, grid/search/knowledge.py, grid/search/predict.py, grid/twin/deployment.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from grid.compose import compose_spec
+from grid.config.schema import ConfigError
+from grid.engines.base import get_engine
+from grid.search.knowledge import assess
+from grid.search.predict import forecast
+from grid.sweep.space import config_identity, expand
+
+FEW = ["+sweep=pd_topology", "sweep.load.num_prompts=540"]
+
+
+def test_a_sweep_of_deployments_plans_one_trial_each_with_its_label_and_identity(tmp_path):
+    spec = compose_spec(FEW, str(tmp_path))
+    plans = expand(spec)
+    assert [p.label for p in plans] == ["1x TP8", "16x TP1", "4x TP4", "8P2D P:TP1 D:TP4", "4P2D P:TP2 D:TP4",
+                                        "12P1D P:TP1 D:TP4", "8P2D P:TP1 D:TP8", "1P1D P:TP8 D:TP8"]
+    assert len({p.config_hash for p in plans}) == len(plans)
+    # one server is an ordinary trial of its shape's settings, with the identity such a trial always had
+    one = plans[0]
+    assert one.deployment is None and one.settings["tp_size"] == 8
+    assert "deployment" not in config_identity(spec, one.settings, one.load)
+    pd = plans[3]
+    assert pd.deployment is not None and pd.deployment.gpus == 16 and pd.deployment.router_policy == "round_robin"
+    decode = pd.deployment.groups[1]
+    assert pd.role_settings(decode)["tp_size"] == 4 and pd.settings["tp_size"] == 8  # the role's shape over the base
+
+
+def test_a_deployment_that_is_not_one_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"sweep.deployments\[0\]: a disaggregated deployment needs prefill and "
+                                          r"decode servers; it has no decode server"):
+        expand(compose_spec(["+sweep=pd_topology", "sweep.deployments=[{groups: [{role: prefill, count: 2}], "
+                             "router_policy: random}]"], str(tmp_path)))
+
+
+def test_deployments_that_cannot_run_are_refused_before_launch_and_the_rest_forecast(tmp_path):
+    spec = compose_spec(FEW, str(tmp_path))
+    plans = {p.label: p for p in expand(spec)}
+    known = assess(spec, get_engine(spec), list(plans.values()), "0.5.23")
+    refused = {label: known[p.config_hash].refused for label, p in plans.items() if known[p.config_hash].refused}
+    assert refused == {
+        "8P2D P:TP1 D:TP8": "deployment 8P2D P:TP1 D:TP8 needs 24 GPUs; hardware h200_x16_roce has 16 (2 node(s) x 8)",
+        "1P1D P:TP8 D:TP8": "the prefill server TP8: SGLang 0.5.23 would refuse it: Prefill server does not support "
+                            "'fake' as the transfer backend"}
+    # the forecast of a deployment is its simulation: the same score as replaying its point through its servers
+    from grid.metrics.loadpoint import SLO, summarize
+    from grid.plan import point_of
+    from grid.twin.deployment import deployment_model
+
+    pd = plans["8P2D P:TP1 D:TP4"]
+    f = forecast(spec, pd, "0.5.23")
+    assert f is not None and f.gpus == 16
+    model = deployment_model(pd.deployment, spec.model, spec.hardware, "0.5.23", pd.settings)
+    slo = spec.objective.slo
+    row = summarize(model.replay(point_of(pd.load, "rate", 45.0), 5000, 250),
+                    SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile))
+    assert f.value == pytest.approx(row["goodput_req_per_s"], rel=1e-12) and f.value > 30
+    # the aggregated replicas miss the end-to-end SLO at this rate, the split meets it (llm-d's verdict)
+    assert forecast(spec, plans["16x TP1"], "0.5.23").value is None
