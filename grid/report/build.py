@@ -69,6 +69,10 @@ def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
             + ("" if spec.accuracy.enabled else " (the gate is off: accuracy.enabled=false)")]
 
 
+#: The run directory's folder of the best configuration's deployment files.
+DEPLOY_DIR = "deploy"
+
+
 @dataclass
 class Report:
     verdicts: list[Verdict]
@@ -81,6 +85,7 @@ class Report:
     headline: list[str] = field(default_factory=list)  # what qualifies the answer itself (an incomplete sweep)
     searched: dict = field(default_factory=dict)  # search.json: the twin's forecasts with their intervals
     speculative: spec_report.Section | None = None  # speculative decoding judged per load level
+    deploy: dict[str, str] = field(default_factory=dict)  # the best's deployment files (grid/report/deploy.py)
 
 
 def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str],
@@ -107,6 +112,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
         searched=dict(searched or {}),
         speculative=spec_report.section(rows, {p.config_hash: p.settings for p in plans if p.config_hash in contenders},
                                         server.sglang_release if server is not None else None),
+        deploy=context.deployment_files(spec, best) if best else {},
     )
 
 
@@ -123,7 +129,11 @@ def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
         for b in rep.speculative.bullets:
             console.print(f"  {b}", markup=False, highlight=False, soft_wrap=True)
     write_rejudged(run_dir, rows, spec.objective.kind)
-    sections = [*spec_report.markdown(rep.speculative), "## Pareto fronts (throughput vs latency, every configuration and load level)", "",
+    deploy_lines = ([f"## Deploy it ({DEPLOY_DIR}/)", "", f"`{DEPLOY_DIR}/` holds the best configuration's launch "
+                     "script and its LeaderWorkerSet, RoleBasedGroup and KubeRay RayJob manifests (the RayJob reruns "
+                     "this sweep on real SGLang servers): " + ", ".join(f"`{n}`" for n in rep.deploy) + ".", ""]
+                    if rep.deploy else [])
+    sections = [*deploy_lines, *spec_report.markdown(rep.speculative), "## Pareto fronts (throughput vs latency, every configuration and load level)", "",
                 *[f"- {f.describe()}" for f in rep.fronts], "", *explain.markdown_lines(rep.failures),
                 *forecasts.markdown_lines(rep.searched, spec.objective.kind), rejudge_note(spec)]
     (run_dir / "report.md").write_text(markdown(rep.verdicts, title, rep.notes, measured=rep.measured,
@@ -134,6 +144,13 @@ def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
                       rep.speculative)
     (run_dir / "report.html").write_text(render_html(page), encoding="utf-8")
     written = ["report.md", "report.html", REJUDGED_PATH.as_posix()]
+    if rep.deploy:
+        folder = run_dir / DEPLOY_DIR
+        folder.mkdir(exist_ok=True)
+        for name, text in rep.deploy.items():
+            (folder / name).write_text(text)
+        (folder / "launch.sh").chmod(0o755)
+        written += [f"{DEPLOY_DIR}/{name}" for name in rep.deploy]
     if plot(rep.verdicts, run_dir / "throughput.png"):
         written.append("throughput.png")
     return written

@@ -194,6 +194,35 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     return deploy_command(engine.launch_plan(plan, 30000).command)
 
 
+def deployment_files(spec: RunSpec, verdict: Verdict) -> dict[str, str]:
+    """The files a user deploys ``verdict``'s configuration with (grid/report/deploy.py: launch.sh, lws.yaml,
+    rbg.yaml, rayjob.yaml): its SGLang command (:func:`real_command`) on the node's first ``tp_size x pp_size``
+    GPUs, the image of the release it was measured on, and a RayJob that reruns this sweep with ``engine=sglang``.
+    Empty where there is no SGLang command (another engine's server)."""
+    import shlex
+
+    from grid.report import deploy
+
+    command = real_command(spec, verdict)
+    if command is None:
+        return {}
+    argv = shlex.split(command)
+    if "--host" in argv:
+        i = argv.index("--host")
+        del argv[i:i + 2]
+    settings = settings_of(verdict)
+    gpus = int(settings.get("tp_size") or 1) * int(settings.get("pp_size") or 1)
+    nodes = max(1, -(-gpus // spec.hardware.gpu_count))
+    version = ServerIdentity.parse(verdict.rows[0].get("engine_version") or spec.version).sglang_version
+    server = deploy.Server("aggregated", 0, 0, tuple(range(min(gpus, spec.hardware.gpu_count))), tuple(argv), nodes)
+    sweep = f" +sweep={spec.sweep.name}" if spec.sweep is not None else ""
+    entrypoint = (f"python -m grid.run{sweep} engine=sglang engine.version={version} model={spec.model.name} "
+                  f"hardware={spec.hardware.name}")
+    return deploy.files(f"{spec.name} {verdict.label}", [server], None, image=f"lmsysorg/sglang:v{version}",
+                        entrypoint=entrypoint, hardware=spec.hardware.name, nodes=spec.hardware.nodes,
+                        gpus_per_node=spec.hardware.gpu_count)
+
+
 #: The objective's metric -> the metric of grid.twin.uncertainty that bounds the twin's error on it (goodput has none).
 TWIN_UNCERTAINTY_METRIC = {"output_tok_per_s": "output_tok_per_s", "tpot_median_ms": "tpot_ms"}
 

@@ -241,7 +241,8 @@ def test_misspelt_key_without_plus_is_refused_with_the_keys_allowed_there():
 def test_misspelt_group_value_is_refused_with_the_groups_choices():
     assert composition_error(["+sweep=nsa_backend"]) == (
         "sweep=nsa_backend: no such sweep; did you mean sweep=nsa_backends? (choices: cpu_calibration, cpu_prefix_cache, cpu_serving, "
-        "cuda_graph, joint, mem_fraction, moe_runner, nsa_backends, prefix_cache, schedule_policy, seed_tuning, speculative, "
+        "cuda_graph, joint, mem_fraction, moe_runner, nsa_backends, pd_topology, prefix_cache, schedule_policy, seed_tuning, "
+        "speculative, "
         "torch_compile, two_batch_overlap)")
     assert composition_error(["objective=max_throughput"]) == (
         "objective=max_throughput: no such objective; did you mean objective=max_output_throughput? "

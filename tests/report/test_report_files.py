@@ -172,3 +172,27 @@ def test_report_html_in_a_headless_browser(recorded_run, tmp_path_factory):
         assert base64.b64decode(driver.get_screenshot_as_base64())[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         driver.quit()
+
+
+def test_the_best_configuration_comes_with_its_deployment_files(recorded_run):
+    import shlex
+    import subprocess
+
+    import yaml
+
+    spec, _, _, _, run_dir = recorded_run
+    folder = run_dir / "deploy"
+    assert sorted(p.name for p in folder.iterdir()) == ["launch.sh", "lws.yaml", "rayjob.yaml", "rbg.yaml"]
+    assert subprocess.run(["bash", "-n", str(folder / "launch.sh")]).returncode == 0
+    server = next(line for line in (folder / "launch.sh").read_text().splitlines() if "sglang.launch_server" in line)
+    argv = shlex.split(server.strip().removesuffix("&"))
+    assert argv[0] == "CUDA_VISIBLE_DEVICES=0" and argv[1:4] == ["python", "-m", "sglang.launch_server"]
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.85" and argv[-4:] == ["--host", "0.0.0.0", "--port",
+                                                                                      "30000"]
+    lws = yaml.safe_load((folder / "lws.yaml").read_text())
+    pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert pod["image"] == "lmsysorg/sglang:v0.5.9" and pod["command"] == argv[1:]
+    job = yaml.safe_load((folder / "rayjob.yaml").read_text())
+    assert job["spec"]["entrypoint"] == ("python -m grid.run +sweep=mem_fraction engine=sglang engine.version=0.5.9 "
+                                         f"model={spec.model.name} hardware={spec.hardware.name}")
+    assert "## Deploy it (deploy/)" in (run_dir / "report.md").read_text()
