@@ -106,8 +106,9 @@ def simulate_deployment(
     :func:`grid.twin.simulate.simulate` does for one server; with ``frontend`` a request reaches its (first) server
     ``perf.frontend_latency_s(input_tokens)`` of that server after it is sent. ``transfer`` is required when there are
     prefill and decode servers; ``trace`` keeps each request's token events as the client receives them
-    (``SimResult.emissions``: the aggregated or decode server's steps). Raises ``ValueError`` for a mix of aggregated and disaggregated servers, a
-    disaggregated deployment without both roles or without ``transfer``, or an unknown ``router_policy``."""
+    (``SimResult.emissions``: the aggregated or decode server's steps). Raises ``ValueError`` for a mix of aggregated
+    and disaggregated servers, a disaggregated deployment without both roles or without ``transfer``, or an unknown
+    ``router_policy``."""
     roles = {s.role for s in servers}
     if not servers or ("aggregated" in roles and roles != {"aggregated"}):
         raise ValueError("a deployment is one or more aggregated servers, or prefill and decode servers")
@@ -174,6 +175,8 @@ def simulate_deployment(
                 order += 1
                 heapq.heappush(events, (now + took, order, d, arriving))
                 continue
+            if role == "prefill":  # aborted before its KV moved: the decode server never sees it
+                in_flight[decode_of[rid]] -= 1
             done[rid] = (now, reason)
             client_in_flight -= 1
             if cap is not None:
