@@ -25,7 +25,7 @@ from rich.console import Console
 
 from grid.compose import command_line_load_wins, load_run_spec
 from grid.config.schema import ConfigError, RunSpec
-from grid.engines.base import EngineUnavailable, engine_class
+from grid.engines.base import EngineUnavailable
 
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -163,18 +163,19 @@ def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, se
     """What ``summary.json`` holds (grid/search/summary.py): startups that never finished are costed with the twin's
     modelled startup, and each launch's pre-run estimate is the twin's forecast the plan summed."""
     from grid.search import summary
-    from grid.search.predict import forecast, unforecastable_load
+    from grid.search.forecastability import no_forecast
+    from grid.search.predict import forecast
 
     launched = {r["config_hash"] for r in rows if r.get("trial_error_class") != "refused"}
     unready = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
     modelled, estimated = {}, {}
-    forecastable = engine_class(spec.engine.kind).forecastable()
     for p in plans:
-        if p.config_hash in launched and forecastable:
+        blocked = no_forecast(spec, [p.load], calibrated=True)  # the plan's estimate is the spec-sheet twin's
+        if p.config_hash in launched and (blocked is None or blocked.cause == "load"):
             f = forecast(spec, p, spec.version)
             if p.config_hash in unready:
                 modelled[p.config_hash] = f.startup_s if f else 0.0
-            if f is not None and not unforecastable_load(p.load):  # the plan gave no estimate for those
+            if f is not None and blocked is None:  # the plan gave no estimate for a load it cannot replay
                 estimated[p.config_hash] = f.gpu_s
     refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})
     return summary.summarize(

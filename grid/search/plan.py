@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid.config.schema import RunSpec
-from grid.engines.base import engine_class
 from grid.search import SEARCHES
 from grid.search.knowledge import Known, assess
 from grid.search.policy import Budget, Candidate, Policy
+from grid.search.forecastability import no_forecast
 from grid.search.predict import Forecast, forecast, unforecastable_load
-from grid.twin.perf import forecasts_need_calibration
 from grid.plan import TrialPlan
 
 
@@ -78,7 +77,8 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str, coef
     from grid.report.select import OBJECTIVES
 
     known = assess(spec, engine, plans, version)
-    forecasts = {p.config_hash: (None if known[p.config_hash].refused or not engine_class(spec.engine.kind).forecastable()
+    blocked = no_forecast(spec, calibrated=coefficients is not None)  # the engine's or the hardware's
+    forecasts = {p.config_hash: (None if known[p.config_hash].refused or blocked is not None
                                  else forecast(spec, p, version, coefficients)) for p in plans}
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
@@ -209,16 +209,16 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     # recorded configurations of this sweep (the run directory may also hold others, e.g. of an earlier grid)
     recorded = [p.config_hash for p in sp.plans if p.config_hash in sp.recorded]
     which = f"launches left ({len(recorded)} recorded)" if recorded else "launches expected"
-    unforecastable = next((why for p in sp.plans if (why := unforecastable_load(p.load))), None)
-    kind = "exhaustive" if unforecastable else spec.search.kind
+    blocked = no_forecast(spec, [p.load for p in sp.plans])
+    kind = "exhaustive" if blocked is not None and blocked.cause == "load" else spec.search.kind
     lines = [f"Plan ({kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]
-    if (why := forecasts_need_calibration(spec.hardware)) and engine_class(spec.engine.kind).forecastable():
-        lines.append(f"No cost estimate on {spec.hardware.name}: {why}")
-    elif unforecastable and engine_class(spec.engine.kind).forecastable():
-        lines.append(f"Exhaustive search, no cost estimate: {unforecastable}")
-    elif engine_class(spec.engine.kind).forecastable():
+    if blocked is not None and blocked.cause == "hardware":
+        lines.append(f"No cost estimate on {spec.hardware.name}: {blocked.reason}")
+    elif blocked is not None and blocked.cause == "load":
+        lines.append(f"Exhaustive search, no cost estimate: {blocked.reason}")
+    elif blocked is None:
         # launches the twin cannot model (its argument checks refuse what grid's pre-launch checks let through)
         # have no modelled cost: say so rather than count them as 0 GPU-hours
         blind = [p.label for p in sp.plans if p.config_hash in launches and sp.forecasts.get(p.config_hash) is None]
