@@ -448,6 +448,15 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
             for node in nodes:
                 console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
                               soft_wrap=True, markup=False)
+        from grid.report.select import OBJECTIVES
+        from grid.search.verdict import pd_verdict
+
+        obj = OBJECTIVES[spec.objective.kind]
+        verdict = pd_verdict([p for p in plan.all if not search.known[p.config_hash].refused],
+                             {h: (f.value if f else None) for h, f in search.forecasts.items()},
+                             obj.higher_is_better, obj.unit)
+        if verdict is not None:
+            console.print(verdict, soft_wrap=True, markup=False, highlight=False)
         return plan
     several = [p.label for p in plan.todo if p.deployment is not None and not search.known[p.config_hash].refused]
     if several:

@@ -63,3 +63,35 @@ def test_deployments_that_cannot_run_are_refused_before_launch_and_the_rest_fore
     assert f.value == pytest.approx(row["goodput_req_per_s"], rel=1e-12) and f.value > 30
     # the aggregated replicas miss the end-to-end SLO at this rate, the split meets it (llm-d's verdict)
     assert forecast(spec, plans["16x TP1"], "0.5.23").value is None
+
+
+def test_the_verdict_names_the_best_of_each_kind_and_what_disaggregation_changes(tmp_path):
+    from grid.search.verdict import pd_verdict
+
+    plans = {p.label: p for p in expand(compose_spec(FEW, str(tmp_path)))}
+    one, replicas, pd = plans["1x TP8"], plans["16x TP1"], plans["8P2D P:TP1 D:TP4"]
+    scores = {one.config_hash: 30.0, replicas.config_hash: 40.0, pd.config_hash: 44.0}
+    assert pd_verdict([one, replicas, pd], scores, True, "req/s") == (
+        "Aggregated vs disaggregated (the twin's forecast): best aggregated 16x TP1 (40 req/s), best disaggregated "
+        "8P2D P:TP1 D:TP4 (44 req/s): disaggregation gains 10.0%")
+    assert pd_verdict([one, replicas, pd], scores, False, "ms").endswith(
+        "best aggregated 1x TP8 (30 ms), best disaggregated 8P2D P:TP1 D:TP4 (44 ms): disaggregation loses 46.7%")
+    assert pd_verdict([one, pd], {pd.config_hash: 44.0}, True, "req/s").endswith(
+        "best aggregated none meets the SLOs, best disaggregated 8P2D P:TP1 D:TP4 (44 req/s): only disaggregation "
+        "meets the SLOs")
+    assert pd_verdict([one, replicas], scores, True, "req/s") is None   # nothing disaggregated to compare
+
+
+@pytest.mark.integration
+def test_the_pd_topology_sweep_plans_refuses_and_forecasts_and_stops_before_launching_several_servers(tmp_path):
+    from tests.grid_cli import run_grid
+
+    out = " ".join(run_grid(*FEW, "dry_run=true", run_dir=tmp_path / "dry").stdout.split())
+    assert "8P2D P:TP1 D:TP8 (" in out and "refused: deployment 8P2D P:TP1 D:TP8 needs 24 GPUs" in out
+    assert "[decode 9: node 1, GPUs 4,5,6,7]" in out and "--disaggregation-mode decode" in out
+    assert "twin forecast: goodput_req_per_s" in out
+    assert "Aggregated vs disaggregated (the twin's forecast): best aggregated" in out
+    assert "disaggregation gains" in out or "only disaggregation meets the SLOs" in out
+    run = run_grid(*FEW, run_dir=tmp_path / "run", expect=2)
+    assert "sweep.deployments: 5 configuration(s) deploy several servers behind a router" in " ".join(run.stdout.split())
+    assert not (tmp_path / "run" / "parquet").exists()   # nothing launched, nothing recorded
