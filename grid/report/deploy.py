@@ -2,7 +2,8 @@
 Kubernetes manifests in the forms SGLang's deployments use, plus a KubeRay RayJob that reruns the sweep (pure).
 
 * ``launch.sh``: each server's ``python -m sglang.launch_server`` line on its node and GPUs (``CUDA_VISIBLE_DEVICES``),
-  a prefill server with its ``--disaggregation-bootstrap-port``, and with several servers the router
+  a prefill server with its ``--disaggregation-bootstrap-port``, a server spanning nodes started on each with its
+  ``--node-rank`` and its first node's ``--dist-init-addr``, and with several servers the router
   (``python -m sglang_router.launch_router``, grid/server/router.py ``router_argv``) on node 0. Run it on each node
   with ``NODE=<index>`` and every node's address in ``NODE<i>_HOST``.
 * ``lws.yaml``: one LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``) per role, ``replicas`` servers of ``size`` pods
@@ -28,11 +29,13 @@ import yaml
 
 #: Ports of the generated deployment: servers from SERVER_PORT (SGLang's own default, 30000), prefill bootstrap from
 #: BOOTSTRAP_PORT (SGLang's --disaggregation-bootstrap-port default, 8998), the router on ROUTER_PORT and its metrics
-#: on ROUTER_METRICS_PORT (sglang-router 0.3.2's defaults: 30000 is taken by the servers here, so 8000; 29000).
+#: on ROUTER_METRICS_PORT (sglang-router 0.3.2's defaults: 30000 is taken by the servers here, so 8000; 29000); a
+#: server spanning nodes meets its other nodes at DIST_INIT_PORT on its first (SGLang's --dist-init-addr HOST:PORT).
 SERVER_PORT = 30000
 BOOTSTRAP_PORT = 8998
 ROUTER_PORT = 8000
 ROUTER_METRICS_PORT = 29000
+DIST_INIT_PORT = 20000
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,17 @@ class Server:
     def bootstrap_port(self) -> int | None:
         return BOOTSTRAP_PORT + self.index if self.role == "prefill" else None
 
-    def command(self, host: str = "0.0.0.0") -> list[str]:
-        """Its command line, serving on ``host`` and its port (a prefill server with its bootstrap port)."""
-        out = [*self.argv, "--host", host, "--port", str(self.port)]
+    def command(self, host: str = "0.0.0.0", dist: tuple[str, str, str] | None = None) -> list[str]:
+        """Its command line, serving on ``host`` and its port (a prefill server with its bootstrap port); ``dist``:
+        (first node's address, node count, this node's rank) of a server spanning nodes."""
+        argv = list(self.argv)
+        if dist is not None:
+            for flag in ("--dist-init-addr", "--nnodes", "--node-rank"):  # this node's, below
+                if flag in argv:
+                    i = argv.index(flag)
+                    del argv[i:i + 2]
+            argv += ["--dist-init-addr", f"{dist[0]}:{DIST_INIT_PORT}", "--nnodes", dist[1], "--node-rank", dist[2]]
+        out = [*argv, "--host", host, "--port", str(self.port)]
         if self.bootstrap_port is not None and "--disaggregation-bootstrap-port" not in self.argv:
             out += ["--disaggregation-bootstrap-port", str(self.bootstrap_port)]
         return out
@@ -93,9 +104,17 @@ def launch_script(name: str, servers: list[Server], policy: str | None) -> str:
              "set -euo pipefail", 'NODE="${NODE:-0}"', ""]
     for s in servers:
         env = f"CUDA_VISIBLE_DEVICES={','.join(map(str, s.gpus))} "
-        lines += [f"# {s.role} server {s.index} (node {s.node}, GPUs {','.join(map(str, s.gpus))})",
-                  f'if [ "$NODE" = {s.node} ]; then',
-                  f"  {env}{shlex.join(s.command())} &", "fi"]
+        if s.nodes == 1:
+            lines += [f"# {s.role} server {s.index} (node {s.node}, GPUs {','.join(map(str, s.gpus))})",
+                      f'if [ "$NODE" = {s.node} ]; then', f"  {env}{shlex.join(s.command())} &", "fi"]
+            continue
+        first = f"NODE{s.node}_HOST"
+        lines.append(f"# {s.role} server {s.index}: nodes {s.node}-{s.node + s.nodes - 1}, GPUs "
+                     f"{','.join(map(str, s.gpus))} on each")
+        for rank in range(s.nodes):
+            command = shlex.join(s.command(dist=("ADDR", str(s.nodes), str(rank)))).replace(
+                f"ADDR:{DIST_INIT_PORT}", f'"${{{first}:-127.0.0.1}}:{DIST_INIT_PORT}"')
+            lines += [f'if [ "$NODE" = {s.node + rank} ]; then', f"  {env}{command} &", "fi"]
     router = router_command(servers, policy or "round_robin", lambda s: f"${{NODE{s.node}_HOST:-127.0.0.1}}")
     if router is not None:
         # the URLs in double quotes, so that the shell expands the node addresses in them
@@ -148,7 +167,9 @@ def manifests(name: str, servers: list[Server], policy: str | None, image: str) 
     for g in groups:
         s0, role = g[0], _role_name(g, groups)
         ports = [s0.port] + ([s0.bootstrap_port] if s0.bootstrap_port is not None else [])
-        pod = _pod("sglang", s0.command(), len(s0.gpus), image, [p for p in ports if p is not None])
+        # a server spanning nodes: LWS gives each pod its leader's address, the group's size and its own index
+        dist = ("$(LWS_LEADER_ADDRESS)", "$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)") if s0.nodes > 1 else None
+        pod = _pod("sglang", s0.command(dist=dist), len(s0.gpus), image, [p for p in ports if p is not None])
         lws.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                     "metadata": {"name": f"{app}-{role}"},
                     "spec": {"replicas": len(g), "leaderWorkerTemplate": {"size": s0.nodes, "workerTemplate": pod}}})

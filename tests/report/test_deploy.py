@@ -68,3 +68,19 @@ def test_one_server_needs_no_router():
     out = _files([Server("aggregated", 0, 0, tuple(range(8)), (*SG, "--tp-size", "8"))], policy=None)
     assert "sglang_router" not in out["launch.sh"] and "router" not in out["rbg.yaml"]
     assert [r["name"] for r in yaml.safe_load(out["rbg.yaml"])["spec"]["roles"]] == ["aggregated"]
+
+
+def test_a_server_spanning_two_nodes_starts_on_each_with_its_rank(tmp_path):
+    argv = (*SG, "--tp-size", "16", "--nnodes", "2")
+    out = _files([Server("aggregated", 0, 0, tuple(range(8)), argv, nodes=2)], policy=None)
+    script = tmp_path / "launch.sh"
+    script.write_text(out["launch.sh"])
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    starts = [line for line in out["launch.sh"].splitlines() if "sglang.launch_server" in line]
+    assert len(starts) == 2 and all(line.count("--nnodes") == 1 for line in starts)
+    assert '--dist-init-addr "${NODE0_HOST:-127.0.0.1}:20000" --nnodes 2 --node-rank 1' in starts[1]
+    lws = yaml.safe_load(out["lws.yaml"])
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    command = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
+    assert command[command.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
