@@ -210,7 +210,8 @@ def cost_lines(spec: RunSpec, sp: SearchPlan) -> list[str]:
     recorded = [p.config_hash for p in sp.plans if p.config_hash in sp.recorded]
     which = f"launches left ({len(recorded)} recorded)" if recorded else "launches expected"
     blocked = no_forecast(spec, [p.load for p in sp.plans])
-    kind = "exhaustive" if blocked is not None and blocked.cause == "load" else spec.search.kind
+    # the search build() chose: exhaustive where the twin cannot replay the load, whatever else stops a forecast
+    kind = "exhaustive" if any(unforecastable_load(p.load) for p in sp.plans) else spec.search.kind
     lines = [f"Plan ({kind} search): {len(sp.plans)} configurations, {len(refused)} refused before launch, "
              f"{len(failing)} known to fail here ({'first' if spec.search.try_known_failures else 'last'}), "
              f"{len(launches)} {which}"]

@@ -22,3 +22,16 @@ def test_each_cause_with_its_reason(tmp_path):
     blocked = no_forecast(sessions, [p.load for p in expand(sessions)])
     assert blocked is not None and blocked.cause == "load" and blocked.reason.startswith("load.dataset=")
     assert no_forecast(sessions) is None   # no load asked about: the engine and hardware alone
+
+
+def test_the_plan_line_names_the_search_chosen_whatever_else_stops_the_forecast(tmp_path):
+    # sessions on real SGLang on a CPU: the hardware is the reason given for no estimate, and the search is
+    # exhaustive all the same, since the twin cannot replay conversations
+    from grid.engines.base import get_engine
+    from grid.search.plan import build
+
+    spec = compose_spec(["+sweep=cpu_prefix_cache", "engine=sglang", "engine.version=0.5.23", "hardware=cpu_host",
+                         "model=tiny_llama", "model.path=/models/x"], str(tmp_path))
+    lines = build(spec, get_engine(spec), expand(spec), "0.5.23").cost_lines(spec)
+    assert lines[0].startswith("Plan (exhaustive search): ")
+    assert lines[1].startswith("No cost estimate on cpu_host: the twin's constants were fitted on GPUs")
