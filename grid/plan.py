@@ -31,7 +31,7 @@ class TrialPlan:
 
     def role_settings(self, group: RoleGroup) -> dict[str, Any]:
         """The settings a server of ``group`` launches with: the plan's, its shape's and its role's own."""
-        return {**self.settings, **group.shape.settings(), **dict(group.settings)}
+        return group.settings_over(self.settings)
 
     @property
     def config_json(self) -> str:

@@ -98,8 +98,7 @@ def _deployment_known(spec: RunSpec, engine: Any, plan: TrialPlan, version: str)
     rows: list[tuple[str, str, str]] = []
     for group in deployment.groups:
         settings = plan.role_settings(group)
-        server = {**settings, **({"disaggregation_mode": group.role} if group.role != "aggregated" else {})}
-        found = refusals(server, version, spec.model, spec.hardware)
+        found = refusals(group.settings_over(plan.settings, launch=True), version, spec.model, spec.hardware)
         if found:
             return Known(refused=f"the {group.role} server {group.shape.label()}: SGLang {version} would refuse it: "
                                  f"{found[0].message}")

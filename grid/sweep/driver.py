@@ -390,8 +390,7 @@ def _print_deployment(spec: RunSpec, engine, plan, search, console) -> None:
         places = []
     groups = [g for g in deployment.groups for _ in range(g.count)]
     for i, group in enumerate(groups):
-        settings = {**plan.role_settings(group),
-                    **({"disaggregation_mode": group.role} if group.role != "aggregated" else {})}
+        settings = group.settings_over(plan.settings, launch=True)
         where = f"node {places[i].node}, GPUs {','.join(map(str, places[i].gpus))}" if places else "not placed"
         command = engine.launch_plan(dataclasses.replace(plan, settings=settings, deployment=None),
                                      spec.engine.port or 30000).command

@@ -120,7 +120,7 @@ def expand(spec: RunSpec) -> list[TrialPlan]:
             if deployment is not None and deployment.servers == 1:
                 # one server: an ordinary trial of its shape's and role's settings (the same identity)
                 group = deployment.groups[0]
-                chosen = {**settings, **group.shape.settings(), **dict(group.settings)}
+                chosen = group.settings_over(settings)
                 deployment = None
             h = config_hash(spec, chosen, load, deployment)
             if h in seen:

@@ -12,6 +12,7 @@ more GPUs than a node spans whole nodes (``--nnodes``). Sources: docs/topology.m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -77,6 +78,16 @@ class RoleGroup:
     count: int
     shape: ServerShape
     settings: tuple[tuple[str, Any], ...] = ()
+
+    def settings_over(self, base: Mapping[str, Any], launch: bool = False) -> dict[str, Any]:
+        """The settings a server of this group runs with: ``base`` (the configuration's), its shape's
+        (:meth:`ServerShape.settings`) and its own; with ``launch``, also ``disaggregation_mode`` for a prefill or
+        decode server (what SGLang is launched with; the twin's performance model takes the role from the
+        deployment instead)."""
+        out = {**base, **self.shape.settings(), **dict(self.settings)}
+        if launch and self.role != "aggregated":
+            out["disaggregation_mode"] = self.role
+        return out
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

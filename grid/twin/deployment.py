@@ -31,6 +31,7 @@ arrives); the router's own latency; retries after a failed transfer.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
 from collections import deque
@@ -263,7 +264,7 @@ def servers_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec,
 
     out = []
     for group in deployment.groups:
-        chosen = {**settings, **group.shape.settings(), **dict(group.settings)}
+        chosen = group.settings_over(settings)
         perf = perf_model(model, hardware, to_argv(chosen, parse_version(version)), version, env)
         if perf is None:
             raise ValueError(f"deployment {deployment.label()}: the twin refuses the {group.role} server "
@@ -320,6 +321,9 @@ def transfer_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec
     if not deployment.disaggregated:
         raise ValueError(f"deployment {deployment.label()} is aggregated: no KV moves between its servers")
 
+    # kv_transfer_s places the deployment on every call: a replay asks it once per request, mostly the same pair,
+    # length and concurrency, so the answers are kept
+    @functools.lru_cache(maxsize=4096)
     def transfer(prefill: int, decode: int, tokens: int, concurrent: int) -> float:
         return kv_transfer_s(deployment, model, hardware, tokens, concurrent, kv_cache_dtype, cost,
                              prefill=places[prefill].index, decode=places[decode].index)

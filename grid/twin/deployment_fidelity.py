@@ -54,17 +54,14 @@ def forecast(row: dict[str, Any]) -> list[Compared]:
     sends it (grid/twin/deployment.py ``replay_deployment``) through its deployment's servers and transfers."""
     from grid.loadgen.runner import LoadPoint
     from grid.metrics.loadpoint import summarize
-    from grid.twin.deployment import replay_deployment, servers_of, transfer_of
+    from grid.twin.deployment import deployment_model
     from grid.twin.fidelity import conf_spec
 
-    model, hardware = conf_spec("model", row["model"]), conf_spec("hardware", row["hardware"])
-    deployment = deployment_of(row)
-    servers = servers_of(deployment, model, hardware, VERSION, row.get("settings") or {})
-    transfer = transfer_of(deployment, model, hardware) if deployment.disaggregated else None
+    model = deployment_model(deployment_of(row), conf_spec("model", row["model"]),
+                             conf_spec("hardware", row["hardware"]), VERSION, row.get("settings") or {})
     w = row["workload"]
     point = LoadPoint("rate", float(w["request_rate"]), int(w["num_prompts"]), arrival=w.get("arrival", "poisson"))
-    summary = summarize(replay_deployment(servers, point, int(w["input_len"]), int(w["output_len"]), transfer,
-                                          deployment.router_policy or "round_robin"))
+    summary = summarize(model.replay(point, int(w["input_len"]), int(w["output_len"])))
     out = []
     for metric, m in row["metrics"].items():
         twin = summary[SUMMARY_KEYS[(metric, m.get("stat", "mean"))]]
