@@ -81,6 +81,9 @@ class Engine(ABC):
     #: path, whether grid's SGLang knowledge (the twin's forecasts, failure table) describes it. Every engine here
     #: speaks SGLang's (engine=openai's settings only label its trials, in SGLang's names).
     dialect: ClassVar[Dialect] = SGLANG
+    #: one trial may deploy several servers behind a router (``TrialPlan.deployment``): :meth:`launch_plan` starts
+    #: them all as one process that serves the router's endpoint
+    serves_deployments: ClassVar[bool] = False
 
     @classmethod
     def forecastable(cls) -> bool:
@@ -119,9 +122,37 @@ class Engine(ABC):
     def refuse(self, trial: TrialPlan) -> str | None:
         """Why this configuration cannot work here, known before launching it (None: try it): what the engine's
         release would refuse (:meth:`release_refusal`), else a workload longer than the context the server will
-        serve (:meth:`context_refusal`). A refused configuration is recorded ``invalid`` with the reason and no
-        launch is spent on it."""
+        serve (:meth:`context_refusal`); for a deployment of several servers, :meth:`deployment_refusal` first. A
+        refused configuration is recorded ``invalid`` with the reason and no launch is spent on it."""
+        if trial.deployment is not None and trial.deployment.servers > 1:
+            why = self.deployment_refusal(trial)
+            if why is not None:
+                return why
         return self.release_refusal(trial) or self.context_refusal(trial)
+
+    def deployment_refusal(self, trial: TrialPlan) -> str | None:
+        """Why ``trial``'s deployment cannot run: it does not fit the hardware's nodes (grid/topology/deployment.py
+        ``Deployment.place``), or SGLang would refuse one of its servers, launched with its role's settings and
+        ``--disaggregation-mode`` for a prefill or decode server (grid/releases/checks.py ``refusals``, SGLang's own
+        rules: the twin serves the deployment's roles, grid/twin/deployment.py). None: it may run."""
+        from grid.releases.checks import refusals
+
+        deployment = trial.deployment
+        assert deployment is not None
+        try:
+            deployment.place(self.spec.hardware)
+        except ValueError as e:
+            return str(e)
+        version = self.identity().sglang_version
+        if version is None:
+            return None
+        for group in deployment.groups:
+            found = refusals(group.settings_over(trial.settings, launch=True), version, self.spec.model,
+                             self.spec.hardware)
+            if found:
+                return (f"the {group.role} server {group.shape.label()}: SGLang {version} would refuse it: "
+                        f"{found[0].message}")
+        return None
 
     def release_refusal(self, trial: TrialPlan) -> str | None:
         """Why the engine's release would refuse this configuration (default: nothing known)."""
@@ -167,7 +198,8 @@ class Engine(ABC):
 
     @abstractmethod
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
-        """The command line and environment for ``trial`` listening on ``port``."""
+        """The command line and environment for ``trial`` listening on ``port`` (with a deployment of several
+        servers, only where :attr:`serves_deployments`)."""
 
     def server(self) -> ServerHandle:
         """The server handle a trial measures instead of the node's actor, for an engine whose server runs elsewhere

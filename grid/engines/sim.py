@@ -22,6 +22,7 @@ from grid.releases.flags import parse_version
 class SimEngine(Engine):
     kind = "sim"
     twin = True
+    serves_deployments = True  # one twin process plays the deployment's servers and router (grid/twin/deployment.py)
     release_refusal = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
 
     @classmethod
@@ -71,4 +72,8 @@ class SimEngine(Engine):
             "GRID_TWIN_CLOCK": self.spec.engine.clock,
             **self.spec.engine.env,
         }
+        if trial.deployment is not None and trial.deployment.servers > 1:
+            # the twin serves the deployment as its router's endpoint: each server its group's shape and settings
+            env["GRID_TWIN_DEPLOYMENT"] = json.dumps({**trial.deployment.identity(), "settings": trial.settings},
+                                                     sort_keys=True)
         return LaunchPlan(argv, env, self.spec.engine.host, port, scale, startup)

@@ -95,6 +95,7 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
     ``searched``: the search's record (``search.json``: the twin's forecasts, grid/report/forecasts.py)."""
     best = next((v for v in verdicts if v.outcome == "best"), None)
     contenders = {v.config_hash for v in verdicts if v.outcome in ("best", "lost")}  # not less accurate, not failed
+    deployment = next((p.deployment for p in plans if best is not None and p.config_hash == best.config_hash), None)
     server = context.measured_identity(rows)
     base = sweep_base(plans, server) if server is not None and plans else None
     return Report(
@@ -104,16 +105,34 @@ def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: li
                                     plans[0].load if plans else None)
         + relevance.notes(verdicts, relevance.swept_values(p.settings for p in plans)) + accuracy_notes(spec, rows)
         + context.twin_spread_note(spec, verdicts) + notes,
-        command=context.real_command(spec, best) if best else None,
+        command=context.real_command(spec, best, deployment) if best else None,
         fronts=pareto_fronts(rows, spec.objective.kind, best.best_point if best else None),
         failures=explain.group_failures(verdicts, lambda v: context.known_causes(spec, v)),
-        lead=lead_lines(verdicts, OBJECTIVES[spec.objective.kind], base),
+        lead=lead_lines(verdicts, OBJECTIVES[spec.objective.kind], base) + topology_lines(spec, verdicts, plans,
+                                                                                        deployment),
         headline=list(headline or []),
         searched=dict(searched or {}),
         speculative=spec_report.section(rows, {p.config_hash: p.settings for p in plans if p.config_hash in contenders},
                                         server.sglang_release if server is not None else None),
-        deploy=context.deployment_files(spec, best) if best else {},
+        deploy=context.deployment_files(spec, best, deployment) if best else {},
     )
+
+
+def topology_lines(spec: RunSpec, verdicts: list[Verdict], plans: list, deployment) -> list[str]:
+    """What the sweep's deployments decided: the best deployment's servers (with several, where their commands
+    are), and with disaggregated ones among them the best aggregated and the best disaggregated deployment as
+    measured, and what disaggregation gains or loses (grid/report/disaggregation.py ``pd_verdict``)."""
+    from grid.report.disaggregation import pd_verdict
+
+    out = []
+    if deployment is not None and deployment.servers > 1:
+        out.append(f"Deployment: {deployment.label()}, {deployment.servers} servers on {deployment.gpus} GPUs behind "
+                   f"SGLang's router ({deployment.router_policy}); {DEPLOY_DIR}/launch.sh starts each on its node")
+    obj = OBJECTIVES[spec.objective.kind]
+    scores = {v.config_hash: v.score for v in verdicts if v.outcome in ("best", "lost")}
+    measured = [p for p in plans if any(v.config_hash == p.config_hash and v.rows for v in verdicts)]
+    line = pd_verdict(measured, scores, obj.higher_is_better, obj.unit, source="measured")
+    return out + ([line] if line else [])
 
 
 def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:

@@ -16,6 +16,7 @@ from grid.report.explain import Cause, settings_of
 from grid.metrics.confidence import CONFIDENCE
 from grid.report.select import OBJECTIVES, TIE_PERCENT, Verdict, fmt_delta, slo_text
 from grid.server.statuses import FAILURE_CLASSES
+from grid.topology.deployment import Deployment
 from grid.versions import ServerIdentity
 
 ENGINE_WORDS = {
@@ -171,14 +172,11 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     return lines
 
 
-def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
-    """The ``python -m sglang.launch_server ...`` line of ``verdict``'s configuration for the SGLang release it was
-    measured for (its ``engine_version``), rendered by grid's sglang engine: no twin-only flag, no ``--port``
-    (SGLang's default applies). ``--model-path`` is ``model.path``, else a placeholder naming the model. None for
-    engine=openai (grid did not launch that server) and for an engine of another dialect."""
+def _sglang_engine(spec: RunSpec, verdict: Verdict):
+    """grid's sglang engine for the SGLang release ``verdict`` was measured on (its ``engine_version``), with
+    ``--model-path`` ``model.path`` (else a placeholder naming the model), and that release; None for engine=openai
+    (grid did not launch that server), an engine of another dialect, or a server that is not an SGLang release."""
     from grid.engines.sglang import SGLangEngine
-    from grid.report.render import deploy_command
-    from grid.plan import TrialPlan
 
     cls = engine_class(spec.engine.kind)
     if cls.external or cls.dialect.name != "sglang" or not verdict.rows:
@@ -189,36 +187,68 @@ def real_command(spec: RunSpec, verdict: Verdict) -> str | None:
     model = spec.model.model_copy(update={"path": spec.model.path or f"/path/to/{spec.model.name}"})
     engine_spec = spec.engine.model_copy(update={"kind": "sglang", "version": version, "python": "python",
                                                  "env": {}})
-    engine = SGLangEngine(spec.model_copy(update={"engine": engine_spec, "model": model}))
-    plan = TrialPlan(0, settings_of(verdict), spec.load, verdict.label, verdict.config_hash)
+    return SGLangEngine(spec.model_copy(update={"engine": engine_spec, "model": model})), version
+
+
+def _server_command(engine, settings: dict[str, Any], verdict: Verdict) -> str:
+    from grid.plan import TrialPlan
+    from grid.report.render import deploy_command
+
+    plan = TrialPlan(0, settings, engine.spec.load, verdict.label, verdict.config_hash)
     return deploy_command(engine.launch_plan(plan, 30000).command)
 
 
-def deployment_files(spec: RunSpec, verdict: Verdict) -> dict[str, str]:
+def real_command(spec: RunSpec, verdict: Verdict, deployment: Deployment | None = None) -> str | None:
+    """The ``python -m sglang.launch_server ...`` line of ``verdict``'s configuration for the SGLang release it was
+    measured for (its ``engine_version``), rendered by grid's sglang engine: no twin-only flag, no ``--port``
+    (SGLang's default applies). None for engine=openai (grid did not launch that server), for an engine of another
+    dialect, and for a ``deployment`` of several servers (:func:`deployment_files` writes their commands)."""
+    if deployment is not None and deployment.servers > 1:
+        return None
+    built = _sglang_engine(spec, verdict)
+    return None if built is None else _server_command(built[0], settings_of(verdict), verdict)
+
+
+def deployment_files(spec: RunSpec, verdict: Verdict, deployment: Deployment | None = None) -> dict[str, str]:
     """The files a user deploys ``verdict``'s configuration with (grid/report/deploy.py: launch.sh, lws.yaml,
-    rbg.yaml, rayjob.yaml): its SGLang command (:func:`real_command`) on the node's first ``tp_size x pp_size``
-    GPUs, the image of the release it was measured on, and a RayJob that reruns this sweep with ``engine=sglang``.
-    Empty where there is no SGLang command (another engine's server)."""
+    rbg.yaml, rayjob.yaml): each server's SGLang command on its place (one server: the node's first ``tp_size x
+    pp_size`` GPUs; a ``deployment`` of several: ``Deployment.place``, each with its role's settings and
+    ``--disaggregation-mode``) and the router in front of them, the image of the release it was measured on, and a
+    RayJob that reruns this sweep with ``engine=sglang``. Empty where there is no SGLang command (another engine's
+    server)."""
     import shlex
 
     from grid.report import deploy
 
-    command = real_command(spec, verdict)
-    if command is None:
+    built = _sglang_engine(spec, verdict)
+    if built is None:
         return {}
-    argv = shlex.split(command)
-    if "--host" in argv:
-        i = argv.index("--host")
-        del argv[i:i + 2]
+    engine, version = built
+
+    def argv_of(settings: dict[str, Any]) -> tuple[str, ...]:
+        argv = shlex.split(_server_command(engine, settings, verdict))
+        if "--host" in argv:
+            i = argv.index("--host")
+            del argv[i:i + 2]
+        return tuple(argv)
+
     settings = settings_of(verdict)
-    gpus = int(settings.get("tp_size") or 1) * int(settings.get("pp_size") or 1)
-    nodes = max(1, -(-gpus // spec.hardware.gpu_count))
-    version = ServerIdentity.parse(verdict.rows[0].get("engine_version") or spec.version).sglang_version
-    server = deploy.Server("aggregated", 0, 0, tuple(range(min(gpus, spec.hardware.gpu_count))), tuple(argv), nodes)
+    policy = None
+    if deployment is not None and deployment.servers > 1:
+        groups = [g for g in deployment.groups for _ in range(g.count)]
+        servers = [deploy.Server(place.role, i, place.node, place.gpus,
+                                 argv_of(group.settings_over(settings, launch=True)), place.nodes)
+                   for i, (group, place) in enumerate(zip(groups, deployment.place(spec.hardware), strict=True))]
+        policy = deployment.router_policy
+    else:
+        gpus = int(settings.get("tp_size") or 1) * int(settings.get("pp_size") or 1)
+        nodes = max(1, -(-gpus // spec.hardware.gpu_count))
+        servers = [deploy.Server("aggregated", 0, 0, tuple(range(min(gpus, spec.hardware.gpu_count))),
+                                 argv_of(settings), nodes)]
     sweep = f" +sweep={spec.sweep.name}" if spec.sweep is not None else ""
     entrypoint = (f"python -m grid.run{sweep} engine=sglang engine.version={version} model={spec.model.name} "
                   f"hardware={spec.hardware.name}")
-    return deploy.files(f"{spec.name} {verdict.label}", [server], None, image=f"lmsysorg/sglang:v{version}",
+    return deploy.files(f"{spec.name} {verdict.label}", servers, policy, image=f"lmsysorg/sglang:v{version}",
                         entrypoint=entrypoint, hardware=spec.hardware.name, nodes=spec.hardware.nodes,
                         gpus_per_node=spec.hardware.gpu_count)
 

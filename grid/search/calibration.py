@@ -52,7 +52,7 @@ def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: list[Mappi
     """One observation per configuration and load level measured (its repeats' geometric mean per metric), from
     ``load_points`` rows; configurations the twin refuses, and levels without a positive measured metric, are left
     out. ``source`` is ``<label> (<hash>) <kind> <level>``."""
-    from grid.search.knowledge import twin_model
+    from grid.search.knowledge import plan_model
     from grid.search.predict import unforecastable_load
 
     groups: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
@@ -64,7 +64,7 @@ def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: list[Mappi
     perfs: dict[str, Any] = {}
     for (h, kind, level), rs in sorted(groups.items()):
         if h not in perfs:
-            perfs[h] = twin_model(spec, plans[h].settings, version)
+            perfs[h] = plan_model(spec, plans[h], version)
         if perfs[h] is None:
             continue
         measured = {}

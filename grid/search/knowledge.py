@@ -50,6 +50,20 @@ def twin_model(spec: RunSpec, settings: dict[str, Any], version: str):
     return perf_model(spec.model, spec.hardware, to_argv(settings, parse_version(version)), version, spec.engine.env)
 
 
+def plan_model(spec: RunSpec, plan: TrialPlan, version: str):
+    """The twin's uncalibrated model of ``plan``: one server's ``PerfModel`` (:func:`twin_model`), or for a deployment
+    of several servers its ``DeploymentModel`` (grid/twin/deployment.py); None when the twin refuses the configuration
+    or one of the deployment's servers."""
+    if plan.deployment is None:
+        return twin_model(spec, plan.settings, version)
+    from grid.twin.deployment import deployment_model
+
+    try:
+        return deployment_model(plan.deployment, spec.model, spec.hardware, version, plan.settings, spec.engine.env)
+    except ValueError:
+        return None
+
+
 def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, str, str], ...]:
     """The known failures (id, effect, source) of ``plan`` on ``spec``'s model and hardware: the launch rules of
     stage ``start`` (grid/releases/checks.py: SGLang starts and dies before it is ready), then the failure-table rows
@@ -81,28 +95,19 @@ def assess(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> 
 
 
 def _deployment_known(spec: RunSpec, engine: Any, plan: TrialPlan, version: str) -> Known:
-    """:class:`Known` of a plan of several servers: refused when the deployment does not fit the hardware's nodes
-    (grid/topology/deployment.py ``Deployment.place``) or SGLang ``version`` would refuse one of its servers (its
-    role's settings, with ``--disaggregation-mode`` for a prefill or decode server: grid/releases/checks.py
-    ``refusals``); else the failure-table rows of each role's server (:func:`failures`)."""
+    """:class:`Known` of a plan of several servers: refused as the engine refuses it (``Engine.refuse``: the
+    deployment does not fit the hardware's nodes, or SGLang would refuse one of its servers); else the failure-table
+    rows of each role's server (:func:`failures`)."""
     import dataclasses
-
-    from grid.releases.checks import refusals
 
     deployment = plan.deployment
     assert deployment is not None
-    try:
-        deployment.place(spec.hardware)
-    except ValueError as e:
-        return Known(refused=str(e))
+    why = engine.refuse(plan)
+    if why:
+        return Known(refused=why)
     rows: list[tuple[str, str, str]] = []
     for group in deployment.groups:
-        settings = plan.role_settings(group)
-        found = refusals(group.settings_over(plan.settings, launch=True), version, spec.model, spec.hardware)
-        if found:
-            return Known(refused=f"the {group.role} server {group.shape.label()}: SGLang {version} would refuse it: "
-                                 f"{found[0].message}")
-        one = dataclasses.replace(plan, settings=settings, deployment=None)
+        one = dataclasses.replace(plan, settings=plan.role_settings(group), deployment=None)
         rows += [row for row in failures(spec, one, version) if row not in rows]
     return Known(failures=tuple(rows))
 

@@ -8,6 +8,8 @@ plus the modelled duration of every load point, grid/search/predict.py) times th
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +73,27 @@ def max_gpu_s(search, cands: list[Candidate]) -> float | None:
     return min(limits) if limits else None
 
 
+def baseline(plans: list[TrialPlan], known: dict, forecasts: dict, higher_is_better: bool) -> str | None:
+    """The configuration measured whatever the twin forecasts, in a sweep with disaggregated deployments: the
+    aggregated one (one server or replicas; neither refused nor known to fail) with the best forecast; when none has
+    one, the first of those with the most GPUs (the disaggregated deployments' peers). Users keep finding that prefill-decode disaggregation gave them nothing
+    (sgl-project/sglang#24488, #6459): the answer always holds a measured aggregated baseline. None when no
+    deployment is disaggregated or no aggregated one may launch."""
+    if not any(p.deployment is not None and p.deployment.disaggregated for p in plans):
+        return None
+    aggregated = [p for p in plans if (p.deployment is None or not p.deployment.disaggregated)
+                  and not known[p.config_hash].refused and not known[p.config_hash].known_to_fail]
+    if not aggregated:
+        return None
+    sign = 1.0 if higher_is_better else -1.0
+
+    def rank(p: TrialPlan) -> tuple[float, int]:
+        f = forecasts.get(p.config_hash)
+        gpus = p.deployment.gpus if p.deployment is not None else 0
+        return (sign * f.value if f is not None and f.value is not None else -math.inf), gpus
+    return max(aggregated, key=rank).config_hash
+
+
 def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str, coefficients=None) -> SearchPlan:
     """Assess every configuration, forecast the ones that may launch (with the twin calibrated to ``coefficients``,
     grid/twin/coefficients.py, when given) and set up ``spec.search``'s policy."""
@@ -80,10 +103,14 @@ def build(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str, coef
     blocked = no_forecast(spec, calibrated=coefficients is not None)  # the engine's or the hardware's
     forecasts = {p.config_hash: (None if known[p.config_hash].refused or blocked is not None
                                  else forecast(spec, p, version, coefficients)) for p in plans}
+    base = baseline(plans, known, forecasts, OBJECTIVES[spec.objective.kind].higher_is_better)
+    # a deployment counts as a setting of its own in the twin's residual model (TwinGuided)
     cands = [Candidate(p.config_hash, refused=bool(known[p.config_hash].refused),
                        known_to_fail=known[p.config_hash].known_to_fail,
                        forecast=(f.value if (f := forecasts[p.config_hash]) else None),
-                       gpu_s=gpu_seconds(spec, forecasts[p.config_hash]), settings=p.settings) for p in plans]
+                       gpu_s=gpu_seconds(spec, forecasts[p.config_hash]),
+                       settings={**p.settings, **({"deployment": p.deployment.label()} if p.deployment else {})},
+                       baseline=p.config_hash == base) for p in plans]
     s = spec.search
     budget = Budget(s.max_launches, max_gpu_s(s, cands))
     # a load the twin cannot forecast leaves nothing to rank or prune by

@@ -50,6 +50,9 @@ class Candidate:
     forecast: float | None = None
     gpu_s: float = 0.0
     settings: dict | None = field(default=None, compare=False)  # the swept settings (model-based searches)
+    #: measured whatever the twin forecasts, first among the launchable: the aggregated baseline of a sweep with
+    #: disaggregated deployments (grid/search/plan.py ``baseline``)
+    baseline: bool = False
 
 
 @dataclass
@@ -101,12 +104,12 @@ class Policy:
         self.by_hash = {c.config_hash: c for c in self.candidates}
 
     def order(self, cands: list[Candidate]) -> list[Candidate]:
-        def rank(c: Candidate) -> int:
+        def rank(c: Candidate) -> tuple[int, bool]:
             if c.refused:
-                return 0
+                return 0, False
             if c.known_to_fail:
-                return 1 if self.try_known_failures else 3
-            return 2
+                return 1 if self.try_known_failures else 3, False
+            return 2, not c.baseline
         return sorted(cands, key=rank)
 
     def reforecast(self, new: dict[str, tuple[float | None, float]]) -> None:
@@ -223,7 +226,7 @@ class ForecastOrdered(Policy):
 
         def key(c: Candidate):
             group = 0 if c.refused else (1 if self.try_known_failures else 3) if c.known_to_fail else 2
-            return (group, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
+            return (group, not c.baseline, c.forecast is None, sign * c.forecast if c.forecast is not None else 0.0)
         return sorted(cands, key=key)
 
     def needs_results(self, c: Candidate) -> bool:
@@ -307,8 +310,9 @@ class TwinGuided(ForecastOrdered):
     before anything measured a score (or, for known failures, first with ``try_known_failures``), with one exception:
     once a configuration the twin gave no forecast has measured a score, the twin's "no load point meets the SLOs"
     is shown wrong on this model, hardware and load (its SLO forecast is itself uncertain), so the others without a
-    forecast are measured too, in launch order after those it ranks (it cannot rank them; :meth:`doubted`). A
-    lower-is-better objective is searched on the reciprocal of its score.
+    forecast are measured too, in launch order after those it ranks (it cannot rank them; :meth:`doubted`). The
+    aggregated baseline of a sweep with disaggregated deployments (``Candidate.baseline``) is measured first,
+    whatever its forecast. A lower-is-better objective is searched on the reciprocal of its score.
     """
 
     def __post_init__(self) -> None:
@@ -387,6 +391,10 @@ class TwinGuided(ForecastOrdered):
         first = [c for c in self.queue if c.known_to_fail and self.try_known_failures]
         if first:
             c = first[0]
+        elif (base := next((c for c in self.queue if c.baseline), None)) is not None:
+            if self.running:
+                return WAIT
+            c = base
         else:
             if self.running:
                 return WAIT

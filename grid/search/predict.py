@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from grid.config.schema import RunSpec
-from grid.search.knowledge import twin_model
+from grid.search.knowledge import plan_model
 from grid.plan import TrialPlan
 
 if TYPE_CHECKING:
@@ -184,15 +184,7 @@ def _model(spec: RunSpec, plan: TrialPlan, version: str, coefficients):
 
     if coefficients is None and forecasts_need_calibration(spec.hardware):
         return None
-    if plan.deployment is not None:  # several servers: the twin's deployment simulation (grid/twin/deployment.py)
-        from grid.twin.deployment import deployment_model
-
-        try:
-            return deployment_model(plan.deployment, spec.model, spec.hardware, version, plan.settings,
-                                    spec.engine.env, coefficients)
-        except ValueError:
-            return None
-    perf = twin_model(spec, plan.settings, version)
+    perf = plan_model(spec, plan, version)  # a deployment of several servers: grid/twin/deployment.py
     return None if perf is None else calibrated(perf, coefficients)
 
 

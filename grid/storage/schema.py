@@ -23,7 +23,7 @@ from grid.metrics.request import request_metrics
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
 
-SCHEMA_VERSION: int = 13  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 14  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
 # 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
@@ -33,7 +33,8 @@ SCHEMA_VERSION: int = 13  # 2: server metrics, GPU telemetry and bottleneck colu
 # server_accept_len_mean and srv_spec_accept_length_mean in load_points; 11: prefix caching and sessions:
 # cached_tokens, session_index, turn_index in requests, total_cached_tokens, cache_hit_rate and
 # server_cache_hit_rate in load_points; 12: host_noise_max_pct in load_points; 13: twin_behind_pct and
-# twin_delivery_lag_ms no longer recorded (kept for earlier rows: the twin's virtual clock cannot fall behind)
+# twin_delivery_lag_ms no longer recorded (kept for earlier rows: the twin's virtual clock cannot fall behind);
+# 14: deployment_json in load_points (a configuration of several servers)
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -138,6 +139,8 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("config_hash", "string", "", "hash of the server configuration"),
     ("config_json", "string", "json", "full server configuration"),
     ("label", "string", "", "short human name of the configuration"),
+    ("deployment_json", "string", "json", "the deployment of a configuration of several servers: its role groups "
+     "(role, count, tp, attn_dp, ep, settings) and router policy (grid/topology/deployment.py); null: one server"),
     ("command", "string", "", "server command line, secrets redacted"),
     ("engine", "string", "", "engine kind (sim | sglang | openai)"),
     ("engine_version", "string", "", "engine version: SGLang's release; an external server's as it reports it "

@@ -448,7 +448,7 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
                 console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
                               soft_wrap=True, markup=False)
         from grid.report.select import OBJECTIVES
-        from grid.search.verdict import pd_verdict
+        from grid.report.disaggregation import pd_verdict
 
         obj = OBJECTIVES[spec.objective.kind]
         verdict = pd_verdict([p for p in plan.all if not search.known[p.config_hash].refused],
@@ -458,12 +458,13 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
             console.print(verdict, soft_wrap=True, markup=False, highlight=False)
         return plan
     several = [p.label for p in plan.todo if p.deployment is not None and not search.known[p.config_hash].refused]
-    if several:
+    if several and not engine.serves_deployments:
         raise ConfigError(
             f"sweep.deployments: {len(several)} configuration(s) deploy several servers behind a router "
             f"({'; '.join(several[:3])}{'; ...' if len(several) > 3 else ''}): grid plans, checks and forecasts them "
-            "(dry_run=true prints each server's command and the twin's forecast), but a trial that launches several "
-            "servers is not built yet (docs/topology.md); measure one-server deployments (count 1) meanwhile")
+            f"(dry_run=true prints each server's command and the twin's forecast), but engine={spec.engine.kind} "
+            "cannot launch several servers for one trial yet (the twin, engine=sim, serves them; docs/topology.md); "
+            "measure one-server deployments (count 1) meanwhile")
     engine.check_runnable()
     if accepted is not None:
         accepted()

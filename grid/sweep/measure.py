@@ -475,6 +475,8 @@ def _trial_columns(trial: TrialContext) -> dict[str, Any]:
         "config_hash": plan.config_hash,
         "config_json": plan.config_json,
         "label": plan.label,
+        "deployment_json": json.dumps(plan.deployment.identity(), sort_keys=True)
+        if plan.deployment is not None and plan.deployment.servers > 1 else None,
         "command": start.launch.command,
         "engine": spec.engine.kind,
         "engine_version": engine.version(),

@@ -154,6 +154,14 @@ class Deployment:
                             "ep": g.shape.ep, "settings": dict(g.settings)} for g in self.groups],
                 "router_policy": self.router_policy}
 
+    @classmethod
+    def from_identity(cls, d: Mapping[str, Any]) -> Deployment:
+        """The deployment :meth:`identity` wrote. Raises ``ValueError`` (or ``KeyError`` for a missing key) as the
+        constructors do."""
+        groups = tuple(RoleGroup(g["role"], int(g["count"]), ServerShape(int(g["tp"]), int(g["attn_dp"]), int(g["ep"])),
+                                 tuple(sorted(dict(g.get("settings") or {}).items()))) for g in d["groups"])
+        return cls(groups, router_policy=d.get("router_policy"))
+
     def label(self) -> str:
         """``1x TP8`` or ``2x TP4`` (aggregated), ``1P2D P:TP8 D:TP8 DP8 EP8`` (disaggregated): the xPyD ratio counts
         servers, not nodes or GPUs."""

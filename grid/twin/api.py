@@ -135,6 +135,7 @@ class _TwinState:
         unix0: float
         log: Any
         sched: Any
+        deployment: bool
         capacity: int
         context_len: int
         cache: Any
@@ -756,12 +757,15 @@ class TwinAPI(_TwinState):
     def telemetry(self) -> dict:
         """Modelled per-GPU telemetry for the running batch (PerfModel.decode_telemetry) plus cumulative busy time,
         so a sampler can scale by the busy fraction between two readings. Modelled seconds."""
-        running = len(self.sched.running)
+        sched = self.sched
+        running = sched.running_count()
+        # a deployment's GPUs as its busiest decoding server's (the one whose batch a tail request waits on)
+        perf, batch, context = sched.decoding_load() if self.deployment else (self.perf, running, sched.used_tokens())
         hw = self.hw
         return {
             "modelled": True, "mnow_s": self.mnow(), "busy_s": self.busy_s, "running": running,
-            "queued": len(self.sched.waiting), "used_tokens": self.sched.used_tokens(),
-            "decode": self.perf.decode_telemetry(running, self.sched.used_tokens()) if running else None,
+            "queued": sched.waiting_count(), "used_tokens": sched.used_tokens(),
+            "decode": perf.decode_telemetry(batch, context) if batch else None,
             "gpu": hw.gpu, "gpu_count": hw.gpu_count, "tdp_w": hw.tdp_w, "memory_total_gb": hw.memory_gb,
             "memory_bandwidth_gbps": hw.memory_bandwidth_gbps, "interconnect": hw.interconnect, "p2p": hw.p2p,
             "pcie_gbps": hw.pcie_gbps, "allreduce_bus_gbps": hw.allreduce_bus_gbps,

@@ -118,7 +118,10 @@ class CalibratedPerf:
 
 def calibrated(perf: Any, coefficients: Coefficients | None) -> Any:
     """``perf`` with ``coefficients`` applied (the uncalibrated model when there are none, or all are 1.0); on an
-    already calibrated model they replace its coefficients."""
+    already calibrated model they replace its coefficients. A deployment's model (grid/twin/deployment.py
+    ``DeploymentModel``) applies them to each of its servers."""
+    if hasattr(perf, "with_coefficients"):
+        return perf.with_coefficients(coefficients)
     base = perf._perf if isinstance(perf, CalibratedPerf) else perf
     if coefficients is None or coefficients.identity:
         return base

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 import random
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +43,8 @@ from grid.config.specs import HardwareSpec, ModelSpec
 from grid.topology.deployment import Deployment, Role, kv_transfer_s
 from grid.topology.kv import DEFAULT_COST, TransferCost
 from grid.twin.perf import PerfModel
-from grid.twin.scheduler import Scheduler, Step, TwinRequest
-from grid.twin.simulate import RequestResult, SimResult
+from grid.twin.scheduler import Scheduler, Step, StepStats, TwinRequest
+from grid.twin.simulate import SimResult
 
 #: The router policies the replay plays (``sglang_router`` 0.3.2 ``--policy``; grid/server/router.py POLICIES).
 ROUTER_POLICIES: tuple[str, ...] = ("round_robin", "random", "power_of_two", "cache_aware")
@@ -90,6 +90,180 @@ class _Router:
         return candidates[k % len(candidates)]
 
 
+class DeploymentScheduler:
+    """A deployment as one scheduler: the interface of :class:`grid.twin.scheduler.Scheduler` (``add``, ``step``,
+    ``abort``, ``has_work``, ``used_tokens``, ``uncached_tokens``) over the schedulers of its ``servers`` and the
+    router in front of them, so that what drives one server's scheduler (:func:`grid.twin.simulate.simulate`, the
+    live twin's loop) drives a deployment the same way: one simulation, forecast and served.
+
+    ``add(request, t)``: the request reaches the router at modelled time ``t`` (s), which picks its server (or its
+    prefill and decode servers, module docstring). ``step(now, until)``: every server that is idle and has work
+    starts its next batch at ``now``; the deployment then advances to the first moment something happens (a server's
+    batch ends, a KV transfer lands) or to ``until``, whichever is first, and returns that span as one ``Step``:
+    ``duration_s`` from ``now``, the tokens that reached clients at its end (an aggregated or decode server's; a
+    prefill server's sampled token reaches the client from the decode server) and the requests that ended for their
+    clients. A server's batch is never cut: ``until`` only bounds the span, so that an arrival before the next
+    event starts an idle server then. Its stats sum the servers' queues and KV (``kind``: ``decode`` when a decode
+    batch ended in it, else ``prefill`` when a prefill did, else ``idle``; queues and KV as each server's latest batch
+    left them).
+
+    ``transfer`` is required when there are prefill and decode servers. Raises ``ValueError`` for a mix of
+    aggregated and disaggregated servers, a disaggregated deployment without both roles or without ``transfer``, or
+    an unknown ``router_policy``."""
+
+    def __init__(self, servers: Sequence[DeployedServer], transfer: Transfer | None = None,
+                 router_policy: str = "round_robin", seed: int = 0) -> None:
+        roles = {s.role for s in servers}
+        if not servers or ("aggregated" in roles and roles != {"aggregated"}):
+            raise ValueError("a deployment is one or more aggregated servers, or prefill and decode servers")
+        self.pd = roles != {"aggregated"}
+        if self.pd and roles != {"prefill", "decode"}:
+            raise ValueError(f"a disaggregated deployment needs prefill and decode servers; it has {sorted(roles)}")
+        if self.pd and transfer is None:
+            raise ValueError("a disaggregated deployment needs a transfer model (grid/topology/kv.py)")
+        self.servers = list(servers)
+        self.transfer = transfer
+        self.router = _Router(router_policy, seed)
+        self.scheds = [Scheduler(s.perf) for s in servers]
+        self.capacity = sum(s.capacity for s in self.scheds)
+        self.by_role = {r: [i for i, s in enumerate(servers) if s.role == r] for r in roles}
+        self.entry = self.by_role["prefill" if self.pd else "aggregated"]
+        self.busy_until: list[float | None] = [None] * len(servers)  # the end of the batch a server runs
+        self.running_step: list[Step | None] = [None] * len(servers)
+        # each server's queues and KV as its latest batch left them (what a step's stats sum)
+        self.latest: list[StepStats | None] = [None] * len(servers)
+        self.in_flight = [0] * len(servers)
+        self.landing: list[tuple[float, int, int, TwinRequest]] = []  # (lands at, order, decode server, request)
+        self.transferring: list[float] = []  # end times of the transfers in flight (a heap)
+        self.requests: dict[str, TwinRequest] = {}  # disaggregated: each request as the client sent it
+        self.decode_of: dict[str, int] = {}
+        #: each request's KV transfer (s), disaggregated only
+        self.transfers_s: dict[str, float] = {}
+        #: the servers that served each request: one aggregated server, or (prefill, decode); indexes into servers
+        self.served_by: dict[str, tuple[int, ...]] = {}
+        self._aborted: dict[str, str] = {}  # aborted outside any server (its KV in flight): reported next step
+        self._order = 0
+
+    def add(self, req: TwinRequest, now_s: float) -> None:
+        first = self.router.pick("prefill" if self.pd else "aggregated", self.entry, self.in_flight)
+        self.in_flight[first] += 1
+        if self.pd:
+            d = self.router.pick("decode", self.by_role["decode"], self.in_flight)
+            self.in_flight[d] += 1
+            self.decode_of[req.rid] = d
+            self.served_by[req.rid] = (first, d)
+            self.requests[req.rid] = req
+            req = TwinRequest(req.rid, req.input_tokens, 1, None, req.priority, req.cached_tokens)
+        else:
+            self.served_by[req.rid] = (first,)
+        self.scheds[first].add(req, now_s)
+
+    def abort(self, rid: str) -> None:
+        for k, (_, _, d, req) in enumerate(self.landing):
+            if req.rid == rid:  # its KV is on the wire: the decode server will not see it
+                self.landing.pop(k)
+                heapq.heapify(self.landing)
+                self.in_flight[d] -= 1
+                self._aborted[rid] = "abort"
+                return
+        for i in self.served_by.get(rid, ()):
+            self.scheds[i].abort(rid)
+
+    def has_work(self) -> bool:
+        return bool(self.landing or self._aborted or any(t is not None for t in self.busy_until)
+                    or any(s.has_work() for s in self.scheds))
+
+    def used_tokens(self) -> int:
+        return sum(s.used_tokens() for s in self.scheds)
+
+    def running_count(self) -> int:
+        """Requests admitted on any server (a disaggregated request counts on each server that holds it)."""
+        return sum(len(s.running) for s in self.scheds)
+
+    def waiting_count(self) -> int:
+        """Requests queued on any server, and KV transfers on the wire."""
+        return sum(len(s.waiting) for s in self.scheds) + len(self.landing)
+
+    def decoding_load(self) -> tuple[PerfModel, int, int]:
+        """The busiest server that decodes (aggregated or decode): its performance model, running requests and KV
+        tokens held (what the twin's GPU telemetry shows for the deployment)."""
+        i = max((i for i, s in enumerate(self.servers) if s.role != "prefill"),
+                key=lambda i: len(self.scheds[i].running))
+        return self.servers[i].perf, len(self.scheds[i].running), self.scheds[i].used_tokens()
+
+    def uncached_tokens(self) -> int:
+        return sum(s.uncached_tokens() for s in self.scheds)
+
+    def step(self, now_s: float, until_s: float = math.inf) -> Step:
+        now = now_s
+        while self.landing and self.landing[0][0] <= now + 1e-12:
+            t, _, d, req = heapq.heappop(self.landing)
+            self.scheds[d].add(req, t)
+        for i, sched in enumerate(self.scheds):
+            if self.busy_until[i] is not None or not sched.has_work():
+                continue
+            step = sched.step(now)
+            if step.stats.kind == "idle" and step.stats.duration_s == 0 and not step.finished:
+                continue  # nothing it can run until something arrives
+            self.running_step[i], self.busy_until[i] = step, now + step.stats.duration_s
+            self.latest[i] = step.stats
+        ends = [t for t in self.busy_until if t is not None]
+        if self.landing:
+            ends.append(self.landing[0][0])
+        emitted: dict[str, int] = {}
+        finished, self._aborted = self._aborted, {}
+        kinds: set[str] = set()
+        new = [0, 0, 0]  # new sequences, new tokens, cached tokens of the prefill batches that ended
+        graph = False
+        at = max(now, min(min(ends, default=now), until_s))
+        for i, end in enumerate(self.busy_until):
+            ending = self.running_step[i]
+            if end is not None and end <= at and ending is not None:
+                kinds.add(ending.stats.kind)
+                graph = graph or ending.stats.cuda_graph
+                if ending.stats.kind == "prefill":
+                    new = [new[0] + ending.stats.new_seqs, new[1] + ending.stats.new_tokens,
+                           new[2] + ending.stats.cached_tokens]
+                self._finish_step(i, at, emitted, finished)
+        kind = "decode" if "decode" in kinds else "prefill" if "prefill" in kinds else "idle"
+        latest = [st for st in self.latest if st is not None]
+        used = sum(st.used_tokens for st in latest)
+        stats = StepStats(kind=kind, duration_s=at - now, new_seqs=new[0], new_tokens=new[1], cached_tokens=new[2],
+                          running=sum(st.running for st in latest), queued=sum(st.queued for st in latest),
+                          used_tokens=used, token_usage=used / max(1, self.capacity), cuda_graph=graph)
+        return Step(stats, emitted, finished)
+
+    def _finish_step(self, i: int, now: float, emitted: dict[str, int], finished: dict[str, str]) -> None:
+        step = self.running_step[i]
+        self.running_step[i], self.busy_until[i] = None, None
+        assert step is not None
+        role = self.servers[i].role
+        if role != "prefill":  # the first token reaches the client from the decode server
+            for rid, n in step.emitted.items():
+                emitted[rid] = emitted.get(rid, 0) + n
+        for rid, reason in step.finished.items():
+            self.in_flight[i] -= 1
+            if role == "prefill" and reason != "abort":
+                req = self.requests.pop(rid)
+                d = self.decode_of[rid]
+                while self.transferring and self.transferring[0] <= now + 1e-12:
+                    heapq.heappop(self.transferring)
+                assert self.transfer is not None
+                took = self.transfer(i, d, req.input_tokens, len(self.transferring) + 1)
+                self.transfers_s[rid] = took
+                heapq.heappush(self.transferring, now + took)
+                # the decode server admits it with its KV, no forward pass, and streams the first token the prefill
+                # server sampled
+                self._order += 1
+                heapq.heappush(self.landing, (now + took, self._order, d, TwinRequest(
+                    req.rid, req.input_tokens, req.max_new_tokens, req.eos_after, req.priority, kv_ready=True)))
+                continue
+            if role == "prefill":  # aborted before its KV moved: the decode server never sees it
+                self.in_flight[self.decode_of[rid]] -= 1
+                self.requests.pop(rid, None)
+            finished[rid] = reason
+
+
 def simulate_deployment(
     servers: Sequence[DeployedServer],
     requests: list[tuple[float, TwinRequest]],
@@ -101,152 +275,20 @@ def simulate_deployment(
     max_steps: int = 10_000_000,
     trace: bool = False,
 ) -> DeploymentResult:
-    """Run ``requests`` ((send_s, request) pairs) through the deployment of ``servers`` to completion in virtual time.
+    """Run ``requests`` ((send_s, request) pairs) through the deployment of ``servers`` to completion in virtual time:
+    :func:`grid.twin.simulate.simulate` over its :class:`DeploymentScheduler`.
 
-    ``max_concurrency`` replays a closed-loop client over the whole deployment, as
-    :func:`grid.twin.simulate.simulate` does for one server; with ``frontend`` a request reaches its (first) server
-    ``perf.frontend_latency_s(input_tokens)`` of that server after it is sent. ``transfer`` is required when there are
-    prefill and decode servers; ``trace`` keeps each request's token events as the client receives them
-    (``SimResult.emissions``: the aggregated or decode server's steps). Raises ``ValueError`` for a mix of aggregated
-    and disaggregated servers, a disaggregated deployment without both roles or without ``transfer``, or an unknown
-    ``router_policy``."""
-    roles = {s.role for s in servers}
-    if not servers or ("aggregated" in roles and roles != {"aggregated"}):
-        raise ValueError("a deployment is one or more aggregated servers, or prefill and decode servers")
-    pd = roles != {"aggregated"}
-    if pd and roles != {"prefill", "decode"}:
-        raise ValueError(f"a disaggregated deployment needs prefill and decode servers; it has {sorted(roles)}")
-    if pd and transfer is None:
-        raise ValueError("a disaggregated deployment needs a transfer model (grid/topology/kv.py)")
-    router = _Router(router_policy, seed)
-    scheds = [Scheduler(s.perf) for s in servers]
-    by_role = {r: [i for i, s in enumerate(servers) if s.role == r] for r in roles}
-    entry = by_role["prefill" if pd else "aggregated"]
-    busy_until: list[float | None] = [None] * len(servers)  # the end of the step a server is running
-    running_step: list[Step | None] = [None] * len(servers)
-    in_flight = [0] * len(servers)
-    queue = deque(sorted(requests, key=lambda x: x[0]))
-    cap = max_concurrency if max_concurrency and max_concurrency > 0 else None
-    client_in_flight = 0
-    free_at: list[float] = [float("-inf")] * (cap or 0)
-    events: list[tuple[float, int, int, TwinRequest]] = []  # (time, order, server, request): reaches the server
-    order = 0
-    sent: dict[str, tuple[float, TwinRequest]] = {}
-    decode_of: dict[str, int] = {}
-    first_tok: dict[str, float] = {}
-    out_tok: dict[str, int] = {}
-    done: dict[str, tuple[float, str]] = {}
-    transfers: dict[str, float] = {}
-    transferring: list[float] = []  # end times of the transfers in flight (a heap)
-    served: dict[str, tuple[int, ...]] = {}
-    emissions: dict[str, list[tuple[float, int]]] = {}
-    t0 = queue[0][0] if queue else 0.0
-    now = t0
-    steps = 0
+    ``max_concurrency`` replays a closed-loop client over the whole deployment, as for one server; with ``frontend``
+    a request reaches the router ``perf.frontend_latency_s(input_tokens)`` after it is sent (the same for every
+    server: grid/twin/perf.py). ``transfer`` is required when there are prefill and decode servers; ``trace`` keeps
+    each request's token events as the client receives them (``SimResult.emissions``: the aggregated or decode
+    server's steps). Raises ``ValueError`` as :class:`DeploymentScheduler` does."""
+    from grid.twin.simulate import simulate
 
-    def finish_step(i: int) -> None:
-        nonlocal client_in_flight, order
-        step = running_step[i]
-        running_step[i], busy_until[i] = None, None
-        if step is None:
-            return
-        role = servers[i].role
-        for rid, n in step.emitted.items():
-            if role == "prefill":
-                continue  # the first token reaches the client from the decode server
-            first_tok.setdefault(rid, now)
-            out_tok[rid] = out_tok.get(rid, 0) + n
-            if trace and n:
-                emissions.setdefault(rid, []).append((now, n))
-        for rid, reason in step.finished.items():
-            in_flight[i] -= 1
-            if role == "prefill" and reason != "abort":
-                _, req = sent[rid]
-                d = decode_of[rid]
-                while transferring and transferring[0] <= now + 1e-12:
-                    heapq.heappop(transferring)
-                assert transfer is not None
-                took = transfer(i, d, req.input_tokens, len(transferring) + 1)
-                transfers[rid] = took
-                heapq.heappush(transferring, now + took)
-                # the decode server admits it with its KV, no forward pass, and streams the first token the prefill
-                # server sampled
-                arriving = TwinRequest(req.rid, req.input_tokens, req.max_new_tokens, req.eos_after, req.priority,
-                                       kv_ready=True)
-                order += 1
-                heapq.heappush(events, (now + took, order, d, arriving))
-                continue
-            if role == "prefill":  # aborted before its KV moved: the decode server never sees it
-                in_flight[decode_of[rid]] -= 1
-            done[rid] = (now, reason)
-            client_in_flight -= 1
-            if cap is not None:
-                heapq.heappush(free_at, now)
-
-    def release() -> None:
-        nonlocal client_in_flight, order
-        while queue and queue[0][0] <= now + 1e-12 and (cap is None or client_in_flight < cap):
-            t, req = queue.popleft()
-            send = max(t, heapq.heappop(free_at)) if cap is not None else t
-            sent[req.rid] = (send, req)
-            client_in_flight += 1
-            first = router.pick("prefill" if pd else "aggregated", entry, in_flight)
-            in_flight[first] += 1
-            if pd:
-                d = router.pick("decode", by_role["decode"], in_flight)
-                in_flight[d] += 1
-                decode_of[req.rid] = d
-                served[req.rid] = (first, d)
-                req = TwinRequest(req.rid, req.input_tokens, 1, None, req.priority)
-            else:
-                served[req.rid] = (first,)
-            delay = servers[first].perf.frontend_latency_s(req.input_tokens) if frontend else 0.0
-            order += 1
-            heapq.heappush(events, (send + delay, order, first, req))
-        while events and events[0][0] <= now + 1e-12:
-            t, _, i, req = heapq.heappop(events)
-            scheds[i].add(req, t)
-
-    def next_time() -> float | None:
-        cands = [t for t in busy_until if t is not None]
-        if events:
-            cands.append(events[0][0])
-        if queue and (cap is None or client_in_flight < cap):
-            cands.append(queue[0][0])
-        return min(cands) if cands else None
-
-    while steps < max_steps:
-        for i, t in enumerate(busy_until):
-            if t is not None and t <= now:
-                finish_step(i)
-        release()
-        started = False
-        for i, sched in enumerate(scheds):
-            if busy_until[i] is not None or not sched.has_work():
-                continue
-            step = sched.step(now)
-            steps += 1
-            if step.stats.kind == "idle" and step.stats.duration_s == 0 and not step.finished:
-                continue  # nothing it can run until something arrives
-            running_step[i], busy_until[i] = step, now + step.stats.duration_s
-            started = True
-        nxt = next_time()
-        if nxt is None:
-            break
-        if not started and nxt <= now and not any(t is not None and t <= now for t in busy_until):
-            break  # nothing can move (a request no server can admit)
-        now = max(now, nxt)
-    results = []
-    for t, req in list(queue):
-        sent.setdefault(req.rid, (t, req))
-    for rid, (arr, req) in sent.items():
-        end, reason = done.get(rid, (now, "abort"))
-        results.append(RequestResult(rid=rid, arrival_s=arr, input_tokens=req.input_tokens,
-                                     output_tokens=out_tok.get(rid, 0), ttft_s=first_tok.get(rid, end) - arr,
-                                     e2e_s=end - arr, finish_reason=reason))
-    last_end = max((r.arrival_s + r.e2e_s for r in results), default=t0)
-    return DeploymentResult(SimResult(requests=results, duration_s=last_end - t0, steps=steps, emissions=emissions),
-                            transfers, served)
+    sched = DeploymentScheduler(servers, transfer, router_policy, seed)
+    sim = simulate(servers[0].perf, requests, max_steps=max_steps, max_concurrency=max_concurrency,
+                   frontend=frontend, trace=trace, scheduler=sched)
+    return DeploymentResult(sim, sched.transfers_s, sched.served_by)
 
 
 def servers_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, version: str,
@@ -294,6 +336,14 @@ class DeploymentModel:
     def startup_phases_s(self) -> dict[str, float]:
         """The start-up phases (modelled s) of the server that takes longest to start."""
         return max((s.perf.startup_phases_s() for s in self.servers), key=lambda p: sum(p.values()))
+
+    def with_coefficients(self, coefficients: Any) -> DeploymentModel:
+        """This deployment with every server's model calibrated to ``coefficients`` (grid/twin/coefficients.py
+        ``calibrated``; None: the spec-sheet models). The transfer terms are not calibrated."""
+        from grid.twin.coefficients import calibrated
+
+        servers = tuple(DeployedServer(s.role, calibrated(s.perf, coefficients)) for s in self.servers)
+        return DeploymentModel(self.deployment, servers, self.transfer)
 
     def replay(self, point, input_len: int, output_len: int):
         """:func:`replay_deployment` of ``point`` through this deployment."""

@@ -180,6 +180,14 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self._aborted)
 
+    def running_count(self) -> int:
+        """Requests admitted (prefilling or decoding)."""
+        return len(self.running)
+
+    def waiting_count(self) -> int:
+        """Requests queued for admission."""
+        return len(self.waiting)
+
     # ------------------------------------------------------------------------------------------------------------
     def used_tokens(self) -> int:
         return sum(self._kv(st) for st in self.running)
@@ -226,7 +234,9 @@ class Scheduler:
             cuda_graph=graph,
         )
 
-    def step(self, now_s: float) -> Step:
+    def step(self, now_s: float, until_s: float = math.inf) -> Step:
+        """The next batch, started at ``now_s`` (modelled s). ``until_s`` is not read: one server's batch is one step
+        (a deployment's scheduler, grid/twin/deployment.py, ends its span there)."""
         finished: dict[str, str] = {rid: "abort" for rid in self._aborted}
         self._aborted.clear()
         step = self._prefill_step(finished)

@@ -64,6 +64,12 @@ ENV_TIME_SCALE = "GRID_TWIN_TIME_SCALE"
 ENV_STARTUP_TIME_SCALE = "GRID_TWIN_STARTUP_TIME_SCALE"
 ENV_FAULTS = "GRID_TWIN_FAULTS"
 ENV_CLOCK = vproto.ENV_CLOCK
+#: The deployment the twin serves as its router's endpoint (JSON: ``Deployment.identity()`` plus ``settings``, the
+#: configuration's settings in grid's names); unset: the twin is one server
+ENV_DEPLOYMENT = "GRID_TWIN_DEPLOYMENT"
+#: Real clock: the longest modelled span a deployment's scheduler advances in one go, so that a request arriving in
+#: the meantime reaches an idle server within it (one server's batch is never cut)
+REAL_CLOCK_SPAN_S = 0.005
 #: Real seconds the virtual clock waits for a stream that may still send before it gives up on the point's streams
 #: (a client that went away without saying so); the load generator's own timeouts are the first backstop.
 VCLOCK_STALL_S = 120.0
@@ -90,6 +96,10 @@ SnapshotKind = Literal["start", "tick", "window_end", "end"]
 SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = get_args(SnapshotKind)
 #: Snapshots kept (the oldest go first): a few points' worth; grid reads a point's when the point ends.
 VCLOCK_SAMPLES_MAX = 4096
+#: Connections the listening socket queues before they are accepted: SGLang serves HTTP with uvicorn, whose
+#: ``--backlog`` defaults to 2048 (uvicorn ``config.py``); aiohttp's own default, 128, resets connections that an open
+#: loop on the virtual clock opens all at once while the twin simulates
+LISTEN_BACKLOG = 2048
 WARMUP_TEXT = "The capital city of France is"
 OOM_LINES = (
     "Scheduler hit an exception: Traceback (most recent call last):",
@@ -180,7 +190,10 @@ class Req:
 
 class Twin(TwinAPI):
     def __init__(self, args, *, model, hardware, perf, faults: list[Fault], time_scale: float, notes: list[str],
-                 startup_time_scale: float | None = None, clock: str = "real"):
+                 startup_time_scale: float | None = None, clock: str = "real", scheduler=None):
+        """``scheduler``: a deployment's (grid/twin/deployment.py ``DeploymentScheduler``): the twin then serves
+        as that deployment's router, ``perf`` the server of it that takes longest to start; None: one server,
+        ``Scheduler(perf)``."""
         from grid.twin.scheduler import Scheduler
 
         self.args = args
@@ -219,10 +232,13 @@ class Twin(TwinAPI):
         ep = args.ep_size
         self.log = logs.LogWriter(self.model_unix, level=args.log_level, sched_prefix=logs.rank_prefix(
             tp_size=args.tp_size, ep_size=ep, dp_attention=cli._dp_attention_on(args), pp_size=args.pp_size))
-        self.sched = Scheduler(perf)
+        self.sched = scheduler if scheduler is not None else Scheduler(perf)
+        self.deployment = scheduler is not None
         self.capacity = int(getattr(perf, "kv_capacity_tokens", 0) or 0)
         self.context_len = int(getattr(perf, "context_length", 0) or model.context_length)
-        self.cache = PrefixCache(self.capacity or 1 << 20, not args.disable_radix_cache, self._host_cache_tokens())
+        # a deployment's servers each keep their own radix cache, which the twin does not model yet: none is found
+        self.cache = PrefixCache(self.capacity or 1 << 20, not args.disable_radix_cache and not self.deployment,
+                                 self._host_cache_tokens())
         self.metrics = TwinMetrics(args.served_model_name) if args.enable_metrics else None
         if self.metrics:
             self.metrics.max_total_num_tokens.set(self.capacity)
@@ -500,7 +516,7 @@ class Twin(TwinAPI):
                                     shutdown_timeout=0.5)
         await self.runner.setup()
         host, port = self.args.host, self.args.port
-        self.site = web.TCPSite(self.runner, host, port, shutdown_timeout=0.5)
+        self.site = web.TCPSite(self.runner, host, port, shutdown_timeout=0.5, backlog=LISTEN_BACKLOG)
         try:
             await self.site.start()
         except OSError as e:
@@ -792,7 +808,7 @@ class Twin(TwinAPI):
             # the loop's own latency is never multiplied by the time scale; deliveries that run late do not drift.
             now = max(self.mclock, self.mnow()) if resume else self.mclock
             resume = False
-            step = sched.step(now)
+            step = sched.step(now, now + REAL_CLOCK_SPAN_S)
             st = step.stats
             dur = float(st.duration_s)
             end = now + dur
@@ -880,7 +896,8 @@ class Twin(TwinAPI):
                 continue
             if stepping and self.mclock < min(horizon, due):
                 now = self.mclock
-                step = sched.step(now)
+                arrival = vc.next_at()
+                step = sched.step(now, min(horizon, due, math.inf if arrival is None else arrival))
                 dur = float(step.stats.duration_s)
                 end = now + dur
                 self._sample_to(end)
@@ -992,6 +1009,22 @@ class Twin(TwinAPI):
 
 
 
+def _deployment(text: str, model, hardware, version: str):
+    """The servers of the deployment :data:`ENV_DEPLOYMENT` describes, as the twin serves it: the perf model of its
+    server that takes longest to start (whose start-up the twin plays: the router waits for every server) and the
+    deployment's scheduler (grid/twin/deployment.py). Raises ``ValueError`` for a deployment that is not one, or one
+    a server of which the twin refuses or knows to fail (the message names the role and shape)."""
+    from grid.topology.deployment import Deployment
+    from grid.twin.deployment import DeploymentScheduler, deployment_model
+
+    d = json.loads(text)
+    built = deployment_model(Deployment.from_identity(d), model, hardware, version, d.get("settings") or {},
+                             dict(os.environ))
+    slowest = max(built.servers, key=lambda s: sum(s.perf.startup_phases_s().values()))
+    return slowest.perf, DeploymentScheduler(built.servers, built.transfer, built.deployment.router_policy
+                                             or "round_robin")
+
+
 def _fail(log_raw, exc_type: str, msg: str, **kw) -> int:
     log_raw(logs.traceback_text(exc_type, msg, **kw))
     return 1
@@ -1033,19 +1066,29 @@ def main(argv: list[str] | None = None) -> int:
     from grid.twin.failures import find_failures
     from grid.twin.perf import PerfModel
 
-    try:
-        cfg = cli.to_serving_config(args, cli.accept_length_from(os.environ))
-    except ValueError as e:
-        return _fail(raw, "ValueError", str(e))
-    try:
-        perf = PerfModel(model, hardware, cfg)
-    except (ValueError, AssertionError) as e:
-        return _fail(raw, type(e).__name__, str(e), where="model_executor/model_runner.py", func="init_memory_pool")
-    faults = faults_from_failures(find_failures(model, hardware, cfg, perf)) + parse_faults(os.environ.get(ENV_FAULTS))
+    scheduler = None
+    if os.environ.get(ENV_DEPLOYMENT):
+        try:
+            perf, scheduler = _deployment(os.environ[ENV_DEPLOYMENT], model, hardware, version)
+        except (ValueError, KeyError) as e:
+            return _fail(raw, "ValueError", f"{ENV_DEPLOYMENT}: {e}")
+        faults = parse_faults(os.environ.get(ENV_FAULTS))
+    else:
+        try:
+            cfg = cli.to_serving_config(args, cli.accept_length_from(os.environ))
+        except ValueError as e:
+            return _fail(raw, "ValueError", str(e))
+        try:
+            perf = PerfModel(model, hardware, cfg)
+        except (ValueError, AssertionError) as e:
+            return _fail(raw, type(e).__name__, str(e), where="model_executor/model_runner.py",
+                         func="init_memory_pool")
+        faults = faults_from_failures(find_failures(model, hardware, cfg, perf)) + parse_faults(
+            os.environ.get(ENV_FAULTS))
 
     async def _amain() -> int:
         twin = Twin(args, model=model, hardware=hardware, perf=perf, faults=faults, time_scale=scale, notes=notes,
-                    startup_time_scale=startup_scale, clock=clock)
+                    startup_time_scale=startup_scale, clock=clock, scheduler=scheduler)
         return await twin.run()
 
     return asyncio.run(_amain())

@@ -9,12 +9,17 @@ tests and for fast what-if checks.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from grid.twin.perf import PerfModel
 from grid.twin.scheduler import Scheduler, TwinRequest
+
+if TYPE_CHECKING:
+    from grid.twin.deployment import DeploymentScheduler
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ def simulate(
     max_concurrency: int | None = None,
     frontend: bool = True,
     trace: bool = False,
+    scheduler: Scheduler | DeploymentScheduler | None = None,
 ) -> SimResult:
     """Run ``requests`` ((send_s, request) pairs) to completion in virtual time.
 
@@ -89,9 +95,10 @@ def simulate(
     scheduler ``perf.frontend_latency_s(input_tokens)`` after it is sent (HTTP, tokenization, and the first token's
     detokenization and delivery, which add to TTFT and end-to-end latency but not to TPOT); TTFT and end-to-end
     latency are measured from the send time, as a client measures them. ``trace`` keeps every request's token
-    events (``SimResult.emissions``).
+    events (``SimResult.emissions``). ``scheduler`` replaces the server's own scheduler (``Scheduler(perf, policy)``):
+    a deployment's (grid/twin/deployment.py), each step of which ends no later than the next arrival.
     """
-    sched = Scheduler(perf, policy)
+    sched = scheduler if scheduler is not None else Scheduler(perf, policy)
     queue = deque(sorted(requests, key=lambda x: x[0]))
     cap = max_concurrency if max_concurrency and max_concurrency > 0 else None
     in_flight = 0
@@ -138,7 +145,8 @@ def simulate(
                 break
             now = max(now, nxt)
             continue
-        step = sched.step(now)
+        nxt = next_event()
+        step = sched.step(now, math.inf if nxt is None else nxt)
         steps += 1
         if step.stats.kind == "idle" and step.stats.duration_s == 0 and not step.finished:
             nxt = next_event()

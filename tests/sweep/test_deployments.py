@@ -66,7 +66,7 @@ def test_deployments_that_cannot_run_are_refused_before_launch_and_the_rest_fore
 
 
 def test_the_verdict_names_the_best_of_each_kind_and_what_disaggregation_changes(tmp_path):
-    from grid.search.verdict import pd_verdict
+    from grid.report.disaggregation import pd_verdict
 
     plans = {p.label: p for p in expand(compose_spec(FEW, str(tmp_path)))}
     one, replicas, pd = plans["1x TP8"], plans["16x TP1"], plans["8P2D P:TP1 D:TP4"]
@@ -77,13 +77,25 @@ def test_the_verdict_names_the_best_of_each_kind_and_what_disaggregation_changes
     assert pd_verdict([one, replicas, pd], scores, False, "ms").endswith(
         "best aggregated 1x TP8 (30 ms), best disaggregated 8P2D P:TP1 D:TP4 (44 ms): disaggregation loses 46.7%")
     assert pd_verdict([one, pd], {pd.config_hash: 44.0}, True, "req/s").endswith(
-        "best aggregated none meets the SLOs, best disaggregated 8P2D P:TP1 D:TP4 (44 req/s): only disaggregation "
-        "meets the SLOs")
+        "best aggregated none meets the SLOs (1x TP8), best disaggregated 8P2D P:TP1 D:TP4 (44 req/s): only "
+        "disaggregation meets the SLOs")
+    assert "best aggregated none of the 2 meets the SLOs" in pd_verdict([one, replicas, pd], {pd.config_hash: 44.0},
+                                                                        True, "req/s")
+    assert "best aggregated none was tried" in pd_verdict([pd], {pd.config_hash: 44.0}, True, "req/s")
     assert pd_verdict([one, replicas], scores, True, "req/s") is None   # nothing disaggregated to compare
 
 
 @pytest.mark.integration
-def test_the_pd_topology_sweep_plans_refuses_and_forecasts_and_stops_before_launching_several_servers(tmp_path):
+def test_the_pd_topology_sweep_measures_deployments_on_the_twin_and_names_the_best_of_each_kind(tmp_path):
+    """``+sweep=pd_topology`` end to end on the twin: the dry run places, refuses and forecasts; the run measures the
+    aggregated baseline and the disaggregated deployments the search picks (each as one twin serving the deployment
+    behind its router), records which deployment each row is, and the report names the best of each kind and writes
+    the deployment files of the winner."""
+    import json
+
+    import pyarrow.parquet as pq
+    import yaml
+
     from tests.grid_cli import run_grid
 
     out = " ".join(run_grid(*FEW, "dry_run=true", run_dir=tmp_path / "dry").stdout.split())
@@ -92,6 +104,22 @@ def test_the_pd_topology_sweep_plans_refuses_and_forecasts_and_stops_before_laun
     assert "twin forecast: goodput_req_per_s" in out
     assert "Aggregated vs disaggregated (the twin's forecast): best aggregated" in out
     assert "disaggregation gains" in out or "only disaggregation meets the SLOs" in out
-    run = run_grid(*FEW, run_dir=tmp_path / "run", expect=2)
-    assert "sweep.deployments: 5 configuration(s) deploy several servers behind a router" in " ".join(run.stdout.split())
-    assert not (tmp_path / "run" / "parquet").exists()   # nothing launched, nothing recorded
+    run_dir = tmp_path / "run"
+    text = " ".join(run_grid(*FEW, run_dir=run_dir).stdout.split())
+    points = pq.read_table(run_dir / "parquet" / "load_points").to_pylist()
+    measured = {r["label"]: r for r in points if r["status"] != "not_run"}
+    # the aggregated baseline is measured whatever the twin forecasts (the one with the most GPUs: 16x TP1)
+    assert "16x TP1" in measured and any(" D:" in label for label in measured)
+    assert json.loads(measured["16x TP1"]["deployment_json"])["groups"][0] == {
+        "role": "aggregated", "count": 16, "tp": 1, "attn_dp": 1, "ep": 1, "settings": {}}
+    assert all(r["status"] == "ok" and r["failed"] == 0 for r in measured.values())
+    assert "Best configuration: 8P2D P:TP1 D:TP4" in text or "Best configuration: 4P2D P:TP2 D:TP4" in text
+    assert "Aggregated vs disaggregated (measured): best aggregated none meets the SLOs (16x TP1), best " \
+           "disaggregated" in text and "only disaggregation meets the SLOs" in text
+    assert "10 servers on 16 GPUs behind SGLang's router" in text or "6 servers on 16 GPUs" in text
+    deploy = run_dir / "deploy"
+    script = (deploy / "launch.sh").read_text()
+    assert script.count("--disaggregation-mode prefill") + script.count("--disaggregation-mode decode") >= 6
+    assert "sglang_router.launch_router" in script and "--pd-disaggregation" in script
+    rbg = list(yaml.safe_load_all((deploy / "rbg.yaml").read_text()))
+    assert {role["name"] for doc in rbg if doc for role in doc["spec"]["roles"]} >= {"prefill", "decode", "router"}

@@ -130,3 +130,48 @@ def test_a_single_stream_replayed_as_one_request_repeated_is_the_full_simulation
         elif key not in HOST_KEYS:
             assert fast[key] == want or (isinstance(want, float) and math.isnan(fast[key])), key
     assert compared >= 20
+
+
+@pytest.mark.parametrize("groups", [
+    [{"role": "aggregated", "count": 2, "tp": 1, "attn_dp": 1, "ep": 1, "settings": {}}],
+    [{"role": "prefill", "count": 2, "tp": 1, "attn_dp": 1, "ep": 1, "settings": {}},
+     {"role": "decode", "count": 1, "tp": 2, "attn_dp": 1, "ep": 1, "settings": {}}],
+], ids=["2 replicas", "2P1D"])
+def test_a_deployments_forecast_is_what_the_live_twin_serving_it_measures(tmp_path, groups):
+    """One simulation for deployments too: the twin serving a deployment of several servers as its router's
+    endpoint (``GRID_TWIN_DEPLOYMENT``: grid/twin/deployment.py ``DeploymentScheduler`` driven by the live twin's
+    loop) against the search's forecast of the same point (``DeploymentModel`` through ``_simulate_point``): every
+    metric within 1%."""
+    import json
+
+    from grid.config.schema import LoadSpec
+    from grid.plan import point_of
+    from grid.search import predict
+    from grid.topology.deployment import Deployment
+    from grid.twin.deployment import deployment_model
+
+    hw = H100_X1.model_copy(update={"name": "h100_x4", "gpu_count": 4})
+    identity = {"groups": groups, "router_policy": "round_robin"}
+    model = deployment_model(Deployment.from_identity(identity), LLAMA_8B, hw, "0.5.9", {})
+    twin = TwinProc(tmp_path, ["--served-model-name", "m"], scale=1.0, hw=hw,
+                    env={"GRID_TWIN_CLOCK": "virtual", "GRID_TWIN_DEPLOYMENT": json.dumps({**identity, "settings": {}})})
+    assert twin.wait_ready(60)[-1] == 200, twin.log()
+    load = LoadSpec(concurrency=[8], request_rate=[30.0], input_len=ISL, output_len=OSL, min_prompts=24, seed=3)
+    compared = 0
+    try:
+        for kind, level in (("concurrency", 8.0), ("rate", 30.0)):
+            point = point_of(load, kind, level)
+            n = point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts
+            prompts = random_prompts(n, ISL, OSL, 1.0, LLAMA_8B.vocab_size, seed=300 + compared)
+            live = summarize(run_load_point_sync(Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual"),
+                                                 point, prompts, read_timeout_s=60.0))
+            forecast = predict._simulate_point(model, load, kind, level)
+            assert forecast["status"] == "ok" and forecast["completed"] == live["completed"] == point.num_prompts
+            for key, want in live.items():
+                if key in HOST_KEYS or not isinstance(want, float) or math.isnan(want):
+                    continue
+                assert forecast[key] == pytest.approx(want, rel=0.01, abs=1e-9), (kind, key, forecast[key], want)
+                compared += 1
+    finally:
+        twin.stop()
+    assert compared >= 2 * 20

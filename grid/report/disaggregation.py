@@ -27,7 +27,15 @@ def pd_verdict(plans: Sequence[Any], scores: Mapping[str, float | None], higher_
         if held is None or (value > held[1] if higher_is_better else value < held[1]):
             best[kind(p)] = (p.label, value)
     agg, pd = best["aggregated"], best["disaggregated"]
-    text = {k: f"{v[0]} ({v[1]:.4g} {unit})" if v else "none meets the SLOs" for k, v in best.items()}
+    count = {k: sum(1 for p in plans if kind(p) == k) for k in best}
+
+    def unscored(k: str) -> str:
+        if count[k] == 0:
+            return "none was tried"
+        if count[k] == 1:
+            return f"none meets the SLOs ({next(p.label for p in plans if kind(p) == k)})"
+        return f"none of the {count[k]} meets the SLOs"
+    text = {k: f"{v[0]} ({v[1]:.4g} {unit})" if v else unscored(k) for k, v in best.items()}
     line = f"Aggregated vs disaggregated ({source}): best aggregated {text['aggregated']}, best disaggregated " \
            f"{text['disaggregated']}"
     if agg and pd:
