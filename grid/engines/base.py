@@ -134,7 +134,8 @@ class Engine(ABC):
         """Why ``trial``'s deployment cannot run: it does not fit the hardware's nodes (grid/topology/deployment.py
         ``Deployment.place``), or SGLang would refuse one of its servers, launched with its role's settings and
         ``--disaggregation-mode`` for a prefill or decode server (grid/releases/checks.py ``refusals``, SGLang's own
-        rules: the twin serves the deployment's roles, grid/twin/deployment.py). None: it may run."""
+        rules: the twin serves the deployment's roles, grid/twin/deployment.py), or a prefill-decode pair of it
+        fails its first KV transfer (``Deployment.failing_pairs``). None: it may run."""
         from grid.releases.checks import refusals
 
         deployment = trial.deployment
@@ -152,6 +153,9 @@ class Engine(ABC):
             if found:
                 return (f"the {group.role} server {group.shape.label()}: SGLang {version} would refuse it: "
                         f"{found[0].message}")
+        for p, d, rule, message in deployment.failing_pairs(trial.settings, version, self.spec.model)[:1]:
+            return (f"prefill {p.shape.label()} to decode {d.shape.label()}: SGLang {version} starts both but fails "
+                    f"their first KV transfer: {message} (rule {rule.name}: {rule.where})")
         return None
 
     def release_refusal(self, trial: TrialPlan) -> str | None:

@@ -794,6 +794,82 @@ def start_failures(settings: dict[str, Any], version: str | Version, model: Any 
     return [rule for rule in RULES if rule.stage == "start" and rule.refuses(known, ver, model, hardware) is not None]
 
 
+def attn_tp(settings: dict[str, Any]) -> int:
+    """A server's attention tensor-parallel size from grid's settings: ``tp_size / dp_size`` with DP attention
+    (``--attn-dp-size`` from 0.5.22), else ``tp_size``."""
+    tp = int(settings.get("tp_size") or 1)
+    dp = int(settings.get("dp_size") or 1) if settings.get("enable_dp_attention") else 1
+    return max(1, tp // max(1, dp))
+
+
+@dataclass(frozen=True)
+class PairRule:
+    """A prefill-decode pair SGLang starts but whose first KV transfer fails: the prefill server's transfer worker
+    raises ``message`` (``RuntimeError``), the request ends with HTTP 500 on the prefill side and the decode side
+    waits until it aborts (a client through the router sees an error or a hang: llm-d/llm-d#2433, gpt-oss-120b with
+    prefill TP1 and decode TP4 on SGLang 0.5.16). grid refuses such a deployment before launch. Releases ``since`` ..
+    ``until`` (inclusive; None = still) with the prefill server's ``--disaggregation-transfer-backend`` in
+    ``backends``; ``when(prefill settings, decode settings, model)`` gives the message's arguments, or None when the
+    pair transfers. ``where``: the SGLang code that raises it."""
+
+    name: str
+    since: str
+    until: str | None
+    message: str
+    backends: tuple[str, ...]
+    when: Callable[[dict[str, Any], dict[str, Any], Any], tuple | None]
+    where: str
+    reads: tuple[str, ...] = ("tp_size", "dp_size", "enable_dp_attention", "disaggregation_transfer_backend")
+
+    def refuses(self, prefill: dict[str, Any], decode: dict[str, Any], version: Version, model: Any) -> str | None:
+        """SGLang's message when this rule fails the pair on ``version``, else None."""
+        if not (parse_version(self.since) <= version[:3]
+                and (self.until is None or version[:3] <= parse_version(self.until))):
+            return None
+        if (prefill.get("disaggregation_transfer_backend") or "mooncake") not in self.backends:
+            return None
+        args = self.when(prefill, decode, model)
+        return None if args is None else self.message.format(*args)
+
+
+def _swa_hetero_attn_tp(prefill: dict[str, Any], decode: dict[str, Any], model: Any) -> tuple | None:
+    # a non-MLA model with sliding-window layers keeps an SWA state pool, sent page by page only between equal
+    # attention-TP ranks (SGLang's transfer ``state_type`` "swa")
+    swa = getattr(model, "sliding_window_layers", 0) and getattr(model, "attention", "mha") != "mla"
+    return ("SWA",) if swa and attn_tp(prefill) != attn_tp(decode) else None
+
+
+def _swa_hetero_attn_tp_pp(prefill: dict[str, Any], decode: dict[str, Any], model: Any) -> tuple | None:
+    pp = int(prefill.get("pp_size") or 1)
+    return () if pp > 1 and _swa_hetero_attn_tp(prefill, decode, model) else None
+
+
+_SWA_MESSAGE = "PD Disaggregation does NOT support PD different TP sizes for non-MLA {} hybrid models yet."
+#: Prefill-decode pairs that fail their first transfer; messages copied from the released wheels (``sglang`` 0.5.9,
+#: 0.5.16, 0.5.18, 0.5.20, 0.5.21, 0.5.22, 0.5.23: ``python/sglang/srt/disaggregation/{mooncake,nixl,common}/conn.py``).
+#: Up to 0.5.21 both backends refuse an SWA state across different attention-TP; from 0.5.22 Mooncake slices the
+#: KV heads instead (``_get_mha_head_slice_blocks``), except under pipeline parallelism, and NIXL still refuses.
+PAIR_RULES: tuple[PairRule, ...] = (
+    PairRule("pd_swa_hetero_attn_tp", "0.5.9", "0.5.21", _SWA_MESSAGE, ("mooncake", "nixl"), _swa_hetero_attn_tp,
+             "disaggregation/mooncake/conn.py and nixl/conn.py maybe_send_extra"),
+    PairRule("pd_swa_hetero_attn_tp_nixl", "0.5.22", None, _SWA_MESSAGE, ("nixl",), _swa_hetero_attn_tp,
+             "disaggregation/nixl/conn.py (the SWA state sent per attention-TP rank)"),
+    PairRule("pd_swa_hetero_attn_tp_pp", "0.5.22", None, "PD Disaggregation does NOT support PD different TP sizes "
+             "for non-MLA SWA hybrid models with pipeline parallelism yet.", ("mooncake",), _swa_hetero_attn_tp_pp,
+             "disaggregation/common/conn.py _get_mha_head_slice_blocks",
+             reads=("tp_size", "dp_size", "enable_dp_attention", "pp_size", "disaggregation_transfer_backend")),
+)
+
+
+def pair_refusals(prefill: dict[str, Any], decode: dict[str, Any], version: str | Version,
+                  model: Any) -> list[tuple[PairRule, str]]:
+    """Every :class:`PairRule` under which SGLang ``version`` fails the first KV transfer from a prefill server of
+    ``prefill`` settings to a decode server of ``decode`` settings (grid's names) serving ``model``, with its
+    message. Raises ``ValueError`` for a version string that is not an SGLang version."""
+    ver = parse_version(version) if isinstance(version, str) else tuple(version)
+    return [(rule, why) for rule in PAIR_RULES if (why := rule.refuses(prefill, decode, ver, model)) is not None]
+
+
 def device_name(hardware: Any) -> str:
     """``rtx_pro_6000_x8 (SM120)`` for a GPU, ``cpu_host (CPU)`` for a CPU host: where a requirement failed."""
     name = getattr(hardware, "name", "this hardware")

@@ -170,6 +170,20 @@ class Deployment:
         shapes = " ".join(f"{g.role[0].upper()}:{g.shape.label()}" for g in self.groups)
         return f"{self.count('prefill')}P{self.count('decode')}D {shapes}"
 
+    def failing_pairs(self, settings: Mapping[str, Any], version: str, model: Any) -> list[tuple[RoleGroup, RoleGroup,
+                                                                                                  Any, str]]:
+        """Each (prefill group, decode group, rule, SGLang's message) whose first KV transfer SGLang ``version``
+        fails, the servers launched over ``settings`` (grid/releases/checks.py ``PAIR_RULES``); empty when every
+        pair transfers (and for an aggregated deployment)."""
+        from grid.releases.checks import pair_refusals
+
+        out = []
+        for p in (g for g in self.groups if g.role == "prefill"):
+            for d in (g for g in self.groups if g.role == "decode"):
+                out += [(p, d, rule, message) for rule, message in pair_refusals(
+                    p.settings_over(settings, launch=True), d.settings_over(settings, launch=True), version, model)]
+        return out
+
     def place(self, hardware: HardwareSpec) -> list[Placement]:
         """Every server's place on ``hardware``'s ``nodes`` x ``gpu_count`` GPUs, in the groups' order. Raises
         ``ValueError`` when the deployment needs more GPUs than there are, or a server cannot be placed whole."""

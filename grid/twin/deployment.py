@@ -355,7 +355,11 @@ def deployment_model(deployment: Deployment, model: ModelSpec, hardware: Hardwar
                      settings: Mapping[str, Any], env: Mapping[str, str] | None = None,
                      coefficients: Any = None) -> DeploymentModel:
     """:class:`DeploymentModel` of ``deployment`` (:func:`servers_of`, :func:`transfer_of`). Raises ``ValueError`` as
-    they do."""
+    they do, and naming the pair when SGLang ``version`` fails the first KV transfer of a prefill-decode pair of it
+    (grid/releases/checks.py ``PAIR_RULES``; the twin does not play a failed transfer: it refuses the deployment)."""
+    for p, d, _, message in deployment.failing_pairs(settings, version, model)[:1]:
+        raise ValueError(f"deployment {deployment.label()}: prefill {p.shape.label()} to decode {d.shape.label()} "
+                         f"fails its first KV transfer on SGLang {version}: {message}")
     servers = servers_of(deployment, model, hardware, version, settings, env, coefficients)
     transfer = transfer_of(deployment, model, hardware, settings.get("kv_cache_dtype")) \
         if deployment.disaggregated else None

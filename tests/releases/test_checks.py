@@ -218,3 +218,31 @@ def test_a_refusal_names_the_rule_that_refused():
     assert r.message == "When enabling two batch overlap, moe_a2a_backend cannot be 'none'."
     (bad,) = refusals({"schedule_policy": "hrrn"}, "0.5.9")  # the argument parser's, not a rule's
     assert bad.rule is None and "hrrn" in bad.message
+
+
+@pytest.mark.parametrize("version,backend,prefill,decode,rule", [
+    ("0.5.21", "mooncake", {"tp_size": 1}, {"tp_size": 4}, "pd_swa_hetero_attn_tp"),
+    ("0.5.9", "nixl", {"tp_size": 2}, {"tp_size": 4}, "pd_swa_hetero_attn_tp"),
+    ("0.5.22", "mooncake", {"tp_size": 1}, {"tp_size": 4}, None),            # Mooncake slices the KV heads
+    ("0.5.23", "nixl", {"tp_size": 1}, {"tp_size": 4}, "pd_swa_hetero_attn_tp_nixl"),
+    ("0.5.23", "mooncake", {"tp_size": 2, "pp_size": 2}, {"tp_size": 4}, "pd_swa_hetero_attn_tp_pp"),
+    ("0.5.16", "mooncake", {"tp_size": 2}, {"tp_size": 2}, None),            # equal attention-TP: llm-d's fix
+    # attention-TP, not TP: TP4 with 4 attention-DP groups is attention-TP 1, as a TP1 prefill server
+    ("0.5.16", "mooncake", {"tp_size": 1}, {"tp_size": 4, "dp_size": 4, "enable_dp_attention": True}, None),
+])
+def test_a_prefill_decode_pair_that_fails_its_first_transfer_is_named_with_sglangs_message(version, backend, prefill,
+                                                                                         decode, rule):
+    """gpt-oss-120b keeps an SWA state (sliding-window layers, MHA): SGLang sends it only between equal attention-TP
+    ranks, up to 0.5.21 on both backends (llm-d/llm-d#2433: prefill TP1, decode TP4 on 0.5.16), from 0.5.22 on
+    NIXL (and on Mooncake under pipeline parallelism). An MLA model's latent pairs any sizes."""
+    from grid.releases.checks import pair_refusals
+
+    gpt_oss = model("gpt_oss_120b")
+    found = pair_refusals({**prefill, "disaggregation_transfer_backend": backend},
+                          {**decode, "disaggregation_transfer_backend": backend}, version, gpt_oss)
+    assert [r.name for r, _ in found] == ([rule] if rule else [])
+    if rule == "pd_swa_hetero_attn_tp":
+        assert found[0][1] == "PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models yet."
+    deepseek = model("deepseek_v3_fp8")
+    assert pair_refusals({**prefill, "disaggregation_transfer_backend": backend},
+                         {**decode, "disaggregation_transfer_backend": backend}, version, deepseek) == []

@@ -20,7 +20,8 @@ def test_a_sweep_of_deployments_plans_one_trial_each_with_its_label_and_identity
     spec = compose_spec(FEW, str(tmp_path))
     plans = expand(spec)
     assert [p.label for p in plans] == ["1x TP8", "16x TP1", "4x TP4", "8P2D P:TP1 D:TP4", "4P2D P:TP2 D:TP4",
-                                        "12P1D P:TP1 D:TP4", "8P2D P:TP1 D:TP8", "1P1D P:TP8 D:TP8"]
+                                        "12P1D P:TP1 D:TP4", "8P2D P:TP1 D:TP8", "8P2D P:TP1 D:TP4 nixl",
+                                        "1P1D P:TP8 D:TP8"]
     assert len({p.config_hash for p in plans}) == len(plans)
     # one server is an ordinary trial of its shape's settings, with the identity such a trial always had
     one = plans[0]
@@ -47,7 +48,11 @@ def test_deployments_that_cannot_run_are_refused_before_launch_and_the_rest_fore
     assert refused == {
         "8P2D P:TP1 D:TP8": "deployment 8P2D P:TP1 D:TP8 needs 24 GPUs; hardware h200_x16_roce has 16 (2 node(s) x 8)",
         "1P1D P:TP8 D:TP8": "the prefill server TP8: SGLang 0.5.23 would refuse it: Prefill server does not support "
-                            "'fake' as the transfer backend"}
+                            "'fake' as the transfer backend",
+        "8P2D P:TP1 D:TP4 nixl": "prefill TP1 to decode TP4: SGLang 0.5.23 starts both but fails their first KV "
+                                 "transfer: PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA "
+                                 "hybrid models yet. (rule pd_swa_hetero_attn_tp_nixl: disaggregation/nixl/conn.py (the "
+                                 "SWA state sent per attention-TP rank))"}
     # the forecast of a deployment is its simulation: the same score as replaying its point through its servers
     from grid.metrics.loadpoint import SLO, summarize
     from grid.plan import point_of
