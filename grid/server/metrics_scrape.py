@@ -43,6 +43,12 @@ COUNTERS: dict[str, str] = {
     "prompt_tokens": "prompt_tokens_total",
     "num_requests": "num_requests_total",
 }
+#: Histograms kept as their running sum and count (``_sum``, ``_count`` samples), for the mean between scrapes:
+#: the name after the engine's prefix -> grid's column prefix. ``kv_transfer_latency_ms``: each KV transfer of a
+#: prefill server (ms; every release 0.5.9-0.5.23, ``srt/observability/metrics_collector.py`` in 0.5.23).
+HISTOGRAMS: dict[str, str] = {
+    "kv_transfer_latency_ms": "kv_transfer_ms",
+}
 _GAUGE_COLUMNS = {g[0] for g in GAUGES.values()}
 
 
@@ -62,7 +68,8 @@ class MetricsUnavailable(RuntimeError):
 
 
 def parse_metrics(text: str, prefixes: tuple[str, ...] | None = None) -> dict[str, float]:
-    """The gauges of :data:`GAUGES` and counters of :data:`COUNTERS` in one ``/metrics`` body, keyed by grid's names.
+    """The gauges of :data:`GAUGES`, counters of :data:`COUNTERS` and the sums and counts of :data:`HISTOGRAMS`
+    (``<column prefix>_sum`` / ``_count``, added over ranks) in one ``/metrics`` body, keyed by grid's names.
 
     ``prefixes``: the spellings to read (default: :data:`SGLANG_PREFIXES`). Metrics absent from the body
     are absent from the result. Raises ``ValueError`` when the text is not the Prometheus text format
@@ -72,7 +79,7 @@ def parse_metrics(text: str, prefixes: tuple[str, ...] | None = None) -> dict[st
     values: dict[str, list[float]] = {}
     for family in as_sglang(text_string_to_metric_families(text)):  # vLLM's names read as SGLang's
         name = _strip(family.name, prefixes)
-        if name is None or (name not in GAUGES and name not in COUNTERS):
+        if name is None or (name not in GAUGES and name not in COUNTERS and name not in HISTOGRAMS):
             continue
         for sample in family.samples:
             sname = _strip(sample.name, prefixes)
@@ -80,6 +87,8 @@ def parse_metrics(text: str, prefixes: tuple[str, ...] | None = None) -> dict[st
                 values.setdefault(GAUGES[name][0], []).append(float(sample.value))
             elif name in COUNTERS and sname == f"{name}_total":
                 values.setdefault(COUNTERS[name], []).append(float(sample.value))
+            elif name in HISTOGRAMS and sname in (f"{name}_sum", f"{name}_count"):
+                values.setdefault(f"{HISTOGRAMS[name]}_{sname.rsplit('_', 1)[1]}", []).append(float(sample.value))
     out: dict[str, float] = {}
     for key, samples in values.items():
         how = next((g[1] for g in GAUGES.values() if g[0] == key), "sum")
@@ -130,7 +139,8 @@ def scrape(base_url: str, timeout_s: float = 2.0, api_key: str | None = None,
 
 def summarize_series(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """Load-point summary of scraped rows: mean/max running and queued requests, mean/max token usage, mean gen
-    throughput, last cache hit rate, mean speculative acceptance length (its positive values). Keys are load-point column names (``srv_*``); None when not scraped."""
+    throughput, last cache hit rate, mean speculative acceptance length (its positive values). Keys are load-point
+    column names (``srv_*``); None when not scraped."""
     def col(key: str) -> list[float]:
         return [r[key] for r in rows if r.get(key) is not None]
 
@@ -148,3 +158,16 @@ def summarize_series(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "srv_gen_tok_per_s_mean": mean(gen), "srv_cache_hit_rate": hit[-1] if hit else None,
         "srv_spec_accept_length_mean": mean(accept),
     }
+
+
+def summarize_transfers(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The KV transfers between the first and the last of the scraped ``rows`` (those bracketing the load point):
+    their count (``srv_kv_transfers``) and mean ms (``srv_kv_transfer_ms_mean``: the change of the histogram's sum
+    over the change of its count). None where fewer than two scrapes carry the histogram (no prefill server)."""
+    pairs = [(r["kv_transfer_ms_sum"], r["kv_transfer_ms_count"]) for r in rows
+             if r.get("kv_transfer_ms_sum") is not None and r.get("kv_transfer_ms_count") is not None]
+    if len(pairs) < 2:
+        return {"srv_kv_transfers": None, "srv_kv_transfer_ms_mean": None}
+    moved = pairs[-1][1] - pairs[0][1]
+    return {"srv_kv_transfers": moved,
+            "srv_kv_transfer_ms_mean": (pairs[-1][0] - pairs[0][0]) / moved if moved > 0 else None}

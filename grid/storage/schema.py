@@ -34,7 +34,8 @@ SCHEMA_VERSION: int = 14  # 2: server metrics, GPU telemetry and bottleneck colu
 # cached_tokens, session_index, turn_index in requests, total_cached_tokens, cache_hit_rate and
 # server_cache_hit_rate in load_points; 12: host_noise_max_pct in load_points; 13: twin_behind_pct and
 # twin_delivery_lag_ms no longer recorded (kept for earlier rows: the twin's virtual clock cannot fall behind);
-# 14: deployment_json in load_points (a configuration of several servers)
+# 14: deployment_json, srv_kv_transfer_ms_mean and srv_kv_transfers in load_points, kv_transfer_ms_sum and
+# kv_transfer_ms_count in server_metrics (deployments of several servers)
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -213,6 +214,9 @@ LOAD_POINT_SAMPLER_COLUMNS: list[tuple[str, str, str, str]] = [
     ("srv_cache_hit_rate", "float64", "fraction", "last sglang:cache_hit_rate scraped"),
     ("srv_spec_accept_length_mean", "float64", "tokens",
      "mean sglang:spec_accept_length over the scrapes (speculative decoding; null: not served or no speculation)"),
+    ("srv_kv_transfer_ms_mean", "float64", "ms", "mean KV transfer between the first and the last scrape "
+     "(sglang:kv_transfer_latency_ms: the change of its sum over the change of its count; prefill-decode deployments)"),
+    ("srv_kv_transfers", "float64", "transfers", "KV transfers between the first and the last scrape"),
     ("gpu_telemetry_source", "string", "", "nvml (measured) | modelled (the twin's PerfModel); null: none"),
     ("gpu_samples", "int64", "", "telemetry samples taken during the load point"),
     ("gpu_count_sampled", "int64", "GPUs", "GPUs sampled"),
@@ -405,6 +409,8 @@ SERVER_METRICS_COLUMNS: list[tuple[str, str, str, str]] = [
     ("generation_tokens_total", "float64", "tokens", "sglang:generation_tokens_total (counter)"),
     ("prompt_tokens_total", "float64", "tokens", "sglang:prompt_tokens_total (counter)"),
     ("num_requests_total", "float64", "requests", "sglang:num_requests_total (counter)"),
+    ("kv_transfer_ms_sum", "float64", "ms", "sglang:kv_transfer_latency_ms_sum (histogram, prefill servers)"),
+    ("kv_transfer_ms_count", "float64", "transfers", "sglang:kv_transfer_latency_ms_count (histogram)"),
     *NODE_COLUMNS,
 ]
 SERVER_METRICS_SCHEMA: pa.Schema = _schema(SERVER_METRICS_COLUMNS, "server_metrics")

@@ -249,7 +249,7 @@ class ServerMetricsSampler(PeriodicSampler):
                 for s in snapshots if s.get("metrics")]
 
     def summarize(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        from grid.server.metrics_scrape import gauges_found, summarize_series
+        from grid.server.metrics_scrape import gauges_found, summarize_series, summarize_transfers
 
         # the first and last scrapes bracket the load point (the server is idle then, its gauges those of its last
         # step before): the summary uses only the ones in between, and stays null for a load point shorter than
@@ -257,7 +257,8 @@ class ServerMetricsSampler(PeriodicSampler):
         # point without a measured window bracket it; those every VCLOCK_SAMPLE_S and at the window's end (the
         # gauges of its last step, under load) lie inside (grid/twin/server.py SNAPSHOT_KINDS)
         inside = [s for s in samples if s.get("snapshot") in ("tick", "window_end")] if self.virtual else samples[1:-1]
-        return {**summarize_series(inside), "srv_scrapes": len(samples), "srv_gauges_found": gauges_found(samples)}
+        return {**summarize_series(inside), **summarize_transfers(samples), "srv_scrapes": len(samples),
+                "srv_gauges_found": gauges_found(samples)}
 
 
 @register("gpu_telemetry")

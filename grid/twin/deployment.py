@@ -107,12 +107,14 @@ class DeploymentScheduler:
     batch ended in it, else ``prefill`` when a prefill did, else ``idle``; queues and KV as each server's latest batch
     left them).
 
-    ``transfer`` is required when there are prefill and decode servers. Raises ``ValueError`` for a mix of
+    ``transfer`` is required when there are prefill and decode servers; ``on_transfer(rid, seconds)`` is told of each
+    KV transfer as it starts (the live twin's ``sglang:kv_transfer_latency_ms``). Raises ``ValueError`` for a mix of
     aggregated and disaggregated servers, a disaggregated deployment without both roles or without ``transfer``, or
     an unknown ``router_policy``."""
 
     def __init__(self, servers: Sequence[DeployedServer], transfer: Transfer | None = None,
-                 router_policy: str = "round_robin", seed: int = 0) -> None:
+                 router_policy: str = "round_robin", seed: int = 0,
+                 on_transfer: Callable[[str, float], None] | None = None) -> None:
         roles = {s.role for s in servers}
         if not servers or ("aggregated" in roles and roles != {"aggregated"}):
             raise ValueError("a deployment is one or more aggregated servers, or prefill and decode servers")
@@ -123,6 +125,7 @@ class DeploymentScheduler:
             raise ValueError("a disaggregated deployment needs a transfer model (grid/topology/kv.py)")
         self.servers = list(servers)
         self.transfer = transfer
+        self.on_transfer = on_transfer
         self.router = _Router(router_policy, seed)
         self.scheds = [Scheduler(s.perf) for s in servers]
         self.capacity = sum(s.capacity for s in self.scheds)
@@ -251,6 +254,8 @@ class DeploymentScheduler:
                 assert self.transfer is not None
                 took = self.transfer(i, d, req.input_tokens, len(self.transferring) + 1)
                 self.transfers_s[rid] = took
+                if self.on_transfer is not None:
+                    self.on_transfer(rid, took)
                 heapq.heappush(self.transferring, now + took)
                 # the decode server admits it with its KV, no forward pass, and streams the first token the prefill
                 # server sampled

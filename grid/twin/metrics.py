@@ -17,6 +17,9 @@ ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.
                0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
 E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
                600.0, 1200.0, 1800.0, 2400.0)
+#: ``sglang:kv_transfer_latency_ms`` buckets (ms), as SGLang registers them (0.5.23
+#: ``srt/observability/metrics_collector.py``; the same name in every release 0.5.9-0.5.23)
+KV_TRANSFER_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400,
                  500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000)
 
@@ -29,7 +32,9 @@ class TwinMetrics:
     """Scheduler gauges (labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank) and tokenizer counters and
     histograms (label model_name)."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, disaggregated: bool = False) -> None:
+        """``disaggregated``: the twin serves prefill and decode servers, whose KV transfers it observes in
+        ``sglang:kv_transfer_latency_ms`` (ms; SGLang's prefill servers export it)."""
         self.registry = reg = CollectorRegistry(auto_describe=True)
         sl = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
         sv = dict(model_name=model_name, engine_type="unified", tp_rank="0", pp_rank="0", moe_ep_rank="0")
@@ -74,6 +79,9 @@ class TwinMetrics:
         self.e2e = h("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
                      E2E_BUCKETS)
         self.queue_time = h("queue_time_seconds", "Histogram of queueing time in seconds.", QUEUE_BUCKETS)
+        self.kv_transfer_ms = (Histogram("sglang:kv_transfer_latency_ms", "Histogram of KV cache transfer latency in "
+                                         "ms.", sl, buckets=KV_TRANSFER_BUCKETS_MS, registry=reg).labels(**sv)
+                               if disaggregated else None)
         self._model_name = model_name
         self._graph_on = self.cuda_graph_passes.labels(model_name=model_name, mode="cuda_graph")
         self._graph_off = self.cuda_graph_passes.labels(model_name=model_name, mode="none")

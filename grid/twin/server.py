@@ -239,7 +239,11 @@ class Twin(TwinAPI):
         # a deployment's servers each keep their own radix cache, which the twin does not model yet: none is found
         self.cache = PrefixCache(self.capacity or 1 << 20, not args.disable_radix_cache and not self.deployment,
                                  self._host_cache_tokens())
-        self.metrics = TwinMetrics(args.served_model_name) if args.enable_metrics else None
+        disaggregated = bool(getattr(scheduler, "pd", False))
+        self.metrics = TwinMetrics(args.served_model_name, disaggregated) if args.enable_metrics else None
+        if self.metrics is not None and self.metrics.kv_transfer_ms is not None:
+            observe = self.metrics.kv_transfer_ms.observe
+            scheduler.on_transfer = lambda rid, seconds: observe(seconds * 1e3)
         if self.metrics:
             self.metrics.max_total_num_tokens.set(self.capacity)
         self.reqs: dict[str, Req] = {}

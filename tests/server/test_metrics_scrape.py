@@ -77,3 +77,18 @@ def test_summary_of_a_series():
     assert s["srv_running_mean"] == 20.0 and s["srv_running_max"] == 30.0 and s["srv_queue_mean"] == 2.0
     assert s["srv_token_usage_max"] == 0.3 and s["srv_gen_tok_per_s_mean"] == 200.0 and s["srv_cache_hit_rate"] == 0.5
     assert summarize_series([])["srv_running_mean"] is None
+
+
+def test_kv_transfers_between_the_bracketing_scrapes_are_counted_and_averaged():
+    """``sglang:kv_transfer_latency_ms`` (a histogram, summed over ranks): the load point's transfers are the change
+    of its count between the first and the last scrape, their mean the change of its sum over that."""
+    from grid.server.metrics_scrape import summarize_transfers
+
+    def body(total_ms: float, n: int) -> str:
+        return ("# TYPE sglang:kv_transfer_latency_ms histogram\n"
+                + "".join(f'sglang:kv_transfer_latency_ms_{k}{{tp_rank="{r}"}} {v / 2}\n'
+                          for r in (0, 1) for k, v in (("sum", total_ms), ("count", n))))
+    rows = [parse_metrics(body(100.0, 4)), parse_metrics("sglang:num_running_reqs 3\n"), parse_metrics(body(550.0, 19))]
+    assert rows[0]["kv_transfer_ms_sum"] == 100.0 and rows[0]["kv_transfer_ms_count"] == 4.0
+    assert summarize_transfers(rows) == {"srv_kv_transfers": 15.0, "srv_kv_transfer_ms_mean": 30.0}
+    assert summarize_transfers(rows[:2]) == {"srv_kv_transfers": None, "srv_kv_transfer_ms_mean": None}

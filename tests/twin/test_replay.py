@@ -147,17 +147,18 @@ def test_a_deployments_forecast_is_what_the_live_twin_serving_it_measures(tmp_pa
     from grid.config.schema import LoadSpec
     from grid.plan import point_of
     from grid.search import predict
+    from grid.server.metrics_scrape import scrape
     from grid.topology.deployment import Deployment
     from grid.twin.deployment import deployment_model
 
     hw = H100_X1.model_copy(update={"name": "h100_x4", "gpu_count": 4})
     identity = {"groups": groups, "router_policy": "round_robin"}
     model = deployment_model(Deployment.from_identity(identity), LLAMA_8B, hw, "0.5.9", {})
-    twin = TwinProc(tmp_path, ["--served-model-name", "m"], scale=1.0, hw=hw,
+    twin = TwinProc(tmp_path, ["--served-model-name", "m", "--enable-metrics"], scale=1.0, hw=hw,
                     env={"GRID_TWIN_CLOCK": "virtual", "GRID_TWIN_DEPLOYMENT": json.dumps({**identity, "settings": {}})})
     assert twin.wait_ready(60)[-1] == 200, twin.log()
     load = LoadSpec(concurrency=[8], request_rate=[30.0], input_len=ISL, output_len=OSL, min_prompts=24, seed=3)
-    compared = 0
+    compared = sent = measured = 0
     try:
         for kind, level in (("concurrency", 8.0), ("rate", 30.0)):
             point = point_of(load, kind, level)
@@ -172,6 +173,17 @@ def test_a_deployments_forecast_is_what_the_live_twin_serving_it_measures(tmp_pa
                     continue
                 assert forecast[key] == pytest.approx(want, rel=0.01, abs=1e-9), (kind, key, forecast[key], want)
                 compared += 1
+            sent, measured = sent + n, measured + point.num_prompts
+        # SGLang's PD metric: each measured request's KV moved once (a tail request cut before its prefill ended
+        # never moved; the twin's start-up warm-up did), each paying the fixed 20 ms (grid/topology/kv.py
+        # DEFAULT_COST) and its few MB over a 370 GB/s NVLink
+        scraped = scrape(f"http://127.0.0.1:{twin.port}")
+        if groups[0]["role"] == "prefill":
+            moved = scraped["kv_transfer_ms_count"]
+            assert measured <= moved <= sent + 1
+            assert 20.0 < scraped["kv_transfer_ms_sum"] / moved < 20.1
+        else:
+            assert "kv_transfer_ms_count" not in scraped
     finally:
         twin.stop()
     assert compared >= 2 * 20
