@@ -128,3 +128,25 @@ def test_the_pd_topology_sweep_measures_deployments_on_the_twin_and_names_the_be
     assert "sglang_router.launch_router" in script and "--pd-disaggregation" in script
     rbg = list(yaml.safe_load_all((deploy / "rbg.yaml").read_text()))
     assert {role["name"] for doc in rbg if doc for role in doc["spec"]["roles"]} >= {"prefill", "decode", "router"}
+
+
+def test_the_aggregated_baseline_is_launched_first_whatever_its_forecast(tmp_path):
+    """No aggregated deployment of pd_topology meets the SLOs in the twin's forecast, so the search would skip them
+    all; the one with the most GPUs (16x TP1, the first of the two with 16) is measured first anyway."""
+    from grid.search.plan import build
+    from grid.search.policy import DONE
+
+    spec = compose_spec(FEW, str(tmp_path))
+    plans = expand(spec)
+    sp = build(spec, get_engine(spec), plans, "0.5.23")
+    label = {p.config_hash: p.label for p in plans}
+    assert [label[c.config_hash] for c in sp.policy.candidates if c.baseline] == ["16x TP1"]
+    assert sp.forecasts[next(p.config_hash for p in plans if p.label == "16x TP1")].value is None
+    issued = []
+    while (h := sp.policy.next()) != DONE:
+        if h in sp.known and sp.known[h].refused:
+            continue
+        issued.append(label[h])
+        sp.policy.running.discard(h)
+        sp.policy.record(h, 40.0 if " D:" in label[h] else None)
+    assert issued[0] == "16x TP1" and all(" D:" in x for x in issued[1:])
