@@ -69,8 +69,7 @@ def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
             + ("" if spec.accuracy.enabled else " (the gate is off: accuracy.enabled=false)")]
 
 
-#: The run directory's folder of the best configuration's deployment files.
-DEPLOY_DIR = "deploy"
+DEPLOY_DIR = context.DEPLOY_DIR
 
 
 @dataclass

@@ -172,6 +172,10 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     return lines
 
 
+#: The run directory's folder of the best configuration's deployment files (:func:`deployment_files`).
+DEPLOY_DIR = "deploy"
+
+
 def _sglang_engine(spec: RunSpec, verdict: Verdict):
     """grid's sglang engine for the SGLang release ``verdict`` was measured on (its ``engine_version``), with
     ``--model-path`` ``model.path`` (else a placeholder naming the model), and that release; None for engine=openai
@@ -201,11 +205,15 @@ def _server_command(engine, settings: dict[str, Any], verdict: Verdict) -> str:
 def real_command(spec: RunSpec, verdict: Verdict, deployment: Deployment | None = None) -> str | None:
     """The ``python -m sglang.launch_server ...`` line of ``verdict``'s configuration for the SGLang release it was
     measured for (its ``engine_version``), rendered by grid's sglang engine: no twin-only flag, no ``--port``
-    (SGLang's default applies). None for engine=openai (grid did not launch that server), for an engine of another
-    dialect, and for a ``deployment`` of several servers (:func:`deployment_files` writes their commands)."""
-    if deployment is not None and deployment.servers > 1:
-        return None
+    (SGLang's default applies); for a ``deployment`` of several servers, the command that runs the launch script
+    :func:`deployment_files` writes (``deploy/launch.sh``: each server on its node, then the router). None for
+    engine=openai (grid did not launch that server) and for an engine of another dialect."""
     built = _sglang_engine(spec, verdict)
+    if built is not None and deployment is not None and deployment.servers > 1:
+        nodes = sorted({p.node + k for p in deployment.place(spec.hardware) for k in range(p.nodes)})
+        hosts = " ".join(f"NODE{n}_HOST=<address of node {n}>" for n in nodes) if len(nodes) > 1 else ""
+        return (f"NODE=<this node: {', '.join(map(str, nodes))}> {hosts} bash {DEPLOY_DIR}/launch.sh" if hosts
+                else f"bash {DEPLOY_DIR}/launch.sh")
     return None if built is None else _server_command(built[0], settings_of(verdict), verdict)
 
 

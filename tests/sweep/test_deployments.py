@@ -122,6 +122,9 @@ def test_the_pd_topology_sweep_measures_deployments_on_the_twin_and_names_the_be
     assert "Aggregated vs disaggregated (measured): best aggregated none meets the SLOs (16x TP1), best " \
            "disaggregated" in text and "only disaggregation meets the SLOs" in text
     assert "10 servers on 16 GPUs behind SGLang's router" in text or "6 servers on 16 GPUs" in text
+    # the command under the answer runs the launch script on each node, not one server's command line
+    assert "NODE=<this node: 0, 1> NODE0_HOST=<address of node 0> NODE1_HOST=<address of node 1> bash " \
+           "deploy/launch.sh" in text and "-m grid.twin" not in text
     deploy = run_dir / "deploy"
     script = (deploy / "launch.sh").read_text()
     assert script.count("--disaggregation-mode prefill") + script.count("--disaggregation-mode decode") >= 6
