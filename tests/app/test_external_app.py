@@ -84,5 +84,7 @@ def test_the_whole_app_reports_on_a_server_that_is_not_sglang(tmp_path, server):
     assert f"No sweep base to compare with: the server measured ({identity}) is not an SGLang release" in md
     assert f"- Hardware: not known to grid: the server at {url} runs where it was started" in md
     assert "```\n\n```" not in md  # no empty launch command: grid did not launch this server
+    # no deployment files either: grid has no SGLang command for a server it did not launch
+    assert not (run_dir / "deploy").exists() and "## Deploy it" not in md
     html = (run_dir / "report.html").read_text()
     assert identity in html and "base" in html
