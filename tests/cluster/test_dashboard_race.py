@@ -37,7 +37,9 @@ RACE = textwrap.dedent("""
     import json, socket
     from grid.cluster.local import ray_init_args, start_ray
     from grid.config.schema import RaySpec
-    init = ray_init_args(RaySpec(num_cpus=1), "grid", "grid_node")   # the default port, checked free
+    from grid.server.process import free_port
+    # a port checked free (the default 8265 may be another run's on this host: a note of its own)
+    init = ray_init_args(RaySpec(num_cpus=1, dashboard_port=free_port("127.0.0.1")), "grid", "grid_node")
     checked = init.kwargs["dashboard_port"]
     other = socket.socket()                                           # the other run's Ray takes it now
     other.bind(("127.0.0.1", checked))

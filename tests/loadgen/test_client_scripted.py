@@ -405,7 +405,8 @@ def test_open_loop_sends_on_absolute_deadlines():
         assert 0 <= lag < (2 + srv.tol_ms) * 1e6
     assert res.records[0].scheduled_perf_ns == res.window_start_perf_ns
     s = summarize(res)
-    assert s["completed"] == 10 and s["client_queue_max_ms"] < 20
+    # the client's lateness is bounded by its loop's stalls, as each send's lag above
+    assert s["completed"] == 10 and s["client_queue_max_ms"] < 2 + srv.tol_ms
 
 
 def test_open_loop_behind_schedule_records_client_queue():
@@ -497,7 +498,9 @@ def test_steady_closed_loop_spreads_phases_and_measures_after_the_first_wave():
     assert point.tail_prompts == 8 and LoadPoint("concurrency", 4, 8).tail_prompts == 0
     res, srv = run(tokens_at_50ms, point=point, n=21, output_len=4)
     assert len(res.records) == 8 and len(res.warmup_records) == 5 and len(res.tail_records) == 3
-    assert len(srv.requests) == 16 and res.window_kind == "steady_state"
+    # the client sent 16; a tail cancelled less than a loop stall after it was sent may never have reached the server
+    cut = [r for r in res.tail_records if res.window_end_perf_ns - r.send_perf_ns < srv.tol_ms * 1e6]
+    assert 16 - len(cut) <= len(srv.requests) <= 16 and res.window_kind == "steady_state"
     assert sorted(r.prompt_index for r in res.warmup_records) == [8, 9, 10, 11, 12]
     wave = sorted((r for r in res.warmup_records if r.prompt_index > 8), key=lambda r: r.prompt_index)
     assert [r.max_tokens for r in wave] == [1, 2, 3, 4] and [r.output_tokens for r in wave] == [1, 2, 3, 4]
