@@ -83,33 +83,25 @@ def failures(spec: RunSpec, plan: TrialPlan, version: str) -> tuple[tuple[str, s
 
 
 def assess(spec: RunSpec, engine: Any, plans: list[TrialPlan], version: str) -> dict[str, Known]:
-    """``config_hash`` -> :class:`Known` for every plan."""
-    out: dict[str, Known] = {}
-    for plan in plans:
-        if plan.deployment is not None:
-            out[plan.config_hash] = _deployment_known(spec, engine, plan, version)
-            continue
-        why = engine.refuse(plan)
-        out[plan.config_hash] = Known(refused=why) if why else Known(failures=failures(spec, plan, version))
-    return out
-
-
-def _deployment_known(spec: RunSpec, engine: Any, plan: TrialPlan, version: str) -> Known:
-    """:class:`Known` of a plan of several servers: refused as the engine refuses it (``Engine.refuse``: the
-    deployment does not fit the hardware's nodes, or SGLang would refuse one of its servers); else the failure-table
-    rows of each role's server (:func:`failures`)."""
+    """``config_hash`` -> :class:`Known` for every plan: refused as the engine refuses it (``Engine.refuse``; a
+    deployment of several servers also when it does not fit the nodes, SGLang would refuse one of its servers or fail
+    a prefill-decode pair's first transfer), else its known failures (:func:`failures`; a deployment's: each role's
+    server's)."""
     import dataclasses
 
-    deployment = plan.deployment
-    assert deployment is not None
-    why = engine.refuse(plan)
-    if why:
-        return Known(refused=why)
-    rows: list[tuple[str, str, str]] = []
-    for group in deployment.groups:
-        one = dataclasses.replace(plan, settings=plan.role_settings(group), deployment=None)
-        rows += [row for row in failures(spec, one, version) if row not in rows]
-    return Known(failures=tuple(rows))
+    out: dict[str, Known] = {}
+    for plan in plans:
+        why = engine.refuse(plan)
+        if why:
+            out[plan.config_hash] = Known(refused=why)
+            continue
+        shapes = [plan] if plan.deployment is None else [
+            dataclasses.replace(plan, settings=plan.role_settings(g), deployment=None) for g in plan.deployment.groups]
+        rows: list[tuple[str, str, str]] = []
+        for one in shapes:
+            rows += [row for row in failures(spec, one, version) if row not in rows]
+        out[plan.config_hash] = Known(failures=tuple(rows))
+    return out
 
 
 def launch_order(plans: list[TrialPlan], known: dict[str, Known], try_known_failures: bool = False) -> list[TrialPlan]:

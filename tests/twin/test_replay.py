@@ -84,33 +84,41 @@ def test_replay_of_a_closed_loop_started_at_once_is_the_simulation_of_its_reques
     assert sim.window_end_perf_ns == max(r.end_perf_ns for r in sim.records)
 
 
-def test_the_searchs_forecast_of_a_point_is_what_the_live_twin_measures(tmp_path):
-    """One simulation: the forecast the search ranks, stops early and estimates cost with (grid/search/predict.py
-    ``_simulate_point``: the point the trial runs, replayed and summarized) against the same point measured on a live
-    twin through grid's load generator: every metric within 1% (they are the same simulation: 2e-9 here)."""
+def _forecast_against_live(twin: TwinProc, model, seed: int) -> tuple[int, int, int]:
+    """Each point of one closed-loop and one open-loop level, measured on the live ``twin`` through grid's load
+    generator and forecast by the search (grid/search/predict.py ``_simulate_point`` of ``model``): every metric
+    within 1%. Returns (metrics compared, requests sent, measured requests)."""
     from grid.config.schema import LoadSpec
     from grid.plan import point_of
     from grid.search import predict
 
-    perf = _perf()
     load = LoadSpec(concurrency=[8], request_rate=[30.0], input_len=ISL, output_len=OSL, min_prompts=24, seed=3)
+    compared = sent = measured = 0
+    for kind, level in (("concurrency", 8.0), ("rate", 30.0)):
+        point = point_of(load, kind, level)
+        n = point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts
+        prompts = random_prompts(n, ISL, OSL, 1.0, LLAMA_8B.vocab_size, seed=seed + compared)
+        live = summarize(run_load_point_sync(Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual"),
+                                             point, prompts, read_timeout_s=60.0))
+        forecast = predict._simulate_point(model, load, kind, level)
+        assert forecast["status"] == "ok" and forecast["completed"] == live["completed"] == point.num_prompts
+        for key, want in live.items():
+            if key in HOST_KEYS or not isinstance(want, float) or math.isnan(want):
+                continue
+            assert forecast[key] == pytest.approx(want, rel=0.01, abs=1e-9), (kind, key, forecast[key], want)
+            compared += 1
+        sent, measured = sent + n, measured + point.num_prompts
+    return compared, sent, measured
+
+
+def test_the_searchs_forecast_of_a_point_is_what_the_live_twin_measures(tmp_path):
+    """One simulation: the forecast the search ranks, stops early and estimates cost with (grid/search/predict.py
+    ``_simulate_point``: the point the trial runs, replayed and summarized) against the same point measured on a live
+    twin through grid's load generator: every metric within 1% (they are the same simulation: 2e-9 here)."""
     twin = TwinProc(tmp_path, ["--served-model-name", "m"], scale=1.0, env={"GRID_TWIN_CLOCK": "virtual"})
     assert twin.wait_ready(60)[-1] == 200, twin.log()
-    compared = 0
     try:
-        for kind, level in (("concurrency", 8.0), ("rate", 30.0)):
-            point = point_of(load, kind, level)
-            n = point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts
-            prompts = random_prompts(n, ISL, OSL, 1.0, LLAMA_8B.vocab_size, seed=200 + compared)
-            live = summarize(run_load_point_sync(Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual"),
-                                                 point, prompts, read_timeout_s=60.0))
-            forecast = predict._simulate_point(perf, load, kind, level)
-            assert forecast["status"] == "ok" and forecast["completed"] == live["completed"] == point.num_prompts
-            for key, want in live.items():
-                if key in HOST_KEYS or not isinstance(want, float) or math.isnan(want):
-                    continue
-                assert forecast[key] == pytest.approx(want, rel=0.01, abs=1e-9), (kind, key, forecast[key], want)
-                compared += 1
+        compared, _, _ = _forecast_against_live(twin, _perf(), seed=200)
     finally:
         twin.stop()
     assert compared >= 2 * 20
@@ -144,9 +152,6 @@ def test_a_deployments_forecast_is_what_the_live_twin_serving_it_measures(tmp_pa
     metric within 1%."""
     import json
 
-    from grid.config.schema import LoadSpec
-    from grid.plan import point_of
-    from grid.search import predict
     from grid.server.metrics_scrape import scrape
     from grid.topology.deployment import Deployment
     from grid.twin.deployment import deployment_model
@@ -157,23 +162,8 @@ def test_a_deployments_forecast_is_what_the_live_twin_serving_it_measures(tmp_pa
     twin = TwinProc(tmp_path, ["--served-model-name", "m", "--enable-metrics"], scale=1.0, hw=hw,
                     env={"GRID_TWIN_CLOCK": "virtual", "GRID_TWIN_DEPLOYMENT": json.dumps({**identity, "settings": {}})})
     assert twin.wait_ready(60)[-1] == 200, twin.log()
-    load = LoadSpec(concurrency=[8], request_rate=[30.0], input_len=ISL, output_len=OSL, min_prompts=24, seed=3)
-    compared = sent = measured = 0
     try:
-        for kind, level in (("concurrency", 8.0), ("rate", 30.0)):
-            point = point_of(load, kind, level)
-            n = point.num_prompts + point.warmup_requests + point.wave_warmup + point.tail_prompts
-            prompts = random_prompts(n, ISL, OSL, 1.0, LLAMA_8B.vocab_size, seed=300 + compared)
-            live = summarize(run_load_point_sync(Target(f"http://127.0.0.1:{twin.port}", model="m", clock="virtual"),
-                                                 point, prompts, read_timeout_s=60.0))
-            forecast = predict._simulate_point(model, load, kind, level)
-            assert forecast["status"] == "ok" and forecast["completed"] == live["completed"] == point.num_prompts
-            for key, want in live.items():
-                if key in HOST_KEYS or not isinstance(want, float) or math.isnan(want):
-                    continue
-                assert forecast[key] == pytest.approx(want, rel=0.01, abs=1e-9), (kind, key, forecast[key], want)
-                compared += 1
-            sent, measured = sent + n, measured + point.num_prompts
+        compared, sent, measured = _forecast_against_live(twin, model, seed=300)
         # SGLang's PD metric: each measured request's KV moved once (a tail request cut before its prefill ended
         # never moved; the twin's start-up warm-up did), each paying the fixed 20 ms (grid/topology/kv.py
         # DEFAULT_COST) and its few MB over a 370 GB/s NVLink
