@@ -14,7 +14,7 @@ from typing import ClassVar
 from grid.config.schema import RunSpec
 from grid.plan import TrialPlan
 from grid.releases.dialect import SGLANG, Dialect
-from grid.server.handle import ServerHandle
+from grid.server.handle import MemberLaunch, ServerHandle
 from grid.versions import ServerIdentity
 
 
@@ -47,7 +47,11 @@ class LaunchPlan:
     """Everything needed to start one server: argv (never a shell string), added env, where it will listen.
 
     ``command_env``: the part of ``env`` that belongs to the command a user would type (SGLang's CPU switch), shown
-    before it as ``NAME=value``; the rest of ``env`` (``engine.env``: library paths, tokens) is not shown."""
+    before it as ``NAME=value``; the rest of ``env`` (``engine.env``: library paths, tokens) is not shown.
+
+    A deployment of several servers lists them in ``members`` (grid.server.handle.MemberLaunch) with the router's
+    ``router_policy``; ``argv`` is then the router's command as it would run with the members on their planned ports
+    (the session builds it again from the ports they get), and ``port`` the router's."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -56,6 +60,9 @@ class LaunchPlan:
     time_scale: float = 1.0
     startup_time_scale: float = 1.0
     command_env: dict[str, str] = field(default_factory=dict)
+    members: tuple[MemberLaunch, ...] = ()
+    router_policy: str | None = None
+    member_commands: tuple[str, ...] = ()  # each member's command line, as :attr:`command` shows it
 
     @property
     def base_url(self) -> str:
@@ -64,8 +71,11 @@ class LaunchPlan:
 
     @property
     def command(self) -> str:
-        """The command line as one shell string: ``command_env`` as ``NAME=value`` words, then the redacted argv."""
+        """The command line as one shell string: ``command_env`` as ``NAME=value`` words, then the redacted argv; of
+        a deployment, each server's line and then the router's."""
         prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in self.command_env.items())
+        if self.members:
+            return "\n".join([*self.member_commands, redact(self.argv)])
         return prefix + redact(self.argv)
 
 
@@ -81,8 +91,9 @@ class Engine(ABC):
     #: path, whether grid's SGLang knowledge (the twin's forecasts, failure table) describes it. Every engine here
     #: speaks SGLang's (engine=openai's settings only label its trials, in SGLang's names).
     dialect: ClassVar[Dialect] = SGLANG
-    #: one trial may deploy several servers behind a router (``TrialPlan.deployment``): :meth:`launch_plan` starts
-    #: them all as one process that serves the router's endpoint
+    #: one trial may deploy several servers behind a router (``TrialPlan.deployment``): :meth:`launch_plan` plans
+    #: them all, as one process serving the router's endpoint (the twin) or as each server's command and SGLang's
+    #: router (``LaunchPlan.members``, started by grid/server/session.py)
     serves_deployments: ClassVar[bool] = False
 
     @classmethod

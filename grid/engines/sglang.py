@@ -15,6 +15,7 @@ from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
 from grid.releases.devices import launch_args, launch_env
 from grid.releases.flags import parse_version
+from grid.server.handle import MemberLaunch
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 
@@ -23,6 +24,7 @@ _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 class SGLangEngine(Engine):
     kind = "sglang"
     release_refusal = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
+    serves_deployments = True  # a deployment's servers and SGLang's router, on one node (:meth:`deployment_refusal`)
 
     @classmethod
     def check_spec(cls, spec: RunSpec) -> None:
@@ -90,9 +92,31 @@ class SGLangEngine(Engine):
                 "hardware=cpu_host, or use engine=sim."
             )
 
+    def deployment_refusal(self, trial: TrialPlan) -> str | None:
+        """As :meth:`Engine.deployment_refusal`, and a deployment that spans nodes: a trial launches a deployment's
+        servers on the one node actor it holds (grid/server/session.py), so they must fit one node's GPUs."""
+        why = super().deployment_refusal(trial)
+        if why is not None:
+            return why
+        deployment = trial.deployment
+        assert deployment is not None
+        places = deployment.place(self.spec.hardware)
+        if any(p.node > 0 or p.nodes > 1 for p in places):
+            return (f"deployment {deployment.label()} needs {deployment.gpus} GPUs, more than one node's "
+                    f"{self.spec.hardware.gpu_count}: engine=sglang launches a deployment's servers on one node so "
+                    "far (the twin, engine=sim, measures it across nodes)")
+        return None
+
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         """``python -m sglang.launch_server --model-path P <settings> [--device cpu] --host H --port N``; the
-        device's environment (grid/releases/devices.py) under ``engine.env``, which wins where both set a name."""
+        device's environment (grid/releases/devices.py) under ``engine.env``, which wins where both set a name.
+
+        A deployment of several servers: each server's command with its role's settings and
+        ``--disaggregation-mode`` (a prefill server with ``--disaggregation-bootstrap-port``) on ports ``port + 1``
+        onwards, on the GPUs ``Deployment.place`` gives it (``CUDA_VISIBLE_DEVICES``; none on a CPU host), and
+        SGLang's router on ``port`` in front of them (grid/server/router.py)."""
+        if trial.deployment is not None and trial.deployment.servers > 1:
+            return self._deployment_plan(trial, port)
         model, version = self.spec.model, parse_version(self.version())
         vendor = self.spec.hardware.vendor
         argv = [self.spec.engine.python, "-m", "sglang.launch_server", "--model-path", str(model.path)]
@@ -100,6 +124,34 @@ class SGLangEngine(Engine):
         device_env = launch_env(vendor)
         return LaunchPlan(argv, {**device_env, **self.spec.engine.env}, self.spec.engine.host, port, 1.0, 1.0,
                           command_env=device_env)
+
+    def _deployment_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
+        from dataclasses import replace
+
+        from grid.server.router import router_argv
+
+        deployment = trial.deployment
+        assert deployment is not None
+        groups = [g for g in deployment.groups for _ in range(g.count)]
+        places = deployment.place(self.spec.hardware)
+        members, commands = [], []
+        for i, (group, place) in enumerate(zip(groups, places, strict=True)):
+            one = self.launch_plan(replace(trial, settings=group.settings_over(trial.settings, launch=True),
+                                           deployment=None), port + 1 + i)
+            bootstrap = port + 1 + len(groups) + i if group.role == "prefill" else None
+            argv = one.argv + ([] if bootstrap is None else ["--disaggregation-bootstrap-port", str(bootstrap)])
+            gpus = {} if self.spec.hardware.is_cpu else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.gpus))}
+            members.append(MemberLaunch(group.role, i, argv, {**one.env, **gpus}, one.port, bootstrap))
+            commands.append(replace(one, argv=argv, command_env={**one.command_env, **gpus}).command)
+        host = "127.0.0.1" if self.spec.engine.host in ("0.0.0.0", "") else self.spec.engine.host
+        urls = [f"http://{host}:{m.port}" for m in members]
+        prefill = [(u, m.bootstrap_port) for m, u in zip(members, urls) if m.role == "prefill"]
+        decode = [u for m, u in zip(members, urls) if m.role == "decode"]
+        argv = router_argv(port=port, metrics_port=port + 1 + 2 * len(groups), policy=str(deployment.router_policy),
+                           workers=[] if prefill else urls, prefill=prefill, decode=decode, host=host)
+        return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0, 1.0,
+                          members=tuple(members), router_policy=deployment.router_policy,
+                          member_commands=tuple(commands))
 
 
 def _has_gpu() -> bool:

@@ -39,6 +39,27 @@ from grid.server.statuses import ProbeStatus, TrialErrorClass, TrialStatus
 
 
 @dataclass(frozen=True)
+class MemberLaunch:
+    """One server of a deployment of several (grid/topology/deployment.py): its ``role`` (``aggregated``,
+    ``prefill``, ``decode``) and index among the deployment's servers, its command (``argv``, carrying ``--port P``),
+    the variables added to its environment (``env``: e.g. its GPUs), the ``port`` it should listen on and, for a
+    prefill server, the ``bootstrap_port`` its decode servers fetch the KV cache through (SGLang's
+    ``--disaggregation-bootstrap-port``; None otherwise)."""
+
+    role: str
+    index: int
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    bootstrap_port: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``aggregated 0``, ``prefill 1``: how logs and messages name this server."""
+        return f"{self.role} {self.index}"
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """Everything a handle needs to start one server and judge it ready and sane.
 
@@ -50,6 +71,11 @@ class LaunchRequest:
     ``model``: the name requests carry; ``api_key``: sent as a bearer token and redacted from every log tail;
     ``label``: the configuration's label (what the Ray dashboard shows); ``probe_enabled``: False skips the probe;
     ``ready_path``: the GET path that answers 200 once the server serves (the engine's dialect says which).
+
+    A deployment of several servers (``members``, each a :class:`MemberLaunch`) is started as its servers and
+    SGLang's router in front of them (grid/server/router.py, ``--policy router_policy``), the router listening on
+    ``port`` with ``argv`` unused: the trial's endpoint, probe and load go through the router. The servers write to
+    ``log_path`` together (each SGLang line is one write), the router to ``<log_path stem>.router.log``.
     """
 
     argv: list[str]
@@ -65,6 +91,8 @@ class LaunchRequest:
     startup_time_scale: float | None = None
     probe_enabled: bool = True
     ready_path: str = SGLANG.ready_path
+    members: tuple[MemberLaunch, ...] = ()
+    router_policy: str | None = None
 
 
 @dataclass
@@ -78,6 +106,8 @@ class LaunchResult:
     notes are in ``infra_retries``). ``startup_s``: modelled seconds from launch to ready; ``port_open_s``: to the
     port opening; ``phases``: the readiness phases seen. ``exit_code``: of a server that exited before ready.
     ``log_tail``: the server's last lines when it failed (secrets redacted). ``probe_answers``: what the probe got.
+    ``server_urls``: a deployment's servers, each where it listens (its ``/metrics``; ``base_url`` is the router's);
+    empty for one server.
     """
 
     status: TrialStatus
@@ -93,6 +123,7 @@ class LaunchResult:
     probe_answers: list[str] = field(default_factory=list)
     infra_retries: list[str] = field(default_factory=list)
     probe_status: ProbeStatus | None = None
+    server_urls: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

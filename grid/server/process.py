@@ -319,10 +319,11 @@ def _run_registry() -> tuple[ProcessRegistry | None, str]:
 class ManagedServer:
     """A server process in its own session (process group), logging to ``log_path``, supervised by
     grid/server/watchdog.py: the group dies with the process that created this object (the Ray actor), even when that
-    process is SIGKILLed, and the server's exit status survives in ``<log_path>.state.exit``."""
+    process is SIGKILLed, and the server's exit status survives in ``<state_path>.exit`` (``state_path`` defaults to
+    ``<log_path>.state``; servers that share one log each need their own)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path: str | Path, host: str, port: int,
-                 time_scale: float = 1.0) -> None:
+                 time_scale: float = 1.0, state_path: str | Path | None = None) -> None:
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = Path(log_path)
@@ -333,7 +334,7 @@ class ManagedServer:
         self.pid: int | None = None      # the server process itself (the watchdog's child)
         self.last_pgid: int | None = None  # the group of the last stopped launch (for leak checks)
         self.escaped: str | None = None    # after stop: who else held the port, and what was ended (end_escaped_holders)
-        self._state = self.log_path.with_name(self.log_path.name + ".state")
+        self._state = Path(state_path) if state_path else self.log_path.with_name(self.log_path.name + ".state")
         self._exit_code: int | None = None
         self._t0_perf_ns = 0
 

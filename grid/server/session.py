@@ -1,7 +1,8 @@
 """A node's server session: launch one configuration, check it is ready and sane, report on it, stop it.
 
 This is everything the Ray server actor does, without Ray, so it runs and tests on its own. One session owns at
-most one server process at a time; ``launch`` stops the previous one first.
+most one configuration at a time, one server or a deployment of several behind SGLang's router
+(``LaunchRequest.members``); ``launch`` stops the previous one first.
 
 Infrastructure faults are never charged to a configuration (status vocabulary: docs/schema.md, trial_status):
 
@@ -25,11 +26,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from grid.server.handle import LaunchRequest, LaunchResult
+from grid.server.handle import LaunchRequest, LaunchResult, MemberLaunch
 from grid.server.logparse import error_headline, strip_poll_lines, taken_port
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
+from grid.server.router import Router, router_argv
 from grid.server.statuses import status_of
 
 log = logging.getLogger(__name__)
@@ -70,11 +72,14 @@ class ServerSession:
     def __init__(self, host: str = "127.0.0.1", clean_wait_s: float = CLEAN_WAIT_S) -> None:
         self.host = host
         self.clean_wait_s = clean_wait_s
-        self.server: ManagedServer | None = None
+        self.server: ManagedServer | None = None  # the server; of a deployment, its first (their log is one)
+        self.members: list[tuple[MemberLaunch, ManagedServer]] = []  # a deployment's servers
+        self.router: Router | None = None                               # and the router in front of them
         self.label = "idle"
         self.dirty: str | None = None          # why the node is not clean (env_dirty), None when clean
         self.secrets: tuple[str, ...] = ()
         self._gpu_baseline: list[int] | None = None
+        self._last: list[tuple[int | None, int]] = []  # the groups and ports of the last stop, re-checked when dirty
 
     def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
         """``preferred`` if free, else a free port; the second item notes an occupied preferred port."""
@@ -100,6 +105,8 @@ class ServerSession:
             return LaunchResult(status_of("env_dirty"), "env_dirty", f"node not clean, nothing launched: {self.dirty}", port)
         self.label = request.label or "server"
         self._gpu_baseline = gpu_memory_used_mib()
+        if request.members:
+            return self._launch_deployment(request)
         notes: list[str] = []
         for attempt in range(PORT_RETRIES + 1):
             server = self.server = ManagedServer(argv, request.env, request.log_path, self.host, port,
@@ -132,6 +139,66 @@ class ServerSession:
                             ready.port_open_s, ready.phases, None, "" if verdict.ok else self.log_tail(),
                             verdict.answers, notes, verdict.status)
 
+    def _launch_deployment(self, request: LaunchRequest) -> LaunchResult:
+        """Start every server of ``request.members`` (each on its port, or a free one when that is taken), wait
+        until each is ready, start the router in front of them on ``request.port`` and wait until it lists every
+        server healthy, then probe through it. A server or the router that fails to start stops everything started
+        and fails the launch, naming which (``aggregated 1: ...``, ``router: ...``)."""
+        notes: list[str] = []
+        log_path = Path(request.log_path)
+        scale = request.startup_time_scale or request.time_scale
+        for member in request.members:
+            argv, port = list(member.argv), member.port
+            if not port_is_free(self.host, port):
+                new_port = free_port(self.host)
+                notes.append(f"port_in_use: {member.name}'s port {port} held by another process; used {new_port}")
+                argv, port = _with_port(argv, port, new_port), new_port
+            state = log_path.with_name(f"{log_path.name}.{member.role}{member.index}.state")
+            self.members.append((member, ManagedServer(argv, {**request.env, **member.env}, log_path, self.host,
+                                                       port, scale, state_path=state)))
+        self.server = self.members[0][1]
+        urls = [f"http://{server.host}:{server.port}" for _, server in self.members]
+        first = f"http://{self.host}:{request.port}"
+        try:
+            for _, server in self.members:
+                server.start()
+            ready = [server.wait_ready(request.startup_timeout_s, path=request.ready_path)
+                     for _, server in self.members]
+        except StartupError as err:
+            failed = next((m for m, server in self.members if not server.alive()), self.members[0][0])
+            return self._failed_deployment(err, failed.name, request.port, first, notes)
+        prefill = [(url, m.bootstrap_port) for (m, _), url in zip(self.members, urls) if m.role == "prefill"]
+        decode = [url for (m, _), url in zip(self.members, urls) if m.role == "decode"]
+        workers = [] if prefill else urls
+        argv = router_argv(port=request.port, metrics_port=free_port(self.host), policy=request.router_policy or "",
+                           workers=workers, prefill=prefill, decode=decode, host=self.host)
+        self.router = Router(argv, urls, log_path.with_name(f"{log_path.stem}.router.log"), self.host, request.port)
+        try:
+            self.router.start(request.startup_timeout_s / request.time_scale)
+        except StartupError as err:
+            return self._failed_deployment(err, "router", request.port, first, notes)
+        startup_s = max(r.startup_s for r in ready)
+        opened = [r.port_open_s for r in ready if r.port_open_s is not None]
+        verdict = probe(self.router.url, request.api, request.model, request.api_key, self.log_tail,
+                        timeout_s=max(10.0, 600 / request.time_scale), enabled=request.probe_enabled)
+        if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.alive():
+            verdict.error_class = "server_hang"
+        status = "ok" if verdict.ok else status_of(verdict.error_class)
+        return LaunchResult(status, verdict.error_class, verdict.detail, request.port, self.router.url, startup_s,
+                            max(opened) if opened else None, ready[0].phases, None,
+                            "" if verdict.ok else self.log_tail(), verdict.answers, notes, verdict.status, urls)
+
+    def _failed_deployment(self, err: StartupError, who: str, port: int, base_url: str,
+                           notes: list[str]) -> LaunchResult:
+        """The result of a deployment one of whose processes (``who``) failed to start; everything is stopped."""
+        code = err.exit_code
+        tail = self._redact(strip_poll_lines(err.log_tail or self.log_tail()))
+        self.stop()
+        cause = error_headline(tail)
+        message = f"{who}: {err}" + (f": {cause}" if cause else "")
+        return LaunchResult(status_of(err.error_class), err.error_class, message, port, base_url, exit_code=code,
+                            log_tail=tail, infra_retries=notes)
+
     # -- node cleanliness ------------------------------------------------------------------------------------------
     def check_clean(self, pgid: int | None, port: int | None, wait_s: float | None = None) -> str | None:
         """Why the node is not clean after a stop (None: clean): live processes left in the server's group, its port
@@ -156,24 +223,27 @@ class ServerSession:
 
     def recheck_clean(self) -> bool:
         """Re-check a dirty node (its port and GPU memory); clears ``dirty`` and returns True once clean."""
-        last = self._last
-        if last is None:
-            self.dirty = None
-            return True
-        reason = self.check_clean(last[0], last[1], wait_s=min(2.0, self.clean_wait_s))
-        self.dirty = None if reason is None else reason
+        reasons = [self.check_clean(pgid, port, wait_s=min(2.0, self.clean_wait_s)) for pgid, port in self._last]
+        self.dirty = "; ".join(r for r in reasons if r) or None
         return self.dirty is None
 
-    _last: tuple[int | None, int] | None = None
     _checked_pgid: int | None = None
 
     def _redact(self, text: str) -> str:
         return redact_secrets(text, self.secrets)
 
     def alive(self) -> bool:
+        """The server is up; of a deployment, every server and the router."""
+        if self.router is not None:
+            return self.router.proc.alive() and all(server.alive() for _, server in self.members)
         return self.server is not None and self.server.alive()
 
     def exit_code(self) -> int | None:
+        """The server's exit code once it ended; of a deployment, the first server's (or the router's) that ended."""
+        if self.members:
+            codes = [server.exit_code() for _, server in self.members]
+            codes.append(self.router.proc.exit_code() if self.router is not None else None)
+            return next((c for c in codes if c is not None), None)
         return None if self.server is None else self.server.exit_code()
 
     def wait_exit(self, timeout_s: float) -> int | None:
@@ -234,17 +304,39 @@ class ServerSession:
     def stop(self, grace_s: float = 10.0) -> str | None:
         """Stop the server's whole group and check the node is clean; returns (and keeps in ``dirty``) the reason
         it is not (env_dirty), None when it is."""
+        if self.members:
+            return self._stop_deployment(grace_s)
         server = self.server
         pgid = None if server is None else (server.pgid if server.pgid is not None else server.last_pgid)
         if server is not None and pgid is not None and pgid != self._checked_pgid:
             server.stop(grace_s)
-            self._last = (pgid, server.port)
+            self._last = [(pgid, server.port)]
             self._checked_pgid = pgid
             self.dirty = self.check_clean(pgid, server.port)
             if server.escaped:
                 log.warning("%s: %s", self.label, server.escaped)
                 if self.dirty:
                     self.dirty += f" ({server.escaped})"
+        self.label = "idle"
+        return self.dirty
+
+
+    def _stop_deployment(self, grace_s: float) -> str | None:
+        """Stop the router, then every server (each its whole group), and check the node is clean of all of them."""
+        procs = ([self.router.proc] if self.router is not None else []) + [server for _, server in self.members]
+        for proc in procs:
+            proc.stop(grace_s)
+        self._last = [(proc.last_pgid, proc.port) for proc in procs if proc.last_pgid is not None]
+        problems = [self.check_clean(pgid, port) for pgid, port in self._last]
+        self.dirty = "; ".join(p for p in problems if p) or None
+        escaped = [proc.escaped for proc in procs if proc.escaped]
+        if escaped:
+            log.warning("%s: %s", self.label, "; ".join(escaped))
+            if self.dirty:
+                self.dirty += f" ({'; '.join(escaped)})"
+        self.members, self.router = [], None
+        if self.server is not None:  # its log (the deployment's) stays readable; a second stop finds nothing to do
+            self._checked_pgid = self.server.last_pgid
         self.label = "idle"
         return self.dirty
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grid.config.schema import ConfigError, RunSpec
-from grid.engines.base import engine_class, get_engine
+from grid.engines.base import engine_class, get_engine, redact
 from grid.storage.parquet import set_aside_corrupt
 from grid.sweep import rerun
 from grid.search.plan import indistinct_notes
@@ -389,12 +389,19 @@ def _print_deployment(spec: RunSpec, engine, plan, search, console) -> None:
     except ValueError:
         places = []
     groups = [g for g in deployment.groups for _ in range(g.count)]
+    port = spec.engine.port or 30000
+    launch = engine.launch_plan(plan, port) if places and engine.serves_deployments else None
     for i, group in enumerate(groups):
-        settings = group.settings_over(plan.settings, launch=True)
-        where = f"node {places[i].node}, GPUs {','.join(map(str, places[i].gpus))}" if places else "not placed"
-        command = engine.launch_plan(dataclasses.replace(plan, settings=settings, deployment=None),
-                                     spec.engine.port or 30000).command
+        where = ("not placed" if not places else f"node {places[i].node}, the host's cores" if not places[i].gpus
+                 else f"node {places[i].node}, GPUs {','.join(map(str, places[i].gpus))}")
+        if launch is not None and launch.members:  # the commands the trial runs, each on its port
+            command = launch.member_commands[i]
+        else:  # the twin plays them all: what SGLang would run for each
+            settings = group.settings_over(plan.settings, launch=True)
+            command = engine.launch_plan(dataclasses.replace(plan, settings=settings, deployment=None), port).command
         console.print(f"  [{group.role} {i}: {where}] {command}", soft_wrap=True, markup=False)
+    if launch is not None and launch.members:
+        console.print(f"  [router] {redact(launch.argv)}", soft_wrap=True, markup=False)
     f = search.forecasts.get(plan.config_hash)
     obj = OBJECTIVES[spec.objective.kind]
     if f is not None:

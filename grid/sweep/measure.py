@@ -396,7 +396,7 @@ def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerH
         time_scale=launch.time_scale, startup_time_scale=launch.startup_time_scale,
         startup_timeout_s=spec.engine.startup_timeout_s, api=spec.engine.api, model=engine.served_model(),
         api_key=spec.engine.api_key, label=plan.label, probe_enabled=spec.probe.enabled,
-        ready_path=engine.dialect.ready_path))
+        ready_path=engine.dialect.ready_path, members=launch.members, router_policy=launch.router_policy))
     ready_ns = time.time_ns()
     if result.port and result.port != port:
         # retried on another port with the same environment: record the command that ran, and keep the clock the
@@ -526,7 +526,7 @@ def run_points(trial: TrialContext, on_point: Callable[[dict[str, Any]], None] |
     form = trial.engine.prompt_form(load) if trial.up else None
     samplers = [] if not trial.up else make_samplers(SamplerContext(
         trial.server, trial.target.base_url, spec.engine.api_key, spec.engine.kind, trial.target.time_scale,
-        plan.config_hash, trial.trial_id, spec.hardware, trial.target.clock))
+        plan.config_hash, trial.trial_id, spec.hardware, trial.target.clock, tuple(trial.start.result.server_urls)))
     stopped: str | None = None if trial.up else "not_run"
     timeouts = TimeoutNotes()
     for index, point, skip in levels:

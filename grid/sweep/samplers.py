@@ -51,7 +51,8 @@ def say_once(key: str, message: str) -> None:
 @dataclass(frozen=True)
 class SamplerContext:
     """What a sampler may need about the trial: the trial's server (its log, what it says about itself), where it
-    listens; ``engine`` is the engine kind (``engine.kind``)."""
+    listens; ``engine`` is the engine kind (``engine.kind``); ``server_urls``: a deployment's servers, whose
+    ``/metrics`` are read together (``base_url`` is then the router's); empty: the server at ``base_url``."""
 
     server: ServerHandle
     base_url: str
@@ -62,6 +63,12 @@ class SamplerContext:
     trial_id: str
     hardware: Any
     clock: str = "real"  # "virtual": the twin's virtual clock (grid/loadgen/vclock.py)
+    server_urls: tuple[str, ...] = ()
+
+    @property
+    def metrics_urls(self) -> tuple[str, ...]:
+        """Where the server metrics are read: each of a deployment's servers, else the trial's endpoint."""
+        return self.server_urls or (self.base_url,)
 
 
 class Sampler(ABC):
@@ -215,7 +222,7 @@ def _server_metrics(ctx: SamplerContext) -> Sampler | None:
     from grid.server.metrics_scrape import MetricsUnavailable, fetch_text, missing_gauges_message
 
     try:
-        text = fetch_text(ctx.base_url, api_key=ctx.api_key)
+        text = "\n".join(fetch_text(url, api_key=ctx.api_key) for url in ctx.metrics_urls)
     except MetricsUnavailable as err:
         say_once("server_metrics", f"server metrics not recorded: {err}")
         return None
@@ -229,16 +236,19 @@ def _server_metrics(ctx: SamplerContext) -> Sampler | None:
 
 
 class ServerMetricsSampler(PeriodicSampler):
-    """The server's Prometheus gauges (running/queued requests, token usage, gen throughput, cache hit rate)."""
+    """The server's Prometheus gauges (running/queued requests, token usage, gen throughput, cache hit rate); of a
+    deployment, its servers' read as one server's ranks are (grid/server/metrics_scrape.py ``GAUGES``: requests,
+    tokens and throughput add up, fractions take the fullest server)."""
 
     table = "server_metrics"
     columns = SERVER_METRICS_COLUMNS
 
     def read(self) -> list[dict[str, Any]]:
-        from grid.server.metrics_scrape import MetricsUnavailable, scrape
+        from grid.server.metrics_scrape import MetricsUnavailable, fetch_text, parse_metrics
 
         try:
-            return [scrape(self.ctx.base_url, api_key=self.ctx.api_key)]
+            return [parse_metrics("\n".join(fetch_text(url, api_key=self.ctx.api_key)
+                                             for url in self.ctx.metrics_urls))]
         except MetricsUnavailable as err:
             raise OSError(str(err)) from None
 

@@ -186,7 +186,11 @@ class Deployment:
 
     def place(self, hardware: HardwareSpec) -> list[Placement]:
         """Every server's place on ``hardware``'s ``nodes`` x ``gpu_count`` GPUs, in the groups' order. Raises
-        ``ValueError`` when the deployment needs more GPUs than there are, or a server cannot be placed whole."""
+        ``ValueError`` when the deployment needs more GPUs than there are, or a server cannot be placed whole. On a
+        CPU host (``vendor: cpu``, SGLang's CPU engine) every server runs on the host's cores: all on node 0, no GPUs.
+        """
+        if hardware.is_cpu:
+            return [Placement(g.role, i, 0, 1, ()) for g in self.groups for i in range(g.count)]
         per_node, nodes = hardware.gpu_count, hardware.nodes
         if self.gpus > per_node * nodes:
             raise ValueError(f"deployment {self.label()} needs {self.gpus} GPUs; hardware {hardware.name} has "

@@ -87,3 +87,70 @@ def test_the_twin_refuses_a_cpu_host_before_launch(tmp_path):
                                           r"\(cpu_host\): its server, logs and failure table are of SGLang on GPUs.* run real SGLang there "
                                           r"with engine=sglang \(engine=sim is the twin"):
         compose_spec(["hardware=cpu_host"], tmp_path / "run")
+
+
+def _deployment_plan(spec, identity: dict, settings: dict | None = None) -> TrialPlan:
+    from grid.topology.deployment import Deployment
+
+    return TrialPlan(0, settings or {}, spec.load, "d", "h", deployment=Deployment.from_identity(identity))
+
+
+def test_a_deployment_is_each_servers_command_on_its_own_port_and_the_router_in_front(tmp_path):
+    spec = _spec(tmp_path)
+    engine = SGLangEngine(spec)
+    two = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 2, "tp": 1, "attn_dp": 1, "ep": 1}],
+                                  "router_policy": "round_robin"}, {"max_total_tokens": 16384, "schedule_policy": "lpm"})
+    launch = engine.launch_plan(two, 31000)
+    assert [(m.role, m.index, m.port, m.bootstrap_port) for m in launch.members] == [
+        ("aggregated", 0, 31001, None), ("aggregated", 1, 31002, None)]
+    for m in launch.members:
+        assert m.argv == ["py", "-m", "sglang.launch_server", "--model-path", f"{tmp_path}/tiny", "--tp-size", "1",
+                          "--max-total-tokens", "16384", "--schedule-policy", "lpm", "--device", "cpu",
+                          "--host", "127.0.0.1", "--port", str(m.port)]
+        assert m.env == {"SGLANG_USE_CPU_ENGINE": "1"}  # a CPU host: no CUDA_VISIBLE_DEVICES
+    assert launch.port == 31000 and launch.router_policy == "round_robin"
+    assert launch.argv[1:] == ["-m", "sglang_router.launch_router", "--worker-urls", "http://127.0.0.1:31001",
+                               "http://127.0.0.1:31002", "--policy", "round_robin", "--host", "127.0.0.1", "--port",
+                               "31000", "--prometheus-host", "127.0.0.1", "--prometheus-port", "31005"]
+    lines = launch.command.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("SGLANG_USE_CPU_ENGINE=1 py -m sglang.launch_server")
+    assert lines[1].endswith("--port 31002") and "sglang_router.launch_router" in lines[2]
+    assert engine.refuse(two) is None
+    # each server is checked as SGLang would check it: without a token-sized KV pool the host's memory is too little
+    unsized = _deployment_plan(spec, two.deployment.identity(), {"schedule_policy": "lpm"})
+    assert engine.refuse(unsized).startswith("the aggregated server TP1: SGLang 0.5.23 would refuse it: on a CPU host")
+
+
+def test_a_prefill_decode_deployment_on_gpus_gets_roles_gpus_and_a_bootstrap_port(tmp_path):
+    spec = compose_spec(["engine=sglang", "engine.version=0.5.23", "hardware=h200_x8", "model=llama3_1_8b",
+                         f"model.path={tmp_path}/m", "engine.python=py"], tmp_path / "run")
+    engine = SGLangEngine(spec)
+    pd = _deployment_plan(spec, {"groups": [{"role": "prefill", "count": 2, "tp": 2, "attn_dp": 1, "ep": 1},
+                                            {"role": "decode", "count": 1, "tp": 4, "attn_dp": 1, "ep": 1}],
+                                 "router_policy": "random"})
+    launch = engine.launch_plan(pd, 40000)
+    assert [(m.role, m.port, m.bootstrap_port, m.env["CUDA_VISIBLE_DEVICES"]) for m in launch.members] == [
+        ("prefill", 40001, 40004, "0,1"), ("prefill", 40002, 40005, "2,3"), ("decode", 40003, None, "4,5,6,7")]
+    prefill = launch.members[0].argv
+    assert prefill[prefill.index("--disaggregation-mode") + 1] == "prefill"
+    assert prefill[-2:] == ["--disaggregation-bootstrap-port", "40004"]
+    assert prefill[prefill.index("--tp-size") + 1] == "2"
+    decode = launch.members[2].argv
+    assert decode[decode.index("--disaggregation-mode") + 1] == "decode" and "--disaggregation-bootstrap-port" not in decode
+    router = launch.argv[launch.argv.index("--pd-disaggregation"):]
+    assert router[:9] == ["--pd-disaggregation", "--prefill", "http://127.0.0.1:40001", "40004", "--prefill",
+                          "http://127.0.0.1:40002", "40005", "--decode", "http://127.0.0.1:40003"]
+    assert launch.command.splitlines()[0].startswith("CUDA_VISIBLE_DEVICES=0,1 py -m sglang.launch_server")
+
+
+def test_a_deployment_across_nodes_is_refused_by_name_before_launch(tmp_path):
+    spec = compose_spec(["engine=sglang", "engine.version=0.5.23", "hardware=h200_x16_roce", "model=llama3_1_8b",
+                         f"model.path={tmp_path}/m", "engine.python=py"], tmp_path / "run")
+    wide = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 16, "tp": 1, "attn_dp": 1, "ep": 1}],
+                                   "router_policy": "round_robin"})
+    assert SGLangEngine(spec).refuse(wide) == (
+        "deployment 16x TP1 needs 16 GPUs, more than one node's 8: engine=sglang launches a deployment's servers on "
+        "one node so far (the twin, engine=sim, measures it across nodes)")
+    narrow = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 8, "tp": 1, "attn_dp": 1, "ep": 1}],
+                                     "router_policy": "round_robin"})
+    assert SGLangEngine(spec).refuse(narrow) is None

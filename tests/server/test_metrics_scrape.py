@@ -92,3 +92,24 @@ def test_kv_transfers_between_the_bracketing_scrapes_are_counted_and_averaged():
     assert rows[0]["kv_transfer_ms_sum"] == 100.0 and rows[0]["kv_transfer_ms_count"] == 4.0
     assert summarize_transfers(rows) == {"srv_kv_transfers": 15.0, "srv_kv_transfer_ms_mean": 30.0}
     assert summarize_transfers(rows[:2]) == {"srv_kv_transfers": None, "srv_kv_transfer_ms_mean": None}
+
+
+def test_a_deployments_servers_read_together_add_requests_and_take_the_fullest_pool():
+    """The server-metrics sampler of a deployment joins its servers' /metrics bodies (grid/sweep/samplers.py): they
+    combine as one server's ranks do (GAUGES): requests and throughput add up, token usage is the fullest server's,
+    counters and transfer sums add up."""
+    def body(running: int, usage: float, gen: float, requests: int, transfers: int) -> str:
+        return ("# TYPE sglang:num_running_reqs gauge\n"
+                f"sglang:num_running_reqs{{tp_rank=\"0\"}} {running}\n"
+                "# TYPE sglang:token_usage gauge\n"
+                f"sglang:token_usage{{tp_rank=\"0\"}} {usage}\n"
+                "# TYPE sglang:gen_throughput gauge\n"
+                f"sglang:gen_throughput{{tp_rank=\"0\"}} {gen}\n"
+                "# TYPE sglang:num_requests_total counter\n"
+                f"sglang:num_requests_total{{tp_rank=\"0\"}} {requests}\n"
+                "# TYPE sglang:kv_transfer_latency_ms histogram\n"
+                f"sglang:kv_transfer_latency_ms_sum{{tp_rank=\"0\"}} {transfers * 10.0}\n"
+                f"sglang:kv_transfer_latency_ms_count{{tp_rank=\"0\"}} {transfers}\n")
+    joined = parse_metrics(body(3, 0.25, 100.0, 8, 2) + "\n" + body(5, 0.5, 150.0, 7, 3))
+    assert joined == {"running_reqs": 8.0, "token_usage": 0.5, "gen_throughput_tok_per_s": 250.0,
+                      "num_requests_total": 15.0, "kv_transfer_ms_sum": 50.0, "kv_transfer_ms_count": 5.0}

@@ -3,6 +3,7 @@ router spreading grid's load over two twins, then reaped with its process group.
 
 from __future__ import annotations
 
+import sys
 import urllib.request
 
 import pytest
@@ -12,7 +13,9 @@ from grid.engines.base import get_engine
 from grid.loadgen.records import Prompt
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.server.process import ManagedServer, StartupError, free_port, group_alive
+from grid.server.handle import LaunchRequest, MemberLaunch
 from grid.server.router import Router, router_argv
+from grid.server.session import ServerSession
 from grid.sweep.space import expand
 from tests.real_servers import unavailable
 
@@ -88,6 +91,68 @@ def test_the_real_router_spreads_grids_load_over_two_twins_and_is_reaped(tmp_pat
     finally:
         for twin in twins:
             twin.stop()
+
+
+def _twin_members(tmp_path, n: int) -> tuple[list[MemberLaunch], float]:
+    spec = compose_spec(["model=llama3_1_8b", "hardware=h100_x1", "engine.clock=real", "engine.time_scale=20",
+                         "load.concurrency=[4]"], tmp_path)
+    engine = get_engine(spec)
+    engine.prepare(spec.run_dir)
+    members = []
+    for i in range(n):
+        plan = engine.launch_plan(expand(spec)[0], free_port())
+        members.append(MemberLaunch("aggregated", i, plan.argv, plan.env, plan.port))
+    return members, plan.time_scale
+
+
+@pytest.mark.integration
+def test_a_session_launches_a_deployment_behind_the_real_router_and_reaps_all_of_it(tmp_path):
+    """ServerSession with ``members``: both twins start, the router lists them, the probe and the load go through the
+    router (round robin: half each), their lines share the trial's log, and one stop reaps every group."""
+    _router_installed()
+    members, scale = _twin_members(tmp_path, 2)
+    port = free_port()
+    session = ServerSession()
+    result = session.launch(LaunchRequest([], {}, port, str(tmp_path / "trial.log"), scale, 600.0, "generate",
+                                          "meta-llama/Llama-3.1-8B-Instruct", label="2x TP1", members=tuple(members),
+                                          router_policy="round_robin"))
+    try:
+        assert (result.status, result.error_class, result.base_url) == ("ok", None, f"http://127.0.0.1:{port}")
+        assert result.startup_s is not None and result.startup_s > 0
+        urls = [f"http://127.0.0.1:{m.port}" for m in members]
+        assert session.router is not None and {w["url"] for w in session.router.listed()} == set(urls)
+        assert session.alive() and session.exit_code() is None
+        before = [_requests_served(u) for u in urls]
+        prompts = [Prompt(i, 16, 8, input_ids=tuple(range(100 + i, 116 + i))) for i in range(8)]
+        res = run_load_point_sync(Target(result.base_url, time_scale=scale), LoadPoint("concurrency", 4, 8), prompts,
+                                  read_timeout_s=60)
+        assert [r.status for r in res.records] == ["ok"] * 8
+        assert [_requests_served(u) - b for u, b in zip(urls, before)] == [4.0, 4.0]
+        log = session.read_log(0)  # both servers write the trial's log; the router its own
+        assert {f"Uvicorn running on http://127.0.0.1:{m.port}" in log for m in members} == {True}
+        assert (tmp_path / "trial.router.log").stat().st_size > 0
+    finally:
+        dirty = session.stop()
+    stopped = [port for _, port in session._last]
+    assert dirty is None and sorted(stopped) == sorted([port, *(m.port for m in members)])
+    assert all(not group_alive(pgid) for pgid, _ in session._last if pgid is not None)
+    assert not session.alive() and session.stop() is None  # a second stop finds nothing to do
+    assert session.read_log(0).startswith(log)  # the log stays readable after the stop
+
+
+@pytest.mark.integration
+def test_a_deployment_whose_server_dies_at_start_fails_naming_it_and_leaves_nothing(tmp_path):
+    _router_installed()
+    members, scale = _twin_members(tmp_path, 1)
+    dead = MemberLaunch("aggregated", 1, [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], {},
+                        free_port())
+    session = ServerSession()
+    result = session.launch(LaunchRequest([], {}, free_port(), str(tmp_path / "trial.log"), scale, 600.0, "generate",
+                                          "m", members=(members[0], dead), router_policy="round_robin"))
+    assert (result.status, result.error_class) == ("failed", "startup_exit")
+    assert result.message.startswith("aggregated 1: server exited with code 3 before it was ready"), result.message
+    assert session.router is None and not session.members
+    assert all(not group_alive(pgid) for pgid, _ in session._last if pgid is not None)
 
 
 def test_a_router_whose_workers_never_come_up_times_out_naming_them(tmp_path):
