@@ -27,11 +27,12 @@ from typing import Any
 
 from grid.config.schema import ConfigError, RunSpec
 from grid.plan import TrialPlan
-from grid.twin.coefficients import COEFFICIENTS, Calibration, Coefficients, Observation, Outlier, fit
+from grid.twin.coefficients import COEFFICIENTS, PRIOR_SD, Calibration, Coefficients, Observation, Outlier, fit
 
 CALIBRATION_FILE = "calibration.json"
 #: Measured columns of ``load_points`` -> the calibration metric each is (grid/twin/coefficients.py ``METRICS``).
-MEASURED = {"ttft_median_ms": "ttft_ms", "tpot_median_ms": "tpot_ms", "output_tok_per_s": "output_tok_per_s"}
+MEASURED = {"ttft_median_ms": "ttft_ms", "tpot_median_ms": "tpot_ms", "output_tok_per_s": "output_tok_per_s",
+            "srv_kv_transfer_ms_mean": "kv_transfer_ms"}
 
 
 def key(spec: RunSpec, version: str) -> dict[str, str]:
@@ -173,8 +174,9 @@ def load(path: str | Path, expected: Mapping[str, str] | None = None) -> Calibra
         p = p / CALIBRATION_FILE
     try:
         data = json.loads(p.read_text())
-        coefficients = Coefficients(**{c: float(data["coefficients"][c]) for c in COEFFICIENTS})
-        sd = {c: float(data["log_sd"][c]) for c in COEFFICIENTS}
+        # a coefficient a file predates (kv_transfer) is at its prior there
+        coefficients = Coefficients(**{c: float(data["coefficients"].get(c, 1.0)) for c in COEFFICIENTS})
+        sd = {c: float(data["log_sd"].get(c, PRIOR_SD[c])) for c in COEFFICIENTS}
     except FileNotFoundError:
         raise ConfigError(f"twin.calibration={path}: no {CALIBRATION_FILE} there (a sweep's run directory writes "
                           "one after its first measured configuration)") from None
@@ -196,9 +198,9 @@ def load(path: str | Path, expected: Mapping[str, str] | None = None) -> Calibra
 FILE_KEYS = (
     ("key", "object", "", "what it applies to: hardware, model, engine (kind) and release (the SGLang version); "
                           "twin.calibration refuses a file whose key differs from the sweep's"),
-    ("coefficients", "object", "x", "decode, prefill, frontend: multipliers on the twin's decode step, prefill "
-                                    "step and front-end latency (grid/twin/coefficients.py); 1.0 is the spec-sheet "
-                                    "model"),
+    ("coefficients", "object", "x", "decode, prefill, frontend, kv_transfer: multipliers on the twin's decode "
+                                    "step, prefill step, front-end latency and a deployment's KV transfers "
+                                    "(grid/twin/coefficients.py); 1.0 is the spec-sheet model"),
     ("log_sd", "object", "log", "each coefficient's posterior standard deviation in natural-log units (the prior's, "
                                 "grid/twin/coefficients.py PRIOR_SD, where no measurement moved it); the 95% interval is "
                                 "coefficient x exp(+-1.96 log_sd)"),
@@ -210,7 +212,8 @@ FILE_KEYS = (
                                  "spec-sheet twin (`spec_sheet`), the twin calibrated on what was measured before "
                                  "this configuration (`forecast`: out of sample) and the calibration fitted with it "
                                  "(`fitted`)"),
-    ("error_before", "object", "fraction", "per metric (ttft_ms, tpot_ms, output_tok_per_s), exp(mean |spec_sheet|) "
+    ("error_before", "object", "fraction", "per metric (ttft_ms, tpot_ms, output_tok_per_s; kv_transfer_ms where a "
+                                           "deployment's transfers were measured), exp(mean |spec_sheet|) "
                                            "- 1: the spec-sheet twin's geometric-mean absolute error on those points"),
     ("error_forecast", "object", "fraction", "the same for `forecast`: how well the calibrated twin forecast each "
                                              "configuration before it was measured"),

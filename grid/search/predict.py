@@ -67,7 +67,7 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
     # at most this many requests are in flight (a closed loop's streams, an open loop's cap or all of it), each
     # holding at most input + output KV tokens: a larger pool or running cap never binds
     inflight = int(point.value) if point.kind == "concurrency" else (point.max_concurrency or point.num_prompts)
-    model_key = (tuple(_model_key(s.perf) for s in perf.servers) + (repr(perf.deployment),)
+    model_key = (tuple(_model_key(s.perf) for s in perf.servers) + (repr(perf.deployment), perf.kv_scale)
                  if _deployed(perf) else _model_key(perf, inflight * (load.input_len + load.output_len), inflight))
     key = (model_key, point, load.input_len, load.output_len)
     if (key, slo) not in _ROWS:
@@ -78,10 +78,14 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
 
             if len(_REPLAYS) > _WAVES_MAX:
                 _REPLAYS.clear()
-            _REPLAYS[key] = (perf.replay(point, load.input_len, load.output_len) if _deployed(perf)
-                             else replay(perf, point, load.input_len, load.output_len))
-        res = _REPLAYS[key]
+            moved: list[float] = []
+            _REPLAYS[key] = (perf.replay(point, load.input_len, load.output_len, moved) if _deployed(perf)
+                             else replay(perf, point, load.input_len, load.output_len), moved)
+        res, moved = _REPLAYS[key]
         row: dict = dict(summarize(res, slo))
+        # SGLang's sglang:kv_transfer_latency_ms as the sampler reduces it (grid/server/metrics_scrape.py)
+        row.update(srv_kv_transfers=len(moved) if moved else None,
+                   srv_kv_transfer_ms_mean=1000 * sum(moved) / len(moved) if moved else None)
         if slo is not None:  # each SLO's percentile value, as the trial adds them to its row (grid/sweep/measure.py)
             requests = [{"status": r.status, "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms, "e2e_ms": m.e2e_ms}
                         for r in res.records for m in (request_metrics(r, res.time_scale),)]
@@ -101,7 +105,8 @@ def _deployed(perf) -> bool:
 
 
 def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
-    """The twin's median TTFT (ms), median TPOT (ms) and output tok/s of the load point ``kind`` / ``level`` of
+    """The twin's median TTFT (ms), median TPOT (ms), output tok/s and, for a deployment that moves KV, mean KV
+    transfer (ms) of the load point ``kind`` / ``level`` of
     ``load`` as the trial measures it (:func:`_simulate_point`, repeat 0 with its seed: grid/plan.py ``point_of``),
     keyed as grid/twin/coefficients.py ``METRICS``: what a calibration compares with the measured point. The replay and
     the live twin agree to float precision (tests/twin/test_replay.py)."""
@@ -111,8 +116,11 @@ def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
         v = row.get(name)
         return float(v) if isinstance(v, (int, float)) else math.nan
 
-    return {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
-            "output_tok_per_s": value("output_tok_per_s")}
+    out = {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
+           "output_tok_per_s": value("output_tok_per_s")}
+    if row.get("srv_kv_transfer_ms_mean") is not None:
+        out["kv_transfer_ms"] = value("srv_kv_transfer_ms_mean")
+    return out
 
 
 def _slo(spec: RunSpec):
@@ -226,11 +234,12 @@ def level_forecasts(spec: RunSpec, plan: TrialPlan, version: str, coefficients=N
 
 
 _WAVES_MAX = 4096
-#: Replays (``grid.loadgen.runner.LoadPointResult``) by (model, load point, lengths): a replay is a function of them
+#: Replays (``grid.loadgen.runner.LoadPointResult``, with a deployment's KV transfers in s) by (model, load point,
+#: lengths): a replay is a function of them
 #: alone (:func:`_model_key`), and the plan, the early stopping and the calibration ask for the same ones again (the
 #: main job's 25 forecast configurations are one model to the simulation: 3 replays, not 75); their summaries by SLO
 #: too. At most ``_WAVES_MAX`` each.
-_REPLAYS: dict[tuple, LoadPointResult] = {}
+_REPLAYS: dict[tuple, tuple[LoadPointResult, list[float]]] = {}
 _ROWS: dict[tuple, dict] = {}
 #: Server settings the performance model never reads once resolved (grid/twin/perf.py): the DSA backends decide what
 #: fails (grid/twin/failures.py) and what the log says, not a step's time (it reads ``dsa_active``, from the model and

@@ -3,7 +3,7 @@ performance model, fitted to measured load points, with their uncertainty and th
 
 The twin's spec-sheet model is right about mechanisms (batching, chunked prefill, the KV pool, CUDA graphs) and
 wrong by a steady factor about a given machine (docs/twin.md: held-out TTFT 44.5%, TPOT 7.9%, output tok/s 7.7%).
-Three coefficients absorb that factor, each a multiplier on one modelled time:
+Four coefficients absorb that factor, each a multiplier on one modelled time:
 
 * ``decode``: every decode iteration (``PerfModel.decode_step_s``): the achieved memory bandwidth and per-step
   host overhead of this machine; TPOT and output tok/s follow it.
@@ -11,6 +11,10 @@ Three coefficients absorb that factor, each a multiplier on one modelled time:
   prefill GEMMs and attention; TTFT under load follows it.
 * ``frontend``: each request's front-end latency (``PerfModel.frontend_latency_s``: HTTP, tokenization, the first
   token's delivery); the first-request cost that TTFT pays at any load.
+* ``kv_transfer``: each KV transfer between a prefill and a decode server of a deployment (grid/topology/kv.py
+  ``transfer_s``: the transfer engine's fixed cost and achieved link rate); fitted from SGLang's own
+  ``sglang:kv_transfer_latency_ms`` (a load point's ``srv_kv_transfer_ms_mean``), and left at its prior (1.0, without
+  a replay of its own) while no measured point holds that metric.
 
 The fit is maximum a posteriori in log space: each measured metric ``m`` of an observation gives the residual
 ``(log measured - log twin(theta)) / OBSERVATION_SD[m]``, each coefficient the prior residual ``theta / PRIOR_SD``; the
@@ -34,13 +38,17 @@ from typing import Any
 import numpy as np
 
 #: The coefficients, in the order of the parameter vector.
-COEFFICIENTS: tuple[str, ...] = ("decode", "prefill", "frontend")
+COEFFICIENTS: tuple[str, ...] = ("decode", "prefill", "frontend", "kv_transfer")
 #: Prior standard deviation of each coefficient's log. Weak on purpose: a hardware file for a machine the twin was
 #: never calibrated on (a host CPU's spec-sheet figures) may be off by a factor of several, and one measured point
 #: must be able to move a coefficient by what it shows. ``decode`` is held tighter because the twin's decode model is
 #: its best (held-out TPOT 7.9%, output tok/s 7.7%, docs/twin.md) and TPOT is measured on every point; ``prefill``
 #: (TTFT 44.5% held out) and ``frontend`` (one fitted constant, 12 ms) get a factor of e and e^1.5 per sd.
-PRIOR_SD: dict[str, float] = {"decode": 0.5, "prefill": 1.0, "frontend": 1.5}
+#: ``kv_transfer`` gets a factor of e: its constants (20 ms per transfer, 80% of the link's rate) come from other
+#: transfer engines' measurements (grid/topology/kv.py ``TransferCost``).
+PRIOR_SD: dict[str, float] = {"decode": 0.5, "prefill": 1.0, "frontend": 1.5, "kv_transfer": 1.0}
+#: A coefficient that moves only the twin's value of one metric: fitted only when some observation measured it.
+ONLY_MOVES: dict[str, str] = {"kv_transfer": "kv_transfer_ms"}
 #: Standard deviation of one measured metric's log about the calibrated twin, per metric: the run-to-run spread of a
 #: load point plus what the three coefficients cannot express. It sets how strongly a measurement outweighs the prior
 #: and the metrics against each other; the reported uncertainty is widened when residuals exceed it. TPOT and output
@@ -50,11 +58,14 @@ PRIOR_SD: dict[str, float] = {"decode": 0.5, "prefill": 1.0, "frontend": 1.5}
 #: generator's own delivery time, which on the twin's fast clock is a large share of a short TTFT; README "The
 #: twin's clock"), so a TTFT residual must not pull the decode and prefill coefficients off what TPOT and throughput
 #: show.
-OBSERVATION_SD: dict[str, float] = {"ttft_ms": 0.15, "tpot_ms": 0.05, "output_tok_per_s": 0.05}
+#: The mean KV transfer of a load point: 10%, between the two (a mean over hundreds of transfers, but its share of
+#: the link moves with how many overlap).
+OBSERVATION_SD: dict[str, float] = {"ttft_ms": 0.15, "tpot_ms": 0.05, "output_tok_per_s": 0.05,
+                                    "kv_transfer_ms": 0.10}
 #: The least log standard deviation a saved calibration keeps as the prior of a later sweep: one TPOT measurement's.
 SAVED_SD_FLOOR = OBSERVATION_SD["tpot_ms"]
 #: Metrics a calibration fits, and which coefficients move each (documentation; the fit finds it by replay).
-METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tok_per_s")
+METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tok_per_s", "kv_transfer_ms")
 #: A metric is an outlier when its log residual after the fit exceeds both ``OUTLIER_Z`` robust standard deviations
 #: of all residuals (1.4826 x median absolute residual) and ``log(OUTLIER_MIN_RATIO)``, with at least
 #: ``OUTLIER_MIN_RESIDUALS`` residuals to judge from. The floor keeps a calibration that fits within a few percent
@@ -82,6 +93,7 @@ class Coefficients:
     decode: float = 1.0
     prefill: float = 1.0
     frontend: float = 1.0
+    kv_transfer: float = 1.0
 
     @classmethod
     def from_log(cls, theta: np.ndarray | list[float]) -> Coefficients:
@@ -198,6 +210,8 @@ class Calibration:
         for k in COEFFICIENTS:
             lo, hi = self.interval(k)
             moved = self.sd[k] < PRIOR_SD[k] * 0.999
+            if k in ONLY_MOVES and not moved and getattr(self.coefficients, k) == 1.0:
+                continue  # nothing measured it (no deployment's transfers): not worth a word
             parts.append(f"{k} {getattr(self.coefficients, k):.2f}x " + (f"({lo:.2f}-{hi:.2f})" if moved else "(prior)"))
         return ", ".join(parts)
 
@@ -205,15 +219,26 @@ class Calibration:
 def memoized(o: Observation) -> Observation:
     """``o`` whose replay is computed once per set of coefficients (a replay is a whole simulated load point; the
     fit and :func:`holdout` ask for the same one repeatedly)."""
-    cache: dict[Coefficients | None, Mapping[str, float]] = {}
+    cache: dict[Any, Mapping[str, float]] = {}
     replay = o.replay
 
     def once(perf: Any) -> Mapping[str, float]:
-        k = perf.coefficients if isinstance(perf, CalibratedPerf) else None
+        k = _applied(perf)
         if k not in cache:
             cache[k] = replay(perf)
         return cache[k]
     return Observation(o.source, o.perf, once, o.measured)
+
+
+def _applied(perf: Any) -> Any:
+    """What coefficients ``perf`` carries, as a key: a calibrated server's, a deployment's per server with its KV
+    transfer multiplier (grid/twin/deployment.py ``DeploymentModel``), None for the spec-sheet model."""
+    if isinstance(perf, CalibratedPerf):
+        return perf.coefficients
+    servers = getattr(perf, "servers", None)
+    if servers is not None:
+        return tuple(_applied(s.perf) for s in servers), getattr(perf, "kv_scale", 1.0)
+    return None
 
 
 def _residuals(values: Mapping[str, float], measured: Mapping[str, float], keys: list[str]) -> list[float]:
@@ -263,9 +288,17 @@ def _solve(obs: list[Observation], keys: list[list[str]], mean: np.ndarray, prio
         data = _data_residuals(obs, keys, theta)
         return data, np.concatenate([data / noise, (theta - mean) / prior])
 
+    measured = {k for ks in keys for k in ks}
+    idle = [c in ONLY_MOVES and ONLY_MOVES[c] not in measured for c in COEFFICIENTS]
+
     def jacobian(theta: np.ndarray, r0: np.ndarray) -> np.ndarray:
         cols = []
         for j in range(n):
+            if idle[j]:  # no data residual depends on it: only its prior's, without a replay
+                col = np.zeros(len(r0))
+                col[len(r0) - n + j] = 1 / prior[j]
+                cols.append(col)
+                continue
             step = np.zeros(n)
             step[j] = FD_STEP
             cols.append((stacked(theta + step)[1] - r0) / FD_STEP)

@@ -333,6 +333,7 @@ class DeploymentModel:
     deployment: Deployment
     servers: tuple[DeployedServer, ...]
     transfer: Transfer | None
+    kv_scale: float = 1.0  # the calibrated multiplier on every KV transfer (grid/twin/coefficients.py kv_transfer)
 
     @property
     def gpus(self) -> int:
@@ -344,16 +345,23 @@ class DeploymentModel:
 
     def with_coefficients(self, coefficients: Any) -> DeploymentModel:
         """This deployment with every server's model calibrated to ``coefficients`` (grid/twin/coefficients.py
-        ``calibrated``; None: the spec-sheet models). The transfer terms are not calibrated."""
+        ``calibrated``; None: the spec-sheet models) and every KV transfer's time multiplied by their
+        ``kv_transfer``."""
         from grid.twin.coefficients import calibrated
 
         servers = tuple(DeployedServer(s.role, calibrated(s.perf, coefficients)) for s in self.servers)
-        return DeploymentModel(self.deployment, servers, self.transfer)
+        return DeploymentModel(self.deployment, servers, self.transfer,
+                               1.0 if coefficients is None else float(coefficients.kv_transfer))
 
-    def replay(self, point, input_len: int, output_len: int):
-        """:func:`replay_deployment` of ``point`` through this deployment."""
-        return replay_deployment(self.servers, point, input_len, output_len, self.transfer,
-                                 self.deployment.router_policy or "round_robin")
+    def replay(self, point, input_len: int, output_len: int, transfers: list[float] | None = None):
+        """:func:`replay_deployment` of ``point`` through this deployment; each KV transfer's seconds are appended to
+        ``transfers`` when given."""
+        transfer = self.transfer
+        if transfer is not None and self.kv_scale != 1.0:
+            base, scale = transfer, self.kv_scale
+            transfer = lambda p, d, tokens, concurrent: base(p, d, tokens, concurrent) * scale  # noqa: E731
+        return replay_deployment(self.servers, point, input_len, output_len, transfer,
+                                 self.deployment.router_policy or "round_robin", transfers=transfers)
 
 
 def deployment_model(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, version: str,
@@ -390,12 +398,17 @@ def transfer_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec
 
 
 def replay_deployment(servers: Sequence[DeployedServer], point, input_len: int, output_len: int,
-                      transfer: Transfer | None = None, router_policy: str = "round_robin", seed: int = 0):
+                      transfer: Transfer | None = None, router_policy: str = "round_robin", seed: int = 0,
+                      transfers: list[float] | None = None):
     """``point`` (a ``grid.loadgen.runner.LoadPoint``) as grid's load generator plays it against the deployment's
     router, simulated here: the ``LoadPointResult`` it would record (grid/twin/simulate.py ``replay``, the plan the
-    same as for one server), for ``grid.metrics.loadpoint.summarize``."""
+    same as for one server), for ``grid.metrics.loadpoint.summarize``. ``transfers``: when given, each KV
+    transfer's seconds (warm-up requests included, as SGLang's histogram counts them) are appended to it."""
     from grid.twin.simulate import replay
 
     def run(requests: list[tuple[float, TwinRequest]], cap: int | None) -> SimResult:
-        return simulate_deployment(servers, requests, transfer, router_policy, cap, seed=seed, trace=True).sim
+        done = simulate_deployment(servers, requests, transfer, router_policy, cap, seed=seed, trace=True)
+        if transfers is not None:
+            transfers.extend(done.transfers_s.values())
+        return done.sim
     return replay(None, point, input_len, output_len, sequential_shortcut=False, run=run)

@@ -153,7 +153,7 @@ def test_bad_measurements_are_refused_by_name():
     good = _observation(8)
     with pytest.raises(ValueError, match=r"'c8/isl1024': measured ttft_ms=0.0; it must be a positive number"):
         fit([Observation(good.source, good.perf, good.replay, {**good.measured, "ttft_ms": 0.0})])
-    with pytest.raises(ValueError, match=r"metric 'e2e_ms' is not one of \['ttft_ms', 'tpot_ms', 'output_tok_per_s'\]"):
+    with pytest.raises(ValueError, match=r"metric 'e2e_ms' is not one of \['ttft_ms', 'tpot_ms', 'output_tok_per_s', 'kv_transfer_ms'\]"):
         fit([Observation(good.source, good.perf, good.replay, {"e2e_ms": 5.0})])
 
 
@@ -189,7 +189,7 @@ def test_a_saved_calibration_is_the_prior_of_the_next():
     # a saved calibration is never more certain than one measurement
     mean, sd = prior_of(first)
     assert mean == pytest.approx([math.log(c) for c in (first.coefficients.decode, first.coefficients.prefill,
-                                                         first.coefficients.frontend)])
+                                                         first.coefficients.frontend, 1.0)])  # no transfer measured
     assert min(sd) >= SAVED_SD_FLOOR == OBSERVATION_SD["tpot_ms"]
 
 
