@@ -20,10 +20,10 @@ import yaml
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.releases import catalog
-from grid.releases.checks import RULES, check_config
-from grid.releases.flags import parse_version, to_argv
+from grid.releases.checks import RULES, check_config, refusals
+from grid.releases.flags import SETTINGS, parse_version, to_argv
 from grid.twin.perf_of_flags import perf_model
-from grid.twin.failures import FAILURE_TABLE, find_failures
+from grid.twin.failures import FAILURE_TABLE, RESOLVED_BY_PERF, find_failures
 
 ROOT = Path(__file__).resolve().parents[2]
 #: every requirement rule and the failure-table row that shows it on the twin (declared on the rule)
@@ -184,3 +184,99 @@ def test_dp_attention_that_does_not_divide_tp_is_refused_and_crashes_the_twin_al
         if row is not None:
             assert row.log_lines == ("AssertionError",) and row.effect == "startup_crash"
             assert row.at_s == 0.0  # the start of the first phase: before anything runs
+
+
+# --- every value of every setting each linked rule reads (not only the shipped sweeps) ------------------------------
+#: Values tried for a numeric or boolean setting a rule reads (a choice setting takes every value its release allows).
+_NUMBERS = {int: (None, 1, 2, 3, 4, 8, 16), bool: (None, False, True)}
+
+
+def _values(name: str, version) -> tuple:
+    allowed = SETTINGS[name].allowed(version)
+    return (None, *allowed) if allowed else _NUMBERS[SETTINGS[name].type]
+
+
+def _cases(version, rules, pairs: bool):
+    """Settings to try: each setting a rule reads at each of its values, the others unset (``pairs``: each two settings
+    one rule reads at every pair of their values, so that a rule over a conjunction is met), tp_size at the node's
+    GPUs unless varied."""
+    import itertools
+
+    seen: set[tuple] = set()
+    for rule in rules:
+        groups = itertools.combinations(rule.reads, 2) if pairs and len(rule.reads) > 1 else ((k,) for k in rule.reads)
+        for names in groups:
+            for values in itertools.product(*(_values(k, version) for k in names)):
+                key = tuple(zip(names, values))
+                if key not in seen:
+                    seen.add(key)
+                    yield dict(key)
+
+
+def _disagreements(release: str, rules=None, pairs: bool = False):
+    """Where a linked requirement rule and its twin row disagree on ``release`` (yielded as found): over every GPU
+    hardware file, both models and :func:`_cases`. A rule that refuses the settings as given must make the twin crash
+    with its row; a row that fires must be one whose rule refuses the settings the server resolved (a backend left
+    unset resolves to the model's default)."""
+    version = parse_version(release)
+    rules = [r for r in RULES if r.name in LINKED] if rules is None else rules
+    reads = sorted({k for r in rules for k in r.reads})
+    for hw in _hardware():
+        for model in MODELS.values():
+            for case in _cases(version, rules, pairs):
+                settings = {"tp_size": hw.gpu_count, **case}
+                if any(r.rule is None or r.rule.name not in LINKED for r in refusals(settings, version, model, hw)):
+                    continue  # refused by SGLang's own checks: never launched, the twin refuses it alike
+                perf = perf_model(model, hw, to_argv(settings, version), release)
+                if perf is None:
+                    continue
+                rows = {f.id for f in find_failures(model, hw, perf.cfg, perf)}
+                resolved = {k: (getattr(perf, k) if k in RESOLVED_BY_PERF else getattr(perf.cfg, k, None))
+                            for k in reads}
+                for rule in rules:
+                    row = LINKED[rule.name]
+                    if rule.refuses(settings, version, model, hw) is not None and row not in rows:
+                        yield hw.name, model.name, settings, rule.name, "refused, the twin starts"
+                    if row in rows and rule.refuses(resolved, version, model, hw) is None:
+                        yield hw.name, model.name, settings, rule.name, "accepted, the twin crashes"
+
+
+def _newest_release(rule) -> str:
+    return next(r for r in reversed(RELEASES) if rule.releases(parse_version(r)))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_value_of_every_setting_a_rule_reads_agrees(release):
+    assert list(_disagreements(release)) == []
+
+
+@pytest.mark.parametrize("rule", sorted(LINKED))
+def test_every_pair_of_values_a_rule_reads_agrees(rule):
+    (the_rule,) = [r for r in RULES if r.name == rule]
+    assert list(_disagreements(_newest_release(the_rule), [the_rule], pairs=True)) == []
+
+
+@pytest.mark.parametrize("rule", sorted(LINKED))
+def test_a_twin_row_that_ignores_a_setting_its_rule_reads_is_caught(rule, monkeypatch):
+    """The enumeration above finds a disagreement when a rule's twin row is made blind to one setting the rule reads
+    (the row reads it as unset): each setting a rule declares is one the twin must receive."""
+    import dataclasses
+
+    from grid.twin import failures
+
+    (the_rule,) = [r for r in RULES if r.name == rule]
+    original = {row.id: row for row in failures.FAILURE_TABLE}[LINKED[rule]]
+
+    class Blind:
+        def __init__(self, obj, hidden):
+            self._obj, self._hidden = obj, hidden
+
+        def __getattr__(self, name):
+            return None if name == self._hidden else getattr(self._obj, name)
+
+    for hidden in the_rule.reads:
+        def when(c, hidden=hidden):
+            return original.when(dataclasses.replace(c, cfg=Blind(c.cfg, hidden), perf=Blind(c.perf, hidden)))
+        table = tuple(dataclasses.replace(row, when=when) if row is original else row for row in failures.FAILURE_TABLE)
+        monkeypatch.setattr(failures, "FAILURE_TABLE", table)
+        assert next(_disagreements(_newest_release(the_rule), [the_rule], pairs=True), None) is not None, hidden
