@@ -296,6 +296,11 @@ HYBRID_LINEAR_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration"
 TWIN_SEARCHES = "docs/twin.md#what-the-twin-refuses"
 
 
+#: The twin's refusal of pipeline parallelism with speculative decoding (``{}``: pp_size, the algorithm).
+TWIN_PP_SPECULATIVE = ("the twin cannot model --pp-size {} with --speculative-algorithm {} (pipeline parallelism and "
+                       "speculative decoding are modelled apart); searches: " + TWIN_SEARCHES)
+
+
 #: Networks with a public calibration row for a TP group spanning nodes (docs/twin.md, grid/twin/crossnode.py); the
 #: twin refuses the others.
 CROSS_NODE_LINKS = ("infiniband",)
@@ -648,6 +653,33 @@ RULES: list[Rule] = [
          "SGLang srt/mem_cache/pool_host/common.py _cuda_host_register (the host KV pool HiCache pins); measured at "
          "start on a CPU host, SGLang 0.5.23 (docs/sources.md#cpu-host)", hardware=CPU, stage="start",
          reads=("enable_hierarchical_cache",)),
+    # check_server_args's asserts on the parallel shape and names (0.5.9 server_args.py; 0.5.23
+    # arg_groups/validation_hook.py), and the DP LM head's need for DP attention (0.5.9-0.5.14
+    # _handle_data_parallelism, which first turns both off at dp_size 1; 0.5.15-0.5.21 _dp_lm_head_validation;
+    # 0.5.22+ arg_groups/overrides.py _dp_lm_head_validation, on --attn-dp-size)
+    Rule("conservativeness_non_negative", "0.5.9", None, "schedule_conservativeness must be non-negative",
+         lambda s, m: () if float(s.get("schedule_conservativeness") or 0) < 0 else None, "check_server_args",
+         reads=("schedule_conservativeness",)),
+    Rule("nodes_divide_tp_pp", "0.5.9", None, "tp_size must be divisible by number of nodes",
+         lambda s, m: () if (int(s.get("tp_size") or 1) * int(s.get("pp_size") or 1)) % int(s.get("nnodes") or 1)
+         else None, "check_server_args", reads=("tp_size", "pp_size", "nnodes")),
+    Rule("multinode_dp_needs_dp_attention", "0.5.9", "0.5.21",
+         "multi-node data parallel is not supported unless dp attention!",
+         lambda s, m: () if int(s.get("dp_size") or 1) > 1 and int(s.get("nnodes") or 1) > 1 and not _dp_attention(s)
+         else None, "check_server_args", reads=("dp_size", "nnodes", "enable_dp_attention")),
+    Rule("dp_lm_head_needs_dp_attention", "0.5.9", "0.5.21",
+         "Please enable dp attention when setting enable_dp_lm_head.",
+         lambda s, m: () if s.get("enable_dp_lm_head") and int(s.get("dp_size") or 1) > 1
+         and not s.get("enable_dp_attention") else None,
+         "_handle_data_parallelism / _dp_lm_head_validation", reads=("enable_dp_lm_head", "dp_size", "enable_dp_attention")),
+    Rule("dp_lm_head_needs_attn_dp", "0.5.22", None, "--enable-dp-lm-head requires attention DP (--attn-dp-size).",
+         lambda s, m: () if s.get("enable_dp_lm_head") and not _dp_attention(s) else None, "_dp_lm_head_validation",
+         reads=("enable_dp_lm_head", "dp_size", "enable_dp_attention")),
+    Rule("served_model_name_colon", "0.5.9", None,
+         "served_model_name cannot contain a colon (':') character. The colon is reserved for the 'model:adapter' "
+         "syntax used in LoRA adapter specification. Invalid value: '{}'",
+         lambda s, m: (s["served_model_name"],) if ":" in str(s.get("served_model_name") or "") else None,
+         "check_server_args", reads=("served_model_name",)),
     # --pp-size > 1 needs --disable-overlap-schedule in every catalogued release (0.5.9-0.5.1x check_server_args:
     # "... overlap schedule, speculative decoding, mixed chunked prefill."; later check_pipeline_parallel_compat).
     Rule("pp_needs_no_overlap", "0.5.9", None, "Pipeline parallelism is not compatible with overlap schedule",
@@ -697,6 +729,11 @@ RULES: list[Rule] = [
          "attention cost would be wrong); searches: " + TWIN_SEARCHES,
          _arch_without_window, TWIN_SEARCHES, stage="twin",
          reads=()),
+    # SGLang 0.5.21+ starts EAGLE with PP on a prefill server (check_pipeline_parallel_compat); the twin's pipeline
+    # and speculative models are separate classes (grid/twin/perf_class.py) with no published PP + speculative row
+    Rule("twin_pp_speculative", "0.5.9", None, TWIN_PP_SPECULATIVE,
+         lambda s, m: (s["pp_size"], s["speculative_algorithm"]) if int(s.get("pp_size") or 1) > 1 and is_speculative(s)
+         else None, TWIN_SEARCHES, stage="twin", reads=("pp_size", "speculative_algorithm")),
     Rule("twin_hybrid_linear_attention", "0.5.9", None,
          "the twin cannot model {} without its linear-attention layers (hybrid linear attention: Gated DeltaNet layers "
          "keep a fixed-size state instead of a KV cache; set linear_attention_layers and linear_state_bytes in the "

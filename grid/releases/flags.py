@@ -279,6 +279,10 @@ SETTINGS: dict[str, Setting] = {
         _s("disaggregation_transfer_backend", str, "--disaggregation-transfer-backend",
            "how KV moves from a prefill to a decode server (mooncake, nixl, fake: decode alone, no KV)", **_SERVER),
         _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1, **_PERF),
+        _s("enable_dp_lm_head", bool, "--enable-dp-lm-head",
+           "vocabulary-parallel LM head over the attention-DP group (needs DP attention)", **_SERVER),
+        _s("served_model_name", str, "--served-model-name",
+           "the model name the server answers to (None: the model path)", **_SERVER),
     ]
 }
 

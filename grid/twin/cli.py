@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from grid.releases import catalog
 from grid.twin import speculative
+from grid.releases.checks import A2A_FORCES_EP
 from grid.releases.flags import ATTN_DP_SINCE, SETTINGS, settings_from_args
 from grid.versions import release_tuple
 
@@ -292,7 +293,6 @@ def public_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- launch-time resolution and checks (docs/sources.md#sglang-server-arguments-and-defaults) ---------------
-_A2A_FORCES_EP = ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
 
 
 def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
@@ -315,7 +315,7 @@ def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
     elif args.dp_size == 1:
         args.enable_dp_attention = False
         args.enable_dp_lm_head = False
-    if args.moe_a2a_backend in _A2A_FORCES_EP and args.ep_size != args.tp_size:
+    if args.moe_a2a_backend in A2A_FORCES_EP and args.ep_size != args.tp_size:
         args.ep_size = args.tp_size
         notes.append(f"EP size is adjusted to be the same as TP size ({args.tp_size}) for {args.moe_a2a_backend}.")
     if args.moe_a2a_backend == "deepep" and args.deepep_mode == "normal":
@@ -340,79 +340,30 @@ def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
     return notes
 
 
-def _dp_attention_on(args: argparse.Namespace) -> bool:
+def dp_attention_on(args: argparse.Namespace) -> bool:
+    """Whether attention DP is on in a parsed, resolved command line (grid/releases/flags.py ``enable_dp_attention``,
+    read on either side of 0.5.22's ``--attn-dp-size``)."""
     return bool(SETTINGS["enable_dp_attention"].value_in(args, parse_version(args._version)))
 
 
-_CHECKS: list[Callable[[argparse.Namespace, Version, Any], None]] = []
-
-
-def _check(fn: Callable[[argparse.Namespace, Version, Any], None]) -> Callable:
-    _CHECKS.append(fn)
-    return fn
-
-
-def _settings(args: argparse.Namespace, ver: Version) -> dict[str, Any]:
-    """The parsed arguments as grid's settings (grid/releases/flags.py ``settings_from_args``: each setting's one
-    entry says where it lives on the command line), for the shared launch rules."""
-    return settings_from_args(args, ver)
-
-
-@_check
-def _shared_rules(args, ver, model):
-    """grid/releases/checks.py ``RULES``: the same table grid checks before launch (one place for launch facts)."""
+def check_server_args(args: argparse.Namespace, model: Any = None, hardware: Any = None) -> None:
+    """SGLang's launch-time checks of ``args``: grid/releases/checks.py ``RULES`` of stage ``launch`` (and ``twin``,
+    what the twin cannot represent), the table grid checks before launch, read over the parsed command line as grid's
+    settings (grid/releases/flags.py ``settings_from_args``); the twin holds no launch fact of its own. Raises
+    ``AssertionError`` where the catalog says SGLang's check is an assert, else ``ValueError``, with SGLang's message.
+    ``hardware`` (a ``HardwareSpec``: the GPUs the twin plays) decides the rules with a hardware predicate (e.g.
+    tilelang with an fp8 KV cache needs SM >= 89 from 0.5.22); None leaves only the rules that hold everywhere."""
     from grid.releases.checks import RULES
 
-    settings = _settings(args, ver)
+    ver = parse_version(args._version)
+    settings = settings_from_args(args, ver)
     for rule in RULES:
         if rule.stage not in ("launch", "twin"):  # a kernel requirement: SGLang starts and dies later (failure row)
             continue
-        why = rule.refuses(settings, ver, model, getattr(args, "_hardware", None))
+        why = rule.refuses(settings, ver, model, hardware)
         if why is not None:
-            src = rule.source(ver)  # SGLang raises AssertionError where the catalog says the check is an assert
+            src = rule.source(ver)
             raise (AssertionError if src is not None and src["kind"] == "assert" else ValueError)(why)
-
-
-@_check
-def _conservativeness(args, ver, model):
-    assert args.schedule_conservativeness >= 0, "schedule_conservativeness must be non-negative"
-
-
-@_check
-def _dp(args, ver, model):
-    if args.enable_dp_lm_head and not _dp_attention_on(args):
-        raise ValueError("--enable-dp-lm-head requires --enable-dp-attention")
-    if args.dp_size > 1 and args.nnodes > 1 and not _dp_attention_on(args):
-        raise ValueError("multi-node data parallel is not supported unless dp attention!")
-    assert (args.tp_size * args.pp_size) % args.nnodes == 0, "tp_size must be divisible by number of nodes"
-
-
-@_check
-def _served_name(args, ver, model):
-    assert ":" not in args.served_model_name, (
-        "served_model_name cannot contain a colon (':') character. The colon is reserved for the 'model:adapter' "
-        "syntax used in LoRA adapter selection.")
-
-
-@_check
-def _pp(args, ver, model):
-    # pp_size > 1 without --disable-overlap-schedule or with speculative decoding: the shared rules pp_needs_no_overlap
-    # and pp_no_speculative* (grid/releases/checks.py); mixed chunked prefill is not a setting grid sweeps
-    if args.pp_size > 1:
-        if args.enable_mixed_chunk:
-            raise ValueError("Pipeline parallelism is not compatible with mixed chunked prefill.")
-    if args.speculative_algorithm is not None and args.enable_mixed_chunk:
-        raise ValueError("Speculative decoding is not compatible with mixed chunked prefill.")
-
-
-def check_server_args(args: argparse.Namespace, model: Any = None, hardware: Any = None) -> None:
-    """Run every registered launch-time check; raises ``ValueError``/``AssertionError`` with SGLang's message.
-    ``hardware`` (a ``HardwareSpec``: the GPUs the twin plays) decides the rules with a hardware predicate (e.g.
-    tilelang with an fp8 KV cache needs SM >= 89 from 0.5.22); None leaves only the rules that hold everywhere."""
-    ver = parse_version(args._version)
-    args._hardware = hardware
-    for fn in _CHECKS:
-        fn(args, ver, model)
 
 
 def cuda_graph_enabled(args: argparse.Namespace) -> bool:

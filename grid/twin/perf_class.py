@@ -11,15 +11,17 @@ import functools
 
 def perf_class(cfg, model=None, hardware=None) -> type:
     """The ``PerfModel`` subclass for ``cfg`` (a ``ServingConfig``), ``model`` (a ``ModelSpec``) and ``hardware`` (a
-    ``HardwareSpec``). Raises ``ValueError`` for pipeline parallelism together with speculative decoding (SGLang
-    refuses it: "Pipeline parallelism is not compatible with speculative decoding.") and for ``cfg.nnodes`` > 1 that
+    ``HardwareSpec``). Raises ``ValueError`` for pipeline parallelism together with speculative decoding (the twin
+    cannot model them together: grid/releases/checks.py ``twin_pp_speculative``) and for ``cfg.nnodes`` > 1 that
     grid/twin/crossnode.py cannot model on ``hardware`` (grid/releases/checks.py ``cross_node_refusal``)."""
     from grid.twin.perf import PerfModel
 
     pp = max(1, getattr(cfg, "pp_size", 1) or 1)
     spec = getattr(cfg, "speculative_algorithm", None) is not None
     if pp > 1 and spec:
-        raise ValueError("Pipeline parallelism is not compatible with speculative decoding.")
+        from grid.releases.checks import TWIN_PP_SPECULATIVE
+
+        raise ValueError(TWIN_PP_SPECULATIVE.format(pp, cfg.speculative_algorithm))
     base: type = PerfModel
     if pp > 1:
         from grid.twin.pipeline import PipelinePerf

@@ -231,7 +231,7 @@ class Twin(TwinAPI):
         self.unix0 = time.time()
         ep = args.ep_size
         self.log = logs.LogWriter(self.model_unix, level=args.log_level, sched_prefix=logs.rank_prefix(
-            tp_size=args.tp_size, ep_size=ep, dp_attention=cli._dp_attention_on(args), pp_size=args.pp_size))
+            tp_size=args.tp_size, ep_size=ep, dp_attention=cli.dp_attention_on(args), pp_size=args.pp_size))
         self.sched = scheduler if scheduler is not None else Scheduler(perf)
         self.deployment = scheduler is not None
         self.capacity = int(getattr(perf, "kv_capacity_tokens", 0) or 0)
@@ -366,7 +366,7 @@ class Twin(TwinAPI):
                 d[k] = v
         d["cuda_graph_max_bs"] = getattr(p, "cuda_graph_max_bs", d["cuda_graph_max_bs"])
         d["context_length"] = self.context_len
-        d["enable_dp_attention"] = cli._dp_attention_on(self.args)
+        d["enable_dp_attention"] = cli.dp_attention_on(self.args)
         if d.get("api_key"):
             d["api_key"] = "***"
         return d

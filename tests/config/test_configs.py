@@ -34,10 +34,21 @@ def test_sweep_composes_and_dry_runs(sweep, tmp_path):
         argv = get_engine(spec).launch_plan(p, 30000).argv
         assert argv[1:3] == ["-m", "grid.twin"] and all(isinstance(a, str) for a in argv)
     sg = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "sglang", "version": "0.5.23"})})
+    launched = 0
     for p in plans:
-        argv = get_engine(sg).launch_plan(p, 30000).argv
-        assert argv[1:3] == ["-m", "sglang.launch_server"]
-        assert "--nsa-prefill-backend" not in argv and "--cuda-graph-max-bs" not in argv
+        if p.deployment is not None and get_engine(sg).deployment_refusal(p) is not None:
+            continue  # refused before launch (a deployment larger than the hardware, or across nodes): no command
+        launched += 1
+        plan = get_engine(sg).launch_plan(p, 30000)
+        # a deployment: each server's command, and SGLang's router (the trial's endpoint) in argv
+        servers = [m.argv for m in plan.members] if plan.members else [plan.argv]
+        assert plan.members or p.deployment is None
+        if plan.members:
+            assert plan.argv[1:3] == ["-m", "sglang_router.launch_router"]
+        for argv in servers:
+            assert argv[1:3] == ["-m", "sglang.launch_server"]
+            assert "--nsa-prefill-backend" not in argv and "--cuda-graph-max-bs" not in argv
+    assert launched > 0
 
 
 def test_nsa_sweep_is_every_pair(tmp_path):

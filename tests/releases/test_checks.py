@@ -110,6 +110,45 @@ def test_pipeline_parallelism_with_speculative_decoding_is_refused_with_each_rel
     assert check_config({**eagle, "pp_size": 1}, "0.5.9") == []
 
 
+def test_the_twin_refuses_pipeline_parallelism_with_speculative_decoding_where_sglang_starts_it():
+    eagle_prefill = {"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True, "speculative_algorithm": "EAGLE",
+                     "disaggregation_mode": "prefill"}
+    assert check_config(eagle_prefill, "0.5.23") == []  # SGLang 0.5.21+ starts it on a prefill server
+    (why,) = [r for r in check_config(eagle_prefill, "0.5.23", twin=True) if "pp-size" in r]
+    assert why.startswith("the twin cannot model --pp-size 2 with --speculative-algorithm EAGLE")
+
+
+@pytest.mark.parametrize("settings,version,message", [
+    ({"schedule_conservativeness": -0.5}, "0.5.23", None),  # grid's own bound (minimum 0) refuses it first
+    ({"tp_size": 3, "nnodes": 2}, "0.5.9", "tp_size must be divisible by number of nodes"),
+    ({"tp_size": 4, "pp_size": 2, "nnodes": 2, "disable_overlap_schedule": True}, "0.5.23", None),
+    ({"tp_size": 8, "dp_size": 2, "nnodes": 2}, "0.5.21", "multi-node data parallel is not supported unless dp "
+                                                          "attention!"),
+    ({"tp_size": 8, "dp_size": 2, "nnodes": 2}, "0.5.22", None),  # the catalog's 0.5.22 has no such check
+    ({"tp_size": 8, "dp_size": 2, "nnodes": 2, "enable_dp_attention": True}, "0.5.21", None),
+    ({"enable_dp_lm_head": True, "tp_size": 8, "dp_size": 2}, "0.5.9",
+     "Please enable dp attention when setting enable_dp_lm_head."),
+    ({"enable_dp_lm_head": True, "tp_size": 8}, "0.5.9", None),  # dp_size 1: SGLang turns the DP LM head off
+    ({"enable_dp_lm_head": True, "tp_size": 8}, "0.5.23", "--enable-dp-lm-head requires attention DP (--attn-dp-size)."),
+    ({"enable_dp_lm_head": True, "tp_size": 8, "dp_size": 2, "enable_dp_attention": True}, "0.5.23", None),
+    ({"served_model_name": "glm:5"}, "0.5.23", "served_model_name cannot contain a colon (':') character. The colon "
+     "is reserved for the 'model:adapter' syntax used in LoRA adapter specification. Invalid value: 'glm:5'"),
+])
+def test_sglangs_asserts_on_shape_and_names_are_rules_both_sides_read(settings, version, message):
+    """Each is a rule in RULES (not a check of the twin's own): grid's pre-launch check and the twin's launch give
+    the catalog's message, the twin as SGLang's AssertionError."""
+    reasons = check_config(settings, version)
+    if message is None:
+        assert not any(m in r for r in reasons for m in ("nodes", "multi-node", "lm_head", "lm-head", "colon")), reasons
+        return
+    assert reasons == [message]
+    args = cli.parse_args(["--model-path", "m", *to_argv(settings, parse_version(version))], version=version)
+    cli.resolve_args(args)
+    with pytest.raises(AssertionError) as err:
+        cli.check_server_args(args)
+    assert str(err.value) == message
+
+
 def test_a_prefill_server_cannot_use_the_fake_transfer_backend():
     # (not among CONFIGS: the twin refuses every --disaggregation-mode, rule twin_pd_disaggregation)
     fake = {"disaggregation_mode": "prefill", "disaggregation_transfer_backend": "fake"}

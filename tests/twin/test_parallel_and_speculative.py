@@ -88,7 +88,7 @@ def test_speculative_errors_name_the_setting():
         PerfModel(GLM, BM, ServingConfig(**E1, speculative_algorithm="NGRAM"))
     with pytest.raises(ValueError, match="speculative_accept_length must be between 1 and"):
         PerfModel(GLM, BM, ServingConfig(**E1, **MTP, speculative_accept_length=9.0))
-    with pytest.raises(ValueError, match="Pipeline parallelism is not compatible with speculative decoding"):
+    with pytest.raises(ValueError, match="the twin cannot model --pp-size 2 with --speculative-algorithm"):
         PerfModel(GLM, BM, ServingConfig(**{**E1, "tp_size": 4}, pp_size=2, **MTP))
     assert cli.accept_length_from({"GRID_TWIN_SPEC_ACCEPT_LENGTH": "2.5"}) == 2.5
     with pytest.raises(ValueError, match="GRID_TWIN_SPEC_ACCEPT_LENGTH must be a number"):
