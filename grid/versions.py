@@ -15,6 +15,10 @@ from packaging.version import InvalidVersion, Version
 
 ReleaseTuple = tuple[int, int, int]
 
+#: The SGLang release grid plans for and the twin plays when none is named (``engine.version`` unset): the release
+#: of the tuning session grid was built from, and the oldest one its catalog covers (grid/releases/catalog/data).
+DEFAULT_RELEASE = "0.5.9"
+
 #: The family of SGLang servers and of grid's twin (which announces an SGLang release).
 SGLANG = "sglang"
 #: The ``engine_version`` of a server that says neither its engine nor its version.

@@ -22,6 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.releases.flags import SettingError, check_setting, parse_version
+from grid.versions import DEFAULT_RELEASE
 
 
 class ConfigError(ValueError):
@@ -456,7 +457,7 @@ class RunSpec(_Spec):
 
     @property
     def version(self) -> str:
-        return self.engine.version or "0.5.9"
+        return self.engine.version or DEFAULT_RELEASE
 
 
 def _sibling_keys(model: type[BaseModel], loc: tuple) -> list[str]:

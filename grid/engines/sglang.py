@@ -16,6 +16,7 @@ from grid.releases.checks import refuse as _refuse
 from grid.releases.devices import launch_args, launch_env
 from grid.releases.flags import parse_version
 from grid.server.handle import MemberLaunch
+from grid.versions import DEFAULT_RELEASE
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 
@@ -45,7 +46,7 @@ class SGLangEngine(Engine):
 
     # What a dry run plans for when neither engine.version nor an installed SGLang says: the seed session's era,
     # the same default as the twin's (conf/engine/sim.yaml).
-    DRY_RUN_DEFAULT_VERSION = "0.5.9"
+    DRY_RUN_DEFAULT_VERSION = DEFAULT_RELEASE
 
     def version(self) -> str:
         """engine.version, else the installed SGLang's; a dry run without either plans for 0.5.9 and says so.

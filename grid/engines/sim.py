@@ -16,6 +16,7 @@ from grid.plan import TrialPlan
 from grid.releases.checks import refuse as _refuse
 from grid.releases.checks import twin_hardware_refusal
 from grid.releases.flags import parse_version
+from grid.versions import DEFAULT_RELEASE
 
 
 @register
@@ -41,7 +42,7 @@ class SimEngine(Engine):
                 "engine.time_scale applies to engine.clock=real only (allowed values of engine.clock: real, virtual)")
 
     def version(self) -> str:
-        return self.spec.engine.version or "0.5.9"
+        return self.spec.engine.version or DEFAULT_RELEASE
 
     def check_runnable(self) -> None:
         return None

@@ -31,10 +31,9 @@ from grid.versions import release_tuple
 Version = tuple[int, ...]
 
 
-def parse_version(text: str) -> Version:
-    """``"0.5.13.post1"`` -> ``(0, 5, 13)`` (grid.versions.release_tuple). Raises ``ValueError`` naming the text when
-    it is not a version with at least a major and a minor number."""
-    return release_tuple(text)
+#: ``"0.5.13.post1"`` -> ``(0, 5, 13)``: grid.versions.release_tuple, the one release parser, under the name the
+#: release tables use. Raises ``ValueError`` naming the text when it is not a version with a major and a minor number.
+parse_version = release_tuple
 
 
 #: The releases the catalog covers (grid/releases/catalog/data); others are planned as the nearest.

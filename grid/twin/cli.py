@@ -31,23 +31,14 @@ from typing import Any, Callable, Sequence
 from grid.releases import catalog
 from grid.twin import speculative
 from grid.releases.checks import A2A_FORCES_EP
-from grid.releases.flags import ATTN_DP_SINCE, SETTINGS, settings_from_args
-from grid.versions import release_tuple
+from grid.releases.flags import ATTN_DP_SINCE, SETTINGS, parse_version, settings_from_args
+from grid.versions import DEFAULT_RELEASE
 
-DEFAULT_VERSION = "0.5.9"
+DEFAULT_VERSION = DEFAULT_RELEASE
 Version = tuple[int, int, int]
 
 
-def parse_version(text: str) -> Version:
-    """``"0.5.13.post1"`` -> ``(0, 5, 13)`` (grid.versions.release_tuple; raises ``ValueError``)."""
-    return release_tuple(text)
-
-
-def _v(text: str) -> Version:
-    return parse_version(text)
-
-
-V522, V523 = ATTN_DP_SINCE, _v("0.5.23")  # attention DP moved to --attn-dp-size; `sglang serve`, the dsa backend
+V522, V523 = ATTN_DP_SINCE, parse_version("0.5.23")  # attention DP moved to --attn-dp-size; `sglang serve`, the dsa backend
 
 def _renamed_settings() -> dict[str, tuple[tuple[str, ...], Any]]:
     """grid's settings whose dest changed over the releases (grid/releases/flags.py ``Setting.dests``, read from the

@@ -20,7 +20,8 @@ from typing import Callable
 
 from grid.releases.checks import Effect
 from grid.config.specs import HardwareSpec, ModelSpec
-from grid.twin.perf import PerfModel, ServingConfig, version_tuple
+from grid.twin.perf import PerfModel, ServingConfig
+from grid.versions import release_tuple
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class _Ctx:
 
     @property
     def v(self) -> tuple[int, ...]:
-        return version_tuple(self.cfg.version)
+        return release_tuple(self.cfg.version)
 
     @property
     def glm_dsa_sm120(self) -> bool:

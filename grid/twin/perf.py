@@ -74,7 +74,7 @@ from dataclasses import dataclass
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.topology.kv import kv_bytes_per_token
-from grid.versions import release_tuple
+from grid.versions import DEFAULT_RELEASE, release_tuple
 
 GIB = 2**30
 MIB = 2**20
@@ -195,7 +195,7 @@ class ServingConfig:
     stream_interval: int = 1
     decode_log_interval: int = 40
     page_size: int | None = None
-    version: str = "0.5.9"
+    version: str = DEFAULT_RELEASE
     # --- pipeline parallelism (grid/twin/pipeline.py) and speculative decoding (grid/twin/speculative.py)
     pp_size: int = 1
     nnodes: int = 1  # --nnodes: one server over this many nodes (tensor parallelism across nodes)
@@ -206,11 +206,6 @@ class ServingConfig:
     speculative_accept_length: float | None = None  # tokens per verify iteration (an input; see speculative.py)
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'0.5.10.post1' -> (0, 5, 10) (grid.versions.release_tuple; raises ``ValueError``)."""
-    return release_tuple(version)
-
-
 def expert_coverage(tokens: int, experts: int, top_k: int) -> float:
     """Expected fraction of distinct experts touched by ``tokens`` tokens routing to ``top_k`` of ``experts`` each."""
     if experts <= 0 or tokens <= 0:
@@ -218,7 +213,7 @@ def expert_coverage(tokens: int, experts: int, top_k: int) -> float:
     return 1.0 - (1.0 - top_k / experts) ** tokens
 
 
-def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, version: str = "0.5.9") -> tuple:
+def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, version: str = DEFAULT_RELEASE) -> tuple:
     """[1,2,4,8,12] + range(16,257,8) + range(272,512,16) + range(512,max_bs+1,32), <= max_bs
     (docs/sources.md#sglang-server-arguments-and-defaults).
 
@@ -228,17 +223,17 @@ def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, 
         return ()
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
     sizes = [bs for bs in sizes if bs <= max_bs]
-    if version_tuple(version) >= (0, 5, 14) and max_bs not in sizes:
+    if release_tuple(version) >= (0, 5, 14) and max_bs not in sizes:
         sizes.append(max_bs)
     if two_batch_overlap:
         sizes = [bs for bs in sizes if bs % 2 == 0]
     return tuple(sorted(set(sizes)))
 
 
-def gpu_memory_defaults(gpu_mem_mib: float, tp_size: int, version: str = "0.5.9") -> tuple[int, int]:
+def gpu_memory_defaults(gpu_mem_mib: float, tp_size: int, version: str = DEFAULT_RELEASE) -> tuple[int, int]:
     """(chunked_prefill_size, decode cuda_graph_max_bs) by GPU memory (the table in
     docs/sources.md#sglang-server-arguments-and-defaults)."""
-    new = version_tuple(version) >= (0, 5, 23)
+    new = release_tuple(version) >= (0, 5, 23)
     gib = gpu_mem_mib / 1024
     if gib < 20:
         return 2048, 8
@@ -403,7 +398,7 @@ class PerfModel:
         self.gpu_mem_gib = hw.memory_gb * VISIBLE_MEM_FACTOR
         gpu_mem_mib = self.gpu_mem_gib * 1024
         chunk_default, graph_bs_default = gpu_memory_defaults(gpu_mem_mib, tp, cfg.version)
-        if version_tuple(cfg.version) >= (0, 5, 23) and cfg.max_running_requests:
+        if release_tuple(cfg.version) >= (0, 5, 23) and cfg.max_running_requests:
             graph_bs_default = min(graph_bs_default, cfg.max_running_requests)
 
         # --- chunked prefill ----------------------------------------------------------------------------------------
@@ -455,7 +450,7 @@ class PerfModel:
         self.dsa_prefill_backend: str | None = cfg.dsa_prefill_backend
         self.dsa_decode_backend: str | None = cfg.dsa_decode_backend
         if is_dsa:
-            newer = version_tuple(cfg.version) >= (0, 5, 23)
+            newer = release_tuple(cfg.version) >= (0, 5, 23)
             if kv.startswith("fp8"):
                 if newer and m.architecture == "GlmMoeDsaForCausalLM" and hw.sm_version >= 120:
                     pre, dec = "flashinfer_sparse_mla", "flashinfer_sparse_mla"

@@ -3,11 +3,9 @@
 import pytest
 
 from grid.releases.flags import parse_version as catalog_version
-from grid.twin.cli import parse_version as twin_cli_version
-from grid.twin.perf import version_tuple as twin_perf_version
 from grid.versions import release_tuple
 
-PARSERS = (release_tuple, catalog_version, twin_cli_version, twin_perf_version)
+PARSERS = (release_tuple, catalog_version)
 
 
 @pytest.mark.parametrize("text, expected", [("0.5.9", (0, 5, 9)), ("0.5.13.post1", (0, 5, 13)), ("1.0", (1, 0, 0)),

@@ -13,7 +13,6 @@ from grid.twin.perf import (
     expert_coverage,
     gpu_memory_defaults,
     param_counts,
-    version_tuple,
 )
 from ._specs import hardware, model
 
@@ -93,7 +92,6 @@ def test_resolved_defaults_and_graph_flags():
     assert q.cuda_graph_max_bs == 0 and q.cuda_graph_batch_sizes == () and not q.uses_cuda_graph(1)
     r = PerfModel(m, hw, ServingConfig(tp_size=8, cuda_graph_max_bs=32))
     assert r.uses_cuda_graph(32) and not r.uses_cuda_graph(33)
-    assert version_tuple("0.5.10.post1") == (0, 5, 10)
 
 
 def test_step_time_shape():
