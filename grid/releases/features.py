@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grid.versions import ReleaseTuple, release_tuple
+from grid.versions import release_tuple
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,23 @@ class Feature:
     what: str
     source: str
 
-    def holds(self, version: ReleaseTuple) -> bool:
+    def holds(self, version: tuple[int, ...]) -> bool:
         return release_tuple(self.since) <= version[:3] and (self.until is None
                                                              or version[:3] <= release_tuple(self.until))
 
+
+#: Where a feature was read on the two releases grid runs for real (its CI sets up SGLang 0.5.9 and 0.5.23 on a CPU
+#: host) and not in between, the boundary is 0.5.23 and the source says so.
+_ENDS = "read in SGLang's 0.5.9 and 0.5.23 wheels (0.5.10-0.5.22 not checked, taken as 0.5.23): "
+#: The twin's HTTP answers are compared with the released server's on 0.5.9 and 0.5.23, key path by key path
+#: (tests/twin/test_conformance_sglang.py, in CI).
+_ANSWERS = "the released server's answers on 0.5.9 and 0.5.23 (tests/twin/test_conformance_sglang.py; 0.5.10-0.5.22 " \
+    "not checked, taken as 0.5.23): "
+#: Read from every catalogued release's log formats (grid/releases/catalog/data ``log_formats``, extracted from each
+#: wheel; tests/releases/test_catalog.py holds the twin's lines to them).
+#: SGLang's server-argument handling: server_args.py (0.5.9), arg_groups/*.py (0.5.23).
+_SERVER_ARGS = _ENDS + "docs/sources.md#sglang-server-arguments-and-defaults"
+_CATALOG_LOGS = "each release's log formats in the catalog (srt/managers/scheduler_metrics_mixin.py and successors)"
 
 FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("caches_last_output_token", "0.5.9", "0.5.9",
@@ -36,10 +49,78 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "measured on a CPU host: a 64-token prompt answered with 32 tokens is found as 96 cached tokens of the "
             "next turn on 0.5.9 and 95 on 0.5.23 (srt/mem_cache/radix_cache.py cache_finished_req inserts the "
             "request's committed KV, kv_committed_len); 0.5.10-0.5.22 not measured, taken as 0.5.23"),
+    # --- the scheduler's log lines
+    Feature("prefill_line_graph_before_throughput", "0.5.10", None,
+            "the Prefill batch line prints `cuda graph` before `input throughput (token/s)` (0.5.9: after)",
+            _CATALOG_LOGS),
+    Feature("prefill_line_pending_token", "0.5.11", None,
+            "the Prefill batch line prints `#pending-token` after `#queue-req`", _CATALOG_LOGS),
+    Feature("prefill_throughput_of_this_batch", "0.5.10", None,
+            "the Prefill batch line's input throughput counts this batch's new tokens (0.5.9: the previous batch's, "
+            "over the time since the previous line)",
+            "the twin's reading since its first version; no wheel or public line checked (0.5.9's "
+            "srt/managers/scheduler_metrics_mixin.py log_prefill_stats is where to check it)"),
+    Feature("kv_cache_line_dtype", "0.5.23", None,
+            "the `KV Cache is allocated.` line names the KV dtype", _ENDS + "srt/mem_cache/memory_pool.py (0.5.9); srt/model_executor/model_runner_components/kv_pool_runtime.py "
+            "(0.5.23)"),
+    Feature("load_weight_line_without_dtype", "0.5.23", None,
+            "the `Load weight end.` line no longer prints `dtype=`", _ENDS + "srt/model_executor/model_runner.py"),
+    Feature("target_decode_cuda_graph_lines", "0.5.23", None,
+            "CUDA graph capture logs `Capture target decode cuda graph begin/end` (one begin line, the batch sizes at "
+            "the end) instead of `Capture cuda graph begin` and `bs [...]`",
+            _ENDS + "srt/model_executor/cuda_graph_runner.py (0.5.9); "
+            "srt/model_executor/model_runner_components/cuda_graph_setup.py capture_decode_graph (0.5.23)"),
+    Feature("nan_lines_without_detection_flag", "0.5.13", None,
+            "NaN in the logits is logged without --enable-nan-detection (before: only with it)",
+            "the twin's reading since its first version, not read in a wheel: srt/layers/sampler.py logs `Detected "
+            "errors during sampling! NaN in the logits.` with --enable-nan-detection in 0.5.9, and 0.5.23's wheel "
+            "has no such line (a grep finds none); the twin keeps the line for the NaN failures of "
+            "grid/twin/failures.py"),
+    Feature("dsa_named", "0.5.13", None,
+            "sparse attention is called DSA (`--dsa-*` flags, `Set DSA backends` log line); NSA before",
+            "the catalog's options (--nsa-* renamed --dsa-* in 0.5.13, grid/releases/flags.py SETTINGS)"),
+    # --- the HTTP API
+    Feature("ready_exempt_from_api_key", "0.5.23", None,
+            "GET /ready answers without the API key, as /health and /metrics do",
+            _ENDS + "srt/utils/auth.py (0.5.23: /health, /ready and /metrics are exempt)"),
+    Feature("meta_info_num_retractions", "0.5.23", None,
+            "a response's meta_info counts retractions as `num_retractions` (before: `total_retractions`) and adds "
+            "`reasoning_tokens`", _ANSWERS + "srt/managers/tokenizer_manager.py"),
+    Feature("server_info_launch_command", "0.5.23", None,
+            "/server_info adds `launch_command`, `startup_time` and `frontend`, and its internal state the world size",
+            _ANSWERS + "srt/entrypoints/http_server.py get_server_info"),
+    Feature("model_info_serving_fields", "0.5.23", None,
+            "/model_info adds `served_model_name`, `load_format`, the parsers and `disaggregation_mode`",
+            _ANSWERS + "srt/entrypoints/http_server.py get_model_info"),
+    Feature("flush_cache_failure_text", "0.5.23", None,
+            "a refused /flush_cache answers 400 with `Flush cache failed.` (before: an empty body)",
+            _ENDS + "srt/entrypoints/http_server.py flush_cache (0.5.23: `ret.message or \"Flush cache failed.\\n\"`)"),
+    # --- the command line and its defaults
+    Feature("attn_dp_size_flag", "0.5.22", None,
+            "attention DP is `--attn-dp-size N` (`--dp-size N --enable-dp-attention` is rewritten to it)",
+            "SGLang 0.5.22 server_args.py; the catalog declares --attn-dp-size from 0.5.22"),
+    Feature("sglang_serve", "0.5.23", None,
+            "the server's program is `sglang serve` (its usage line and /server_info's launch command)",
+            _ANSWERS + "/server_info's launch_command starts `sglang serve`"),
+    Feature("dsa_attention_backend", "0.5.23", None,
+            "a DSA model's attention backend defaults to `dsa` (before: `nsa`)", _SERVER_ARGS),
+    Feature("cuda_graph_bs_includes_max", "0.5.14", None,
+            "the decode CUDA graph batch sizes end with --cuda-graph-max-bs itself when the size list skips it",
+            "cuda_graph_runner.py get_batch_sizes_to_capture (0.5.9), cuda_graph_hook.py "
+            "generate_decode_cuda_graph_batch_sizes (0.5.23); 0.5.14 from the catalog's defaults "
+            "(docs/sources.md#sglang-server-arguments-and-defaults)"),
+    Feature("small_gpu_defaults_raised", "0.5.23", None,
+            "on GPUs of 20-35 GB the default chunked prefill size is 4096 and the decode CUDA graph max batch size 48 "
+            "(tp < 4) or 160 (before: 2048 and 24 / 80)", _SERVER_ARGS),
+    Feature("graph_bs_capped_by_running", "0.5.23", None,
+            "the default decode CUDA graph max batch size is capped by --max-running-requests", _SERVER_ARGS),
+    Feature("dsa_fp8_sm120_flashinfer", "0.5.23", None,
+            "GLM-5's DSA backends with an fp8 KV cache on SM120 default to flashinfer_sparse_mla",
+            _SERVER_ARGS),
 )}
 
 
-def holds(name: str, version: ReleaseTuple) -> bool:
+def holds(name: str, version: tuple[int, ...]) -> bool:
     """Whether feature ``name`` holds for SGLang ``version``. Raises ``KeyError`` naming the known features."""
     try:
         feature = FEATURES[name]

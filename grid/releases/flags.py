@@ -26,6 +26,7 @@ import functools
 from typing import Any, Callable, Literal
 
 from grid.releases import catalog
+from grid.releases.features import holds
 from grid.versions import release_tuple
 
 Version = tuple[int, ...]
@@ -80,11 +81,6 @@ def _dp_attention(value: Any, ver: Version) -> list[str]:
     return []
 
 
-#: The release from which ``--dp-size N --enable-dp-attention`` is rewritten to ``--attn-dp-size N`` with dp_size 1
-#: (SGLang 0.5.22 server_args.py; the catalog: ``--attn-dp-size`` is declared from 0.5.22).
-ATTN_DP_SINCE: Version = (0, 5, 22)
-
-
 def _read_cuda_graph(args: Any, ver: Version) -> bool:
     """Decode CUDA graphs are on unless a flag turned them off (``--disable-cuda-graph``, 0.5.14+'s
     ``--cuda-graph-backend-decode disabled`` or ``--disable-decode-cuda-graph``)."""
@@ -101,7 +97,7 @@ def _read_dp_attention(args: Any, ver: Version) -> bool:
 def _read_dp_size(args: Any, ver: Version) -> int:
     """The data-parallel size grid's ``dp_size`` means: with attention DP on, 0.5.22+ keeps it in ``attn_dp_size``
     (and sets ``dp_size`` to 1)."""
-    if _read_dp_attention(args, ver) and ver[:3] >= ATTN_DP_SINCE:
+    if _read_dp_attention(args, ver) and holds("attn_dp_size_flag", ver):
         return args.attn_dp_size
     return args.dp_size
 

@@ -25,6 +25,7 @@ from grid.twin import logs, textgen
 from grid.loadgen import vclock as vproto
 from grid.twin.metrics import CONTENT_TYPE
 from grid.twin.vclock import VCLOCK_TAG, parse_tag
+from grid.releases.features import holds
 
 if TYPE_CHECKING:
     from grid.twin.server import Req, Twin
@@ -264,7 +265,7 @@ class TwinAPI(_TwinState):
         key = self.args.api_key
         if key:
             p = request.path
-            exempt = p.startswith(("/health", "/metrics")) or (self.ver >= (0, 5, 23) and p.startswith("/ready"))
+            exempt = p.startswith(("/health", "/metrics")) or (holds("ready_exempt_from_api_key", self.ver) and p.startswith("/ready"))
             if not exempt and request.headers.get("Authorization", "") != f"Bearer {key}":
                 return _json({"error": "Unauthorized"}, 401)
         return await handler(request)
@@ -449,10 +450,11 @@ class TwinAPI(_TwinState):
         meta: dict[str, Any] = {"id": req.rid, "finish_reason": self._finish_reason_native(req) if final else None,
                                 "prompt_tokens": req.prompt_tokens,
                 "weight_version": "default"}
-        meta["num_retractions" if self.ver >= (0, 5, 23) else "total_retractions"] = 0
+        new_meta = holds("meta_info_num_retractions", self.ver)
+        meta["num_retractions" if new_meta else "total_retractions"] = 0
         meta["completion_tokens"] = req.n_out if n is None else n
         meta["cached_tokens"] = req.cached
-        if self.ver >= (0, 5, 23):
+        if new_meta:
             meta["reasoning_tokens"] = 0
         if final:
             meta["e2e_latency"] = round((self.mnow() if at is None else at) - req.t_arrive, 6)
@@ -692,7 +694,7 @@ class TwinAPI(_TwinState):
                 # without host latency; the launcher's clock also scales the host's process start and polling by
                 # startup_time_scale (grid/sweep/measure.py startup_seconds)
                 "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3)}
-        if self.ver >= (0, 5, 23):
+        if holds("server_info_launch_command", self.ver):
             info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
                         startup_time=round(self.ready_at, 3), frontend="python")
             state.update(world_size=self.args.tp_size * self.args.pp_size,
@@ -724,7 +726,7 @@ class TwinAPI(_TwinState):
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
                 "has_image_understanding": False, "has_audio_understanding": False,
                 "model_type": self.model.model_type, "architectures": [self.model.architecture]}
-        if self.ver >= (0, 5, 23):
+        if holds("model_info_serving_fields", self.ver):
             info.update(served_model_name=self.args.served_model_name, load_format=self.args.load_format,
                         reasoning_parser=self.args.reasoning_parser, tool_call_parser=self.args.tool_call_parser,
                         disaggregation_mode="null")
@@ -732,7 +734,7 @@ class TwinAPI(_TwinState):
 
     async def h_flush(self, request: web.Request) -> web.Response:
         if self.sched.has_work():
-            return web.Response(text="Flush cache failed.\n" if self.ver >= (0, 5, 23) else "", status=400)
+            return web.Response(text="Flush cache failed.\n" if holds("flush_cache_failure_text", self.ver) else "", status=400)
         self.cache.flush()
         self.log.sched("Cache flushed successfully!")
         return web.Response(text=FLUSH_OK)

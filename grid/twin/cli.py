@@ -31,14 +31,14 @@ from typing import Any, Callable, Sequence
 from grid.releases import catalog
 from grid.twin import speculative
 from grid.releases.checks import A2A_FORCES_EP
-from grid.releases.flags import ATTN_DP_SINCE, SETTINGS, parse_version, settings_from_args
+from grid.releases.flags import SETTINGS, parse_version, settings_from_args
 from grid.versions import DEFAULT_RELEASE
+from grid.releases.features import holds
 
 DEFAULT_VERSION = DEFAULT_RELEASE
 Version = tuple[int, int, int]
 
 
-V522, V523 = ATTN_DP_SINCE, parse_version("0.5.23")  # attention DP moved to --attn-dp-size; `sglang serve`, the dsa backend
 
 def _renamed_settings() -> dict[str, tuple[tuple[str, ...], Any]]:
     """grid's settings whose dest changed over the releases (grid/releases/flags.py ``Setting.dests``, read from the
@@ -169,7 +169,7 @@ TYPES: dict[str, Callable[[str], Any]] = {
 def prog_for(ver: Version) -> str:
     """argparse's prog: argv[0] of ``python -m sglang.launch_server`` until 0.5.22; ``sglang serve`` from 0.5.23
     (``prepare_server_args``, sgl-project/sglang python/sglang/srt/server_args.py)."""
-    return "sglang serve" if ver >= V523 else "launch_server.py"
+    return "sglang serve" if holds("sglang_serve", ver) else "launch_server.py"
 
 
 def _replacement(rel: catalog.Release, opt: catalog.Option) -> str | None:
@@ -299,9 +299,9 @@ def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
 
         args.random_seed = random.randint(0, 1 << 30)
     # 0.5.22+: --dp-size N --enable-dp-attention is rewritten to --attn-dp-size N with dp_size=1
-    if ver >= V522 and args.enable_dp_attention and args.dp_size > 1:
+    if holds("attn_dp_size_flag", ver) and args.enable_dp_attention and args.dp_size > 1:
         args.attn_dp_size, args.dp_size = args.dp_size, 1
-    if ver >= V522:
+    if holds("attn_dp_size_flag", ver):
         args.enable_dp_attention = args.attn_dp_size > 1
     elif args.dp_size == 1:
         args.enable_dp_attention = False
@@ -324,7 +324,7 @@ def resolve_args(args: argparse.Namespace, model: Any = None) -> list[str]:
         setattr(args, k, v)
     dsa = model is not None and getattr(model, "dsa", None) is not None
     if dsa and args.attention_backend is None:
-        args.attention_backend = "dsa" if ver >= V523 else "nsa"
+        args.attention_backend = "dsa" if holds("dsa_attention_backend", ver) else "nsa"
     if dsa and (args.dsa_prefill_backend or args.dsa_decode_backend) and args.kv_cache_dtype == "auto":
         notes.append("When specifying --dsa-prefill-backend or --dsa-decode-backend, you should also explicitly set "
                      "--kv-cache-dtype (e.g. 'fp8_e4m3' or 'bfloat16').")

@@ -22,6 +22,7 @@ from grid.releases.checks import Effect
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.twin.perf import PerfModel, ServingConfig
 from grid.versions import release_tuple
+from grid.releases.features import holds
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class _Ctx:
 
     @property
     def dsa_flag(self) -> str:
-        return "--dsa" if self.v >= (0, 5, 13) else "--nsa"
+        return "--dsa" if holds("dsa_named", self.v) else "--nsa"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import time
 from typing import Callable, TextIO
 
 from grid.twin.cli import Version, parse_version
+from grid.releases.features import holds
 
-V510, V511, V513, V523 = (0, 5, 10), (0, 5, 11), (0, 5, 13), (0, 5, 23)
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50}
 
@@ -31,9 +31,9 @@ def prefill_line(version: str | Version, *, new_seq: int, new_token: int, cached
     ver = parse_version(version) if isinstance(version, str) else version
     head = (f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached_token}, "
             f"token usage: {token_usage:.2f}, #running-req: {running_req}, #queue-req: {queue_req}, ")
-    if ver < V510:
+    if not holds("prefill_line_graph_before_throughput", ver):
         return head + f"input throughput (token/s): {input_throughput:.2f}, cuda graph: {cuda_graph}"
-    if ver >= V511:
+    if holds("prefill_line_pending_token", ver):
         head += f"#pending-token: {pending_token}, "
     return head + f"cuda graph: {cuda_graph}, input throughput (token/s): {input_throughput:.2f}"
 
@@ -85,7 +85,7 @@ def torch_dtype(kv_cache_dtype: str) -> str:
 def kv_cache_line(version: str | Version, *, tokens: int, kv_gb: float, mla: bool, kv_cache_dtype: str) -> str:
     ver = parse_version(version) if isinstance(version, str) else version
     sizes = f"KV size: {kv_gb:.2f} GB" if mla else f"K size: {kv_gb / 2:.2f} GB, V size: {kv_gb / 2:.2f} GB"
-    if ver >= V523:
+    if holds("kv_cache_line_dtype", ver):
         return f"KV Cache is allocated. dtype: {torch_dtype(kv_cache_dtype)}, #tokens: {tokens}, {sizes}"
     return f"KV Cache is allocated. #tokens: {tokens}, {sizes}"
 
@@ -99,13 +99,13 @@ def capacity_line(*, max_total_num_tokens: int, chunked_prefill_size: int, max_p
 
 def load_weight_end_line(version: str | Version, *, elapsed: float, arch: str, avail: float, usage: float) -> str:
     ver = parse_version(version) if isinstance(version, str) else version
-    dtype = "" if ver >= V523 else ", dtype=torch.bfloat16"
+    dtype = "" if holds("load_weight_line_without_dtype", ver) else ", dtype=torch.bfloat16"
     return f"Load weight end. elapsed={elapsed:.2f} s, type={arch}{dtype}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB."
 
 
 def graph_begin_lines(version: str | Version, *, avail: float, bs: list[int]) -> list[str]:
     ver = parse_version(version) if isinstance(version, str) else version
-    if ver >= V523:
+    if holds("target_decode_cuda_graph_lines", ver):
         return [f"Capture target decode cuda graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB"]
     return [f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
             f"Capture cuda graph bs {bs}"]
@@ -113,7 +113,7 @@ def graph_begin_lines(version: str | Version, *, avail: float, bs: list[int]) ->
 
 def graph_end_line(version: str | Version, *, elapsed: float, usage: float, avail: float, bs: list[int]) -> str:
     ver = parse_version(version) if isinstance(version, str) else version
-    if ver >= V523:
+    if holds("target_decode_cuda_graph_lines", ver):
         return (f"Capture target decode cuda graph end. bs={bs}, elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, "
                 f"avail mem={avail:.2f} GB.")
     return f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB."

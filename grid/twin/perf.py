@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.topology.kv import kv_bytes_per_token
 from grid.versions import DEFAULT_RELEASE, release_tuple
+from grid.releases.features import holds
 
 GIB = 2**30
 MIB = 2**20
@@ -223,7 +224,7 @@ def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, 
         return ()
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
     sizes = [bs for bs in sizes if bs <= max_bs]
-    if release_tuple(version) >= (0, 5, 14) and max_bs not in sizes:
+    if holds("cuda_graph_bs_includes_max", release_tuple(version)) and max_bs not in sizes:
         sizes.append(max_bs)
     if two_batch_overlap:
         sizes = [bs for bs in sizes if bs % 2 == 0]
@@ -233,7 +234,7 @@ def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, 
 def gpu_memory_defaults(gpu_mem_mib: float, tp_size: int, version: str = DEFAULT_RELEASE) -> tuple[int, int]:
     """(chunked_prefill_size, decode cuda_graph_max_bs) by GPU memory (the table in
     docs/sources.md#sglang-server-arguments-and-defaults)."""
-    new = release_tuple(version) >= (0, 5, 23)
+    new = holds("small_gpu_defaults_raised", release_tuple(version))
     gib = gpu_mem_mib / 1024
     if gib < 20:
         return 2048, 8
@@ -398,7 +399,7 @@ class PerfModel:
         self.gpu_mem_gib = hw.memory_gb * VISIBLE_MEM_FACTOR
         gpu_mem_mib = self.gpu_mem_gib * 1024
         chunk_default, graph_bs_default = gpu_memory_defaults(gpu_mem_mib, tp, cfg.version)
-        if release_tuple(cfg.version) >= (0, 5, 23) and cfg.max_running_requests:
+        if holds("graph_bs_capped_by_running", release_tuple(cfg.version)) and cfg.max_running_requests:
             graph_bs_default = min(graph_bs_default, cfg.max_running_requests)
 
         # --- chunked prefill ----------------------------------------------------------------------------------------
@@ -450,7 +451,7 @@ class PerfModel:
         self.dsa_prefill_backend: str | None = cfg.dsa_prefill_backend
         self.dsa_decode_backend: str | None = cfg.dsa_decode_backend
         if is_dsa:
-            newer = release_tuple(cfg.version) >= (0, 5, 23)
+            newer = holds("dsa_fp8_sm120_flashinfer", release_tuple(cfg.version))
             if kv.startswith("fp8"):
                 if newer and m.architecture == "GlmMoeDsaForCausalLM" and hw.sm_version >= 120:
                     pre, dec = "flashinfer_sparse_mla", "flashinfer_sparse_mla"

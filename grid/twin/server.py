@@ -468,7 +468,7 @@ class Twin(TwinAPI):
             self.log.info(note)
         self.log.info(self.server_args_repr())
         if self.model.dsa is not None:
-            word = "DSA" if self.ver >= (0, 5, 13) else "NSA"
+            word = "DSA" if holds("dsa_named", self.ver) else "NSA"
             kv = getattr(self.perf, "kv_cache_dtype", "auto")
             self.log.info(f"Set {word} backends for {kv} KV Cache: prefill={getattr(self.perf, 'dsa_prefill_backend', None)}, "
                           f"decode={getattr(self.perf, 'dsa_decode_backend', None)}.")
@@ -978,7 +978,7 @@ class Twin(TwinAPI):
 
     def _log_prefill(self, st, end: float) -> None:
         elapsed = max(1e-9, end - self._prefill_last_t)
-        tokens = st.new_tokens if self.ver >= (0, 5, 10) else self._prefill_prev_tokens
+        tokens = st.new_tokens if holds("prefill_throughput_of_this_batch", self.ver) else self._prefill_prev_tokens
         self._prefill_prev_tokens = st.new_tokens
         self._prefill_last_t = end
         total = st.new_tokens + st.cached_tokens
@@ -1007,7 +1007,7 @@ class Twin(TwinAPI):
                                         gen_throughput=gen, queue_req=st.queued, accept_len=accept_len,
                                         accept_rate=accept_rate))
         if self._nan_lines and self.garbage() is not None and (
-                self.ver >= (0, 5, 13) or self.args.enable_nan_detection):
+                holds("nan_lines_without_detection_flag", self.ver) or self.args.enable_nan_detection):
             for line in self._nan_lines:
                 self.log.sched(line, level="warning")
 
