@@ -15,20 +15,29 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-#: Error classes a failed request can carry (``RequestRecord.error_class``).
-ERROR_CLASSES: tuple[str, ...] = (
-    "http_error",  # the server answered with an HTTP status other than 200
-    "conn_error",  # connecting failed, or the connection broke mid-response
-    "read_timeout",  # no bytes for read_timeout_s
-    "stall_timeout",  # no new generated token for stall_timeout_s (token-progress watchdog)
-    "parse_error",  # a data line (or the non-streamed body) was not valid JSON of the expected shape
-    "decode_error",  # a data line (or the body) was not UTF-8, e.g. a multi-byte character cut off at the end
-    "server_error",  # the server reported an error inside the stream, or finished with reason "abort"
-    "context_exceeded",  # the server refused it: input + max tokens exceed its context length (CONTEXT_EXCEEDED)
-    "truncated_stream",  # the stream ended with neither a finish_reason nor the [DONE] marker
-    "empty_output",  # the response carried no generated token
-    "client_error",  # an unexpected exception in the client (a bug in grid; message has the details)
-)
+#: Every error class a failed request can carry (``RequestRecord.error_class``), declared once with its meaning: the
+#: storage vocabulary (docs/schema.md), the ``requests.error_class`` column's description and the load point's
+#: ``failed_<class>`` counts come from it; grid/server/statuses.py ``RequestErrorClass`` lists the same names in
+#: this order for the type checker (tests/storage/test_vocabulary_types.py).
+REQUEST_ERROR_CLASSES: dict[str, str] = {
+    "http_error": "the server answered with an HTTP status other than 200 (`http_status`)",
+    "conn_error": "connecting failed, or the connection broke (reset) mid-response",
+    "read_timeout": "no bytes for `load.read_timeout_s`",
+    "stall_timeout": "no new token for `load.stall_timeout_s` (counted from the send until the first token)",
+    "parse_error": "an event (or the body) was not valid JSON of the expected shape",
+    "decode_error": "the body was not valid UTF-8 (e.g. a multi-byte character cut off at the end of the stream)",
+    "server_error": "the server reported an error inside the stream, or finished with reason abort",
+    "context_exceeded": "the server refused the request as longer than its context length (input plus requested "
+                        "output), in an HTTP error or inside the stream: the workload's fault, not the server's. "
+                        "Wordings (grid/loadgen/records.py `CONTEXT_EXCEEDED`): SGLang "
+                        "srt/managers/tokenizer_manager.py, vLLM entrypoints/openai/serving_engine.py and "
+                        "v1/engine/processor.py, llama.cpp's server (exceed_context_size_error), the OpenAI API "
+                        "(context_length_exceeded)",
+    "truncated_stream": "the stream ended with neither a `finish_reason` nor the [DONE] marker",
+    "empty_output": "the response carried no generated token",
+    "client_error": "an unexpected exception in grid's client (a bug in grid)",
+}
+ERROR_CLASSES: tuple[str, ...] = tuple(REQUEST_ERROR_CLASSES)
 
 #: How servers refuse a request whose input plus requested output exceeds the context length they serve, as
 #: (pattern, example, source). Such a request fails ``context_exceeded`` (HTTP 400, or an error inside a 200

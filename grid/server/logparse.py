@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from grid.server.statuses import FAILURE_CLASS, TrialErrorClass
+from grid.server.statuses import FAILURE_CLASS, FAILURE_CLASSES, TrialErrorClass
 
 _LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)(?P<prefix>[^\]]*)\]\s+(?P<kind>Prefill|Decode) batch"
                    r"(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
@@ -85,17 +85,18 @@ def error_headline(log_tail: str | None) -> str:
 
 
 # -- runtime errors in the server's log --------------------------------------------------------------------------------
-#: The classes a server's log decides during load, in the order a line is tried against them (grid/server/statuses.py
-#: FAILURE_CLASSES holds their wordings and sources).
-RUNTIME_CLASSES: tuple[TrialErrorClass, ...] = ("runtime_oom", "nccl_error", "cuda_error", "nan_output")
+#: The classes a server's log decides during load (``FailureClass.classifier == "runtime_log"``), in the order a line
+#: is tried against them (grid/server/statuses.py FAILURE_CLASSES holds their wordings and sources).
+RUNTIME_CLASSES: tuple[TrialErrorClass, ...] = tuple(c.name for c in FAILURE_CLASSES if c.classifier == "runtime_log")
 #: (error class, pattern, source) of every wording of :data:`RUNTIME_CLASSES`. Matched against the log the server
 #: writes while a load point runs (and the tail of a failed trial); the earliest matching line names the class, since
 #: the first error is the cause and later ones (an NCCL error on the other ranks after one rank's OOM, the SIGQUIT
 #: line) are its consequences.
 RUNTIME_ERRORS: tuple[tuple[TrialErrorClass, re.Pattern[str], str], ...] = tuple(
     (name, w.regex, w.source) for name in RUNTIME_CLASSES for w in FAILURE_CLASS[name].wordings)
-#: The runtime classes after which the configuration's output is wrong rather than its server broken (``invalid``).
-OUTPUT_ERROR_CLASSES = frozenset({"nan_output"})
+#: The runtime classes after which the configuration's output is wrong rather than its server broken: their trial
+#: status is ``invalid``.
+OUTPUT_ERROR_CLASSES = frozenset(name for name in RUNTIME_CLASSES if FAILURE_CLASS[name].status == "invalid")
 
 
 def runtime_error(text: str | None) -> tuple[TrialErrorClass, str] | None:

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 RequestStatus = Literal["ok", "failed"]
-RequestErrorClass = Literal["http_error", "conn_error", "read_timeout", "stall_timeout", "parse_error", "server_error",
-                            "context_exceeded", "decode_error", "truncated_stream", "empty_output", "client_error"]
+RequestErrorClass = Literal["http_error", "conn_error", "read_timeout", "stall_timeout", "parse_error", "decode_error",
+                            "server_error", "context_exceeded", "truncated_stream", "empty_output", "client_error"]
 PointStatus = Literal["ok", "partial", "failed", "not_run"]
 TrialStatus = Literal["ok", "failed", "invalid", "skipped"]
-TrialErrorClass = Literal["refused", "startup_exit", "startup_oom", "startup_kv_pool", "startup_timeout", "probe_error",
+TrialErrorClass = Literal["refused", "startup_exit", "startup_kv_pool", "startup_oom", "startup_timeout", "probe_error",
                           "garbage_output", "empty_output", "nan_output", "server_crash", "server_hang",
                           "server_broken", "runtime_oom", "nccl_error", "cuda_error", "all_points_failed",
                           "context_exceeded", "external_unreachable", "env_dirty", "port_in_use", "actor_lost", "node_lost"]
@@ -81,6 +81,15 @@ class FailureClass:
     #: The effects of known failures (grid/twin/failures.py ``FAILURE_TABLE``: ``startup_crash``, ``nan_output``
     #: ...) a configuration recorded with this class may show: the report names such a failure as its known cause.
     known_effects: tuple[str, ...] = ()
+    #: Which classifier decides the class from the server's log, trying classes in the order of
+    #: :data:`FAILURE_CLASSES`: ``"startup_log"``, the log of a server that exited before ready
+    #: (:data:`STARTUP_LOG_CLASSES`, grid/server/process.py); ``"runtime_log"``, a line written while a load point
+    #: runs (grid/server/logparse.py ``runtime_error``). None: the trial decides it otherwise (the process, the probe,
+    #: the load points' outcome).
+    classifier: Literal["startup_log", "runtime_log"] | None = None
+    #: The line the twin writes for it when a fault makes it happen (grid/twin/faults.py; ``{total}``: the GPU's
+    #: memory in GiB), matched by one of :attr:`wordings` (tests/server/test_statuses.py).
+    twin_line: str | None = None
 
     def pattern(self) -> re.Pattern[str] | None:
         """One expression matching any of the class's wordings (None for a class without wordings)."""
@@ -143,15 +152,6 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                  "choice or combination); nothing launched"),
     FailureClass("startup_exit", "failed", "startup", "the server exited before it was ready",
                  known_effects=("startup_crash", "startup_oom")),
-    FailureClass("startup_oom", "failed", "startup", "the server exited before ready with a CUDA out of memory (or "
-                 "ROCm's HIP, Ascend's NPU out of memory) in its log: what was allocated at start (weights, KV pool, "
-                 "CUDA graphs) did not fit; lower mem_fraction_static or cuda_graph_max_bs, or use more GPUs",
-                 (_TORCH_OOM, _HIP_OOM, _NPU_OOM,
-                  Wording(r"out of memory|OutOfMemoryError", "RuntimeError: CUDA error: out of memory",
-                          "the CUDA runtime's cudaErrorMemoryAllocation text, as torch raises it"),
-                  Wording(r"Capture cuda graph failed", "Exception: Capture cuda graph failed: CUDA out of memory.",
-                          "SGLang cuda_graph_runner.py CUDA_GRAPH_CAPTURE_FAILED_MSG (0.5.9); sgl-project/sglang#4489")),
-                 known_effects=("startup_oom",)),
     FailureClass("startup_kv_pool", "failed", "startup", "the server exited before ready because no KV cache fits: "
                  "after the weights (and CUDA graphs) the memory fraction left nothing for the pool; raise "
                  "mem_fraction_static (vLLM: gpu_memory_utilization), or use more GPUs or a smaller model. The other "
@@ -167,7 +167,18 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                           "`gpu_memory_utilization` when initializing the engine.",
                           "vLLM vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory; vllm-project/vllm#27508",
                           ignore_case=False)),
-                 known_effects=("startup_crash",)),
+                 known_effects=("startup_crash",),
+                 classifier="startup_log"),
+    FailureClass("startup_oom", "failed", "startup", "the server exited before ready with a CUDA out of memory (or "
+                 "ROCm's HIP, Ascend's NPU out of memory) in its log: what was allocated at start (weights, KV pool, "
+                 "CUDA graphs) did not fit; lower mem_fraction_static or cuda_graph_max_bs, or use more GPUs",
+                 (_TORCH_OOM, _HIP_OOM, _NPU_OOM,
+                  Wording(r"out of memory|OutOfMemoryError", "RuntimeError: CUDA error: out of memory",
+                          "the CUDA runtime's cudaErrorMemoryAllocation text, as torch raises it"),
+                  Wording(r"Capture cuda graph failed", "Exception: Capture cuda graph failed: CUDA out of memory.",
+                          "SGLang cuda_graph_runner.py CUDA_GRAPH_CAPTURE_FAILED_MSG (0.5.9); sgl-project/sglang#4489")),
+                 known_effects=("startup_oom",),
+                 classifier="startup_log"),
     FailureClass("startup_timeout", "failed", "startup", "not ready within `engine.startup_timeout_s`",
                  known_effects=("startup_hang",)),
     FailureClass("probe_error", "failed", "probe", "the correctness probe's requests failed"),
@@ -182,7 +193,8 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                   Wording(r"probability tensor contains either `?inf`?, `?nan`?",
                           "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
                           "torch.multinomial's check of its input")),
-                 known_effects=("nan_output",)),
+                 known_effects=("nan_output",), classifier="runtime_log",
+                 twin_line="Detected errors during sampling! NaN in the logits."),
     FailureClass("server_crash", "failed", "load", "the server process exited during a load point (exit code in the "
                  "message)",
                  known_effects=("runtime_crash",)),
@@ -198,7 +210,11 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                  (_TORCH_OOM, _HIP_OOM, _NPU_OOM,
                   Wording(r"\b(?:Decode|Prefill) out of memory\b",
                           "RuntimeError: Decode out of memory. Try to lower your batch size.",
-                          "SGLang's KV-cache allocator (sgl-project/sglang#4602)", ignore_case=False))),
+                          "SGLang's KV-cache allocator (sgl-project/sglang#4602)", ignore_case=False)),
+                 classifier="runtime_log",
+                 twin_line="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                           "capacity of {total:.2f} GiB of which 1.06 GiB is free. Of the allocated memory 70.12 GiB "
+                           "is allocated by PyTorch."),
     FailureClass("nccl_error", "failed", "load", "as runtime_oom, with an NCCL error or a collective timeout in the "
                  "log",
                  (Wording(r"NCCL error|\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b",
@@ -213,7 +229,11 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                   Wording(r"Watchdog caught collective operation timeout",
                           "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
                           "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
-                          "ProcessGroupNCCL (sgl-project/sglang#3784)", ignore_case=False))),
+                          "ProcessGroupNCCL (sgl-project/sglang#3784)", ignore_case=False)),
+                 classifier="runtime_log",
+                 twin_line="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                           "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+                           "version 2.21.5"),
     FailureClass("cuda_error", "failed", "load", "as runtime_oom, with a CUDA error (illegal memory access, "
                  "device-side assert) in the log, or the same in ROCm's words (HIP error, HSA hardware exception, GPU "
                  "memory access fault)",
@@ -221,7 +241,8 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                           "RuntimeError: CUDA error: an illegal memory access was encountered",
                           "PyTorch's C10_CUDA_CHECK (sgl-project/sglang#4188: 'CUDA error: an illegal instruction was "
                           "encountered' under load)", ignore_case=False),
-                  _HIP_ERROR, _HSA_FAULT, _GPU_PAGE_FAULT)),
+                  _HIP_ERROR, _HSA_FAULT, _GPU_PAGE_FAULT),
+                 classifier="runtime_log", twin_line="RuntimeError: CUDA error: an illegal memory access was encountered"),
     FailureClass("all_points_failed", "failed", "load", "every load point failed on a server that still answered "
                  "(else the point's request class, e.g. stall_timeout when the timeout is shorter than the TTFT)"),
     FailureClass("context_exceeded", "invalid", "load", "every load point failed because the server refused its "
@@ -239,7 +260,8 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                  (Wording(r"error while attempting to bind on address|address already in use",
                           "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
                           "address already in use",
-                          "uvicorn's bind error (SGLang's HTTP server); sgl-project/sglang#9799"),)),
+                          "uvicorn's bind error (SGLang's HTTP server); sgl-project/sglang#9799"),),
+                 classifier="startup_log"),
     FailureClass("actor_lost", "skipped", "load", "the Ray actor that owns the node's server died (killed, its "
                  "worker crashed, its node was lost); points measured before are kept, the configuration runs again"),
     FailureClass("node_lost", "skipped", "load", "the Ray node the trial ran on left the cluster mid-trial (the "
@@ -255,7 +277,8 @@ TRIAL_CLASSES: dict[TrialErrorClass, TrialClass] = {c.name: TrialClass(c.status,
 
 #: The classes a server's log decides at start, in the order they are tried (the first that matches names a start
 #: that failed; none: ``startup_exit``).
-STARTUP_LOG_CLASSES: tuple[TrialErrorClass, ...] = ("startup_kv_pool", "startup_oom", "port_in_use")
+STARTUP_LOG_CLASSES: tuple[TrialErrorClass, ...] = tuple(c.name for c in FAILURE_CLASSES
+                                                          if c.classifier == "startup_log")
 
 
 def log_class(text: str, classes: tuple[TrialErrorClass, ...]) -> TrialErrorClass | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from grid.loadgen.records import ERROR_CLASSES
 from grid.metrics.loadpoint import METRIC_COLUMNS, SLO_COLUMNS
 from grid.metrics.request import request_metrics
 
@@ -80,8 +81,7 @@ REQUEST_COLUMNS: list[tuple[str, str, str, str]] = [
     ("stream", "bool", "flag", "the response was streamed"),
     ("status", "string", "", "ok | failed"),
     ("error_class", "string", "",
-     "why it failed: http_error, conn_error, read_timeout, stall_timeout, parse_error, server_error, "
-     "truncated_stream, empty_output, client_error; null when ok"),
+     f"why it failed: {', '.join(ERROR_CLASSES)} (the vocabulary below); null when ok"),
     ("error_message", "string", "", "error detail (truncated); null when ok"),
     ("http_status", "int32", "", "HTTP status code (null: no response)"),
     ("finish_reason", "string", "", "finish reason reported by the server (stop, length, abort, ...)"),

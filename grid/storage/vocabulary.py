@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grid.loadgen.records import REQUEST_ERROR_CLASSES
 from grid.server.statuses import (
     FAILURE_CLASS,
     FAILURE_CLASSES,
@@ -28,28 +29,7 @@ VOCABULARY: tuple[tuple[str, str, str], ...] = (
     # requests.status / error_class
     ("requests.status", "ok", "the request finished and produced at least one token"),
     ("requests.status", "failed", "the request failed; `error_class` says how"),
-    ("requests.error_class", "http_error", "the server answered with an HTTP status other than 200 (`http_status`)"),
-    ("requests.error_class", "conn_error", "connecting failed, or the connection broke (reset) mid-response"),
-    ("requests.error_class", "read_timeout", "no bytes for `load.read_timeout_s`"),
-    ("requests.error_class", "stall_timeout", "no new token for `load.stall_timeout_s` (counted from the send "
-                                              "until the first token)"),
-    ("requests.error_class", "parse_error", "an event (or the body) was not valid JSON of the expected shape"),
-    ("requests.error_class", "server_error", "the server reported an error inside the stream, or finished with "
-                                             "reason abort"),
-    ("requests.error_class", "context_exceeded", "the server refused the request as longer than its context length "
-                                                 "(input plus requested output), in an HTTP error or inside the "
-                                                 "stream: the workload's fault, not the server's. Wordings "
-                                                 "(grid/loadgen/records.py `CONTEXT_EXCEEDED`): SGLang "
-                                                 "srt/managers/tokenizer_manager.py, vLLM "
-                                                 "entrypoints/openai/serving_engine.py and v1/engine/processor.py, "
-                                                 "llama.cpp's server (exceed_context_size_error), the OpenAI API "
-                                                 "(context_length_exceeded)"),
-    ("requests.error_class", "decode_error", "the body was not valid UTF-8 (e.g. a multi-byte character cut off at "
-                                             "the end of the stream)"),
-    ("requests.error_class", "truncated_stream", "the stream ended with neither a `finish_reason` nor the [DONE] "
-                                                 "marker"),
-    ("requests.error_class", "empty_output", "the response carried no generated token"),
-    ("requests.error_class", "client_error", "an unexpected exception in grid's client (a bug in grid)"),
+    *(("requests.error_class", name, meaning) for name, meaning in REQUEST_ERROR_CLASSES.items()),
     # load_points.status
     ("load_points.status", "ok", "every measured request of the load point succeeded; only these points rank"),
     ("load_points.status", "partial", "some requests succeeded, some failed: the failures count against goodput and "

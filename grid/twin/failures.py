@@ -23,6 +23,7 @@ from grid.config.specs import HardwareSpec, ModelSpec
 from grid.twin.perf import PerfModel, ServingConfig
 from grid.versions import release_tuple
 from grid.releases.features import holds
+from grid.twin.logs import NAN_LINE
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ _CAPTURE_HINT = (
     "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
 )
 
-_NAN_LINE = "Detected errors during sampling! NaN in the logits."
+_NAN_LINE = NAN_LINE
 
 #: The failures only the twin's model can foresee (memory, NaN, hangs, one release's crash), written here.
 _WRITTEN_HERE: tuple[_Row, ...] = (

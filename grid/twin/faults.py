@@ -10,6 +10,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
+from grid.server.statuses import FAILURE_CLASSES
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -298,31 +300,20 @@ def reset(transport) -> None:
     transport.abort()
 
 
-#: Log lines per runtime error the twin can write (the messages grid/server/logparse.py RUNTIME_ERRORS names, with
-#: their sources there). ``{total}``: the GPU's memory in GiB.
+#: SGLang's scheduler line before the exception it died of (srt/managers/scheduler.py run_scheduler_process).
+SCHEDULER_EXCEPTION_LINE = "Scheduler hit an exception: Traceback (most recent call last):"
+#: Log lines per runtime error class the twin can write: the scheduler's line, then the class's own line
+#: (grid/server/statuses.py ``FailureClass.twin_line``, which its wordings match; ``{total}``: the GPU's memory in GiB).
+#: The classes that break the server (trial status ``failed``); NaN output is the failure table's (grid/twin/failures.py).
 RUNTIME_ERROR_LINES: dict[str, tuple[str, ...]] = {
-    "oom": (
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-        "{total:.2f} GiB of which 1.06 GiB is free. Of the allocated memory 70.12 GiB is allocated by PyTorch.",
-    ),
-    "nccl": (
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
-        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
-        "ncclUnhandledCudaError: Call to CUDA function failed.",
-    ),
-    "cuda": (
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        "RuntimeError: CUDA error: an illegal memory access was encountered",
-    ),
-}
+    c.name: (SCHEDULER_EXCEPTION_LINE, c.twin_line) for c in FAILURE_CLASSES
+    if c.classifier == "runtime_log" and c.status == "failed" and c.twin_line is not None}
 SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
 
 
 @register
 class RuntimeErrorAfterRequests(_AfterRequests):
-    """Injected ``{"kind": "runtime_error_after_requests", "after_requests": N, "error": "oom"|"nccl"|"cuda",
+    """Injected ``{"kind": "runtime_error_after_requests", "after_requests": N, "error": "runtime_oom"|"nccl_error"|"cuda_error",
     "then": "hang"|"exit", "exit_code": 1}``: once N requests have finished, the scheduler writes the error to the
     log (``RUNTIME_ERROR_LINES``) and dies. ``then: hang`` (default): the front end stays up with the port open and
     requests hang (sgl-project/sglang#435); ``then: exit``: SGLang's SIGQUIT line, then the process exits
@@ -332,7 +323,7 @@ class RuntimeErrorAfterRequests(_AfterRequests):
 
     def __init__(self, params, source="injected"):
         super().__init__(params, source)
-        self.error = str(params.get("error", "oom"))
+        self.error = str(params.get("error", "runtime_oom"))
         if self.error not in RUNTIME_ERROR_LINES:
             raise ValueError(f"runtime_error_after_requests: error={self.error!r}; allowed: "
                              f"{sorted(RUNTIME_ERROR_LINES)}")

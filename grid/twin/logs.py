@@ -18,6 +18,7 @@ from typing import Callable, TextIO
 
 from grid.twin.cli import Version, parse_version
 from grid.releases.features import holds
+from grid.server.statuses import FAILURE_CLASS
 
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50}
@@ -120,7 +121,8 @@ def graph_end_line(version: str | Version, *, elapsed: float, usage: float, avai
 
 
 READY_LINE = "The server is fired up and ready to roll!"
-NAN_LINE = "Detected errors during sampling! NaN in the logits."
+#: The line SGLang logs for NaN in the logits, as the class nan_output declares it (grid/server/statuses.py).
+NAN_LINE: str = FAILURE_CLASS["nan_output"].twin_line or ""
 
 
 def uvicorn(msg: str) -> str:

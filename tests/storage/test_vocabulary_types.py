@@ -33,7 +33,7 @@ def test_trial_classes_map_every_class_to_the_status_its_meaning_names():
     assert [c for c, k in TRIAL_CLASSES.items() if not k.charged] == [
         "external_unreachable", "env_dirty", "port_in_use", "actor_lost", "node_lost"]
     assert [c for c, k in TRIAL_CLASSES.items() if k.phase == "startup"] == [
-        "startup_exit", "startup_oom", "startup_kv_pool", "startup_timeout", "external_unreachable", "port_in_use"]
+        "startup_exit", "startup_kv_pool", "startup_oom", "startup_timeout", "external_unreachable", "port_in_use"]
     assert status_of("stall_timeout") == "failed" and status_of(None) == "failed"
     assert status_of("garbage_output") == "invalid" and status_of("node_lost") == "skipped"
 
@@ -54,7 +54,7 @@ def test_every_failure_class_is_declared_once_with_its_wordings():
             if c.name in RUNTIME_CLASSES:
                 assert runtime_error(w.example)[0] == c.name, w.example  # type: ignore[index]
     assert [c.name for c in FAILURE_CLASSES if c.wordings] == [
-        "startup_oom", "startup_kv_pool", "nan_output", "runtime_oom", "nccl_error", "cuda_error", "port_in_use"]
+        "startup_kv_pool", "startup_oom", "nan_output", "runtime_oom", "nccl_error", "cuda_error", "port_in_use"]
 
 
 def test_a_kv_pool_too_small_is_not_an_oom():
@@ -71,3 +71,30 @@ def test_a_kv_pool_too_small_is_not_an_oom():
     assert log_class("Received sigquit from a child process.", STARTUP_LOG_CLASSES) is None
     assert "raise mem_fraction_static" in FAILURE_CLASS["startup_kv_pool"].meaning
     assert "lower mem_fraction_static" in FAILURE_CLASS["startup_oom"].meaning
+
+
+def test_each_twin_line_is_matched_by_its_class_and_the_classifiers_lists_are_derived():
+    from grid.server.logparse import OUTPUT_ERROR_CLASSES, RUNTIME_CLASSES, runtime_error
+    from grid.server.statuses import FAILURE_CLASSES, STARTUP_LOG_CLASSES
+    from grid.twin.faults import RUNTIME_ERROR_LINES
+
+    lines = {c.name: c.twin_line.format(total=79.19) for c in FAILURE_CLASSES if c.twin_line is not None}
+    assert set(lines) == {"nan_output", "runtime_oom", "nccl_error", "cuda_error"}
+    for name, line in lines.items():
+        assert runtime_error(line) == (name, line)  # the log classifier names the class from the twin's own line
+    assert RUNTIME_CLASSES == ("nan_output", "runtime_oom", "nccl_error", "cuda_error")
+    assert STARTUP_LOG_CLASSES == ("startup_kv_pool", "startup_oom", "port_in_use")
+    assert OUTPUT_ERROR_CLASSES == {"nan_output"}
+    assert set(RUNTIME_ERROR_LINES) == {"runtime_oom", "nccl_error", "cuda_error"}  # what breaks the server
+
+
+def test_request_error_classes_are_declared_once():
+    import typing
+
+    from grid.loadgen.records import ERROR_CLASSES, REQUEST_ERROR_CLASSES
+    from grid.server.statuses import RequestErrorClass
+    from grid.storage.schema import REQUEST_COLUMNS
+
+    assert typing.get_args(RequestErrorClass) == ERROR_CLASSES == tuple(REQUEST_ERROR_CLASSES)
+    (desc,) = [d for name, _, _, d in REQUEST_COLUMNS if name == "error_class"]
+    assert all(c in desc for c in ERROR_CLASSES)

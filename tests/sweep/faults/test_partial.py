@@ -91,7 +91,7 @@ def test_429_under_load_on_a_healthy_server_stays_partial(tmp_path, trial):
 def test_cuda_oom_logged_during_load_is_runtime_oom_not_hang(tmp_path, trial):
     after = PROBE + (WARMUP + 4) + (WARMUP + 2)
     spec = make_spec(tmp_path, faults=[{"kind": "runtime_error_after_requests", "after_requests": after,
-                                        "error": "oom", "then": "hang"}])
+                                        "error": "runtime_oom", "then": "hang"}])
     plan, rows, session = trial(spec)
     assert [r["status"] for r in rows] == ["ok", "partial", "not_run"]
     assert {(r["trial_status"], r["trial_error_class"]) for r in rows} == {("failed", "runtime_oom")}
@@ -112,7 +112,7 @@ def test_cuda_oom_logged_during_load_is_runtime_oom_not_hang(tmp_path, trial):
 def test_nccl_error_then_exit_is_nccl_error(tmp_path, trial):
     after = PROBE + WARMUP + 2
     spec = make_spec(tmp_path, "load.concurrency=[1,2]", faults=[{"kind": "runtime_error_after_requests",
-                                                                  "after_requests": after, "error": "nccl",
+                                                                  "after_requests": after, "error": "nccl_error",
                                                                   "then": "exit", "exit_code": 1}])
     plan, rows, session = trial(spec)
     assert [r["status"] for r in rows] == ["partial", "not_run"]
