@@ -71,6 +71,10 @@ RELEASES = [".".join(map(str, parse_version(r))) for r in catalog.releases()]
 def test_every_requirement_rule_has_its_row():
     assert set(LINKED) >= {"fa3_needs_sm90", "aiter_needs_rocm", "trtllm_dsa_needs_sm100"}
     assert {r.name for r in RULES if r.stage == "requirement" and r.hardware[0].vendor != "cpu"} == set(LINKED)
+    # a start failure on GPUs is one the twin must show too: every such rule declares its twin failure (today every
+    # start rule is of the CPU host, which the twin does not play)
+    gpu_start = {r.name for r in RULES if r.stage == "start" and any(h.vendor != "cpu" for h in r.hardware)}
+    assert gpu_start <= set(LINKED)
     rows = {row.id: row for row in FAILURE_TABLE}
     for rule in RULES:
         if rule.twin_failure is not None:  # the row is the rule's: its source, and SGLang's words in its log line
