@@ -122,7 +122,14 @@ def graph_end_line(version: str | Version, *, elapsed: float, usage: float, avai
 
 READY_LINE = "The server is fired up and ready to roll!"
 #: The line SGLang logs for NaN in the logits, as the class nan_output declares it (grid/server/statuses.py).
-NAN_LINE: str = FAILURE_CLASS["nan_output"].twin_line or ""
+def _declared_line(name: str) -> str:
+    line = FAILURE_CLASS[name].twin_line
+    if line is None:
+        raise KeyError(f"failure class {name!r} declares no twin_line (grid/server/statuses.py)")
+    return line
+
+
+NAN_LINE: str = _declared_line("nan_output")
 
 
 def uvicorn(msg: str) -> str:
