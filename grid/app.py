@@ -26,6 +26,7 @@ from rich.console import Console
 from grid.compose import command_line_load_wins, load_run_spec
 from grid.config.schema import ConfigError, RunSpec
 from grid.engines.base import EngineUnavailable
+from grid.storage.rows import JudgedPointRow, LoadPointRow
 
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -76,12 +77,12 @@ def report(spec: RunSpec, console: Console) -> list:
     from grid.search.summary import write as write_summary_json
     from grid.report.select import behind_note, rank, rejudge, unmeasured_note
     from grid.storage.summary import read_record
-    from grid.storage.parquet import read_table
+    from grid.storage.parquet import read_points, read_table
     from grid.sweep.space import expand
 
     plans = expand(spec)
     wanted = {p.config_hash for p in plans}
-    stored = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if r["config_hash"] in wanted]
+    stored = read_points(spec.run_dir, wanted)
     requests = [r for r in read_table(spec.run_dir, "requests", list(REQUEST_COLUMNS)).to_pylist()
                 if r["config_hash"] in wanted]
     rows = rejudge(stored, requests, spec.objective.slo)
@@ -97,7 +98,7 @@ def report(spec: RunSpec, console: Console) -> list:
     notes = [n for n in (behind_note(stored), metrics_names_note(rows),
                          early_stop_note(stored, spec.hardware.total_gpus), calibration_note(spec.run_dir)) if n] \
         + search_notes(searched, left_out)
-    skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r.get("probe_status") == "skipped"})
+    skipped_probe = sorted({r["label"] or r["config_hash"] for r in stored if r["probe_status"] == "skipped"})
     if skipped_probe:
         notes.append(f"The correctness probe was skipped (probe.enabled=false) for {len(skipped_probe)} "
                      f"configuration{'s' if len(skipped_probe) != 1 else ''} ({', '.join(skipped_probe)}): their "
@@ -135,18 +136,18 @@ def search_notes(searched: dict, left_out: set[str]) -> list[str]:
     return notes
 
 
-def early_stop_note(rows: list[dict], gpu_count: int) -> str | None:
+def early_stop_note(rows: Sequence[LoadPointRow], gpu_count: int) -> str | None:
     """The report's note on early stopping across load levels (grid/search/levels.py): how many load points it
     skipped, of how many configurations, by rule, and the GPU-seconds saved (the twin's forecast durations times
     ``gpu_count``); None when it skipped nothing. Pure."""
     from grid.search.levels import EARLY_STOP_SLO, EARLY_STOP_TWIN
 
-    stopped = [r for r in rows if r.get("status") == "not_run" and r.get("error_class") in (EARLY_STOP_SLO,
+    stopped = [r for r in rows if r["status"] == "not_run" and r["error_class"] in (EARLY_STOP_SLO,
                                                                                               EARLY_STOP_TWIN)]
     if not stopped:
         return None
     by = {c: sum(r["error_class"] == c for r in stopped) for c in (EARLY_STOP_SLO, EARLY_STOP_TWIN)}
-    saved = sum(r.get("forecast_duration_s") or 0.0 for r in stopped) * gpu_count
+    saved = sum(r["forecast_duration_s"] or 0.0 for r in stopped) * gpu_count
     configs = len({r["config_hash"] for r in stopped})
     rules = "; ".join(text for text in (
         f"{by[EARLY_STOP_SLO]} after a lower level missed the SLOs" if by[EARLY_STOP_SLO] else "",
@@ -158,7 +159,7 @@ def early_stop_note(rows: list[dict], gpu_count: int) -> str | None:
             "every level)")
 
 
-def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, searched: dict,
+def run_summary(spec: RunSpec, rows: Sequence[JudgedPointRow], verdicts: list, plans: list, searched: dict,
                 left_out: set[str]) -> dict:
     """What ``summary.json`` holds (grid/search/summary.py): startups that never finished are costed with the twin's
     modelled startup, and each launch's pre-run estimate is the twin's forecast the plan summed."""
@@ -166,8 +167,8 @@ def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, se
     from grid.search.forecastability import no_forecast
     from grid.search.predict import forecast
 
-    launched = {r["config_hash"] for r in rows if r.get("trial_error_class") != "refused"}
-    unready = {r["config_hash"] for r in rows if r.get("startup_s") is None and r.get("trial_error_class") != "refused"}
+    launched = {r["config_hash"] for r in rows if r["trial_error_class"] != "refused"}
+    unready = {r["config_hash"] for r in rows if r["startup_s"] is None and r["trial_error_class"] != "refused"}
     modelled, estimated = {}, {}
     for p in plans:
         blocked = no_forecast(spec, [p.load], calibrated=True)  # the plan's estimate is the spec-sheet twin's
@@ -177,7 +178,7 @@ def run_summary(spec: RunSpec, rows: list[dict], verdicts: list, plans: list, se
                 modelled[p.config_hash] = f.startup_s if f else 0.0
             if f is not None and blocked is None:  # the plan gave no estimate for a load it cannot replay
                 estimated[p.config_hash] = f.gpu_s
-    refused = len({r["config_hash"] for r in rows if r.get("trial_error_class") == "refused"})
+    refused = len({r["config_hash"] for r in rows if r["trial_error_class"] == "refused"})
     return summary.summarize(
         rows, verdicts, objective=spec.objective.kind, search=spec.search.kind, gpu_count=spec.hardware.total_gpus,
         configurations=len(plans), refused=refused, known_to_fail=len(searched.get("known_to_fail", {})),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from grid.report.compare import compare, markdown
-from grid.storage.parquet import read_table, table_dir
+from grid.storage.parquet import read_points, table_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         if not any(table_dir(run, "load_points").glob("*.parquet")):
             print(f"{run}: no parquet/load_points/*.parquet here (not a grid run directory?)", file=sys.stderr)
             return 2
-    rows = [read_table(run, "load_points").to_pylist() for run in (args.run_a, args.run_b)]
+    rows = [read_points(run) for run in (args.run_a, args.run_b)]
     text = markdown(compare(*rows), str(args.run_a), str(args.run_b))
     print(text, end="")
     if args.out:

@@ -1,5 +1,5 @@
-"""docs/schema.md, generated: ``python -m grid.docs`` rewrites it (tests/storage/test_schema.py fails while it is
-stale).
+"""docs/schema.md and grid/storage/rows.py, generated: ``python -m grid.docs`` rewrites them
+(tests/storage/test_schema.py fails while either is stale).
 
 It joins what lives in several layers: the Arrow schemas, summary.json and the status and error-class table
 (grid/storage: ``describe_schema``, whose class rows come from grid/server/statuses.py ``FAILURE_CLASSES``), the
@@ -16,10 +16,12 @@ from grid.report.select import describe_objectives
 from grid.search.calibration import describe_file as describe_calibration
 from grid.search.measured import describe_search_file
 from grid.search.plan import describe_cost
-from grid.storage.schema import describe_schema
+from grid.storage.schema import describe_schema, rows_module
 
 #: Where the generated file lives in a source checkout.
 SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "schema.md"
+#: The typed load-point row generated from the schema (grid.storage.schema.rows_module).
+ROWS_MODULE = Path(__file__).resolve().parent / "storage" / "rows.py"
 
 SCHEMA_DOC_HEADER = """# Parquet schema
 
@@ -81,9 +83,10 @@ def schema_doc() -> str:
 
 
 def main() -> None:
-    """Rewrite docs/schema.md and say where."""
+    """Rewrite docs/schema.md and grid/storage/rows.py and say where."""
     SCHEMA_DOC.write_text(schema_doc())
-    print(f"wrote {SCHEMA_DOC}")
+    ROWS_MODULE.write_text(rows_module())
+    print(f"wrote {SCHEMA_DOC} and {ROWS_MODULE}")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from typing import Any, Callable
 from rich.table import Table
 
 from grid.config.schema import RunSpec
+from grid.storage.rows import JudgedPointRow
 
-EXPERIMENTS: dict[str, Callable[[RunSpec, list[dict], Any], Path]] = {}
+EXPERIMENTS: dict[str, Callable[[RunSpec, Sequence[JudgedPointRow], Any], Path]] = {}
 
 
 def register(kind: str):
@@ -26,7 +27,7 @@ def register(kind: str):
     return deco
 
 
-def run_experiment(spec: RunSpec, rows: list[dict], console) -> Path:
+def run_experiment(spec: RunSpec, rows: Sequence[JudgedPointRow], console) -> Path:
     kind = (spec.experiment or {}).get("kind")
     if kind not in EXPERIMENTS:
         raise ValueError(f"experiment.kind={kind!r}; allowed: {', '.join(sorted(EXPERIMENTS))}")

@@ -22,6 +22,7 @@ from ray import tune
 from grid.cluster.node import node_columns
 from grid.server.statuses import status_of
 from grid.storage.parquet import write_trial
+from grid.storage.rows import LoadPointRow
 from grid.storage.schema import load_point_row
 
 
@@ -44,7 +45,7 @@ def node_alive(node_id: str | None, wait_s: float = 0.0) -> bool:
         time.sleep(0.5)
 
 
-def node_lost_rows(spec, plan, marker: dict, message: str) -> list[dict]:
+def node_lost_rows(spec, plan, marker: dict, message: str) -> list[LoadPointRow]:
     """The load-point rows of a configuration whose node was lost: every point ``not_run``, trial ``skipped`` /
     ``node_lost``, with the node it ran on. Pure."""
     from grid.plan import load_points

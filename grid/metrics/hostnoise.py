@@ -81,7 +81,7 @@ def noise_text(row: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def all_host_noise(rows: list[Mapping[str, Any]]) -> bool:
+def all_host_noise(rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a configuration's measured load points (``ok`` / ``partial`` rows) were all host noise: nothing of it
     counts (False when it measured none)."""
     measured = [r for r in rows if r.get("status") in ("ok", "partial")]

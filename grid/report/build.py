@@ -9,6 +9,8 @@ it used beside them, and says so, instead of rewriting the measurements.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,17 +25,19 @@ from grid.report.lead import lead_lines, sweep_base
 from grid.report.pareto import fronts as pareto_fronts
 from grid.report.render import markdown, plot, print_report
 from grid.report.select import OBJECTIVES, Verdict, slo_text
+from grid.storage.rows import JudgedPointRow
+from grid.storage.schema import point_value
 
 REJUDGED_PATH = Path("parquet") / "rejudged" / "rejudged.parquet"
 
 
-def rejudged_rows(rows: list[dict], objective_kind: str) -> list[dict]:
+def rejudged_rows(rows: Sequence[JudgedPointRow], objective_kind: str) -> list[dict]:
     """The rows of ``REJUDGED_SCHEMA``: per load point its key and the SLO values the report judged it by."""
     keys = ("config_hash", "point_index", *SLO_COLUMNS, *SLO_LATENCY_KEYS.values(), "slo_unjudged")
-    return [{**{k: r.get(k) for k in keys}, "objective_kind": objective_kind} for r in rows]
+    return [{**{k: point_value(r, k) for k in keys}, "objective_kind": objective_kind} for r in rows]
 
 
-def write_rejudged(run_dir: str | Path, rows: list[dict], objective_kind: str) -> Path:
+def write_rejudged(run_dir: str | Path, rows: Sequence[JudgedPointRow], objective_kind: str) -> Path:
     from grid.storage.parquet import write_atomic
     from grid.storage.schema import REJUDGED_SCHEMA
 
@@ -50,7 +54,7 @@ def rejudge_note(spec: RunSpec) -> str:
             "point was measured under.")
 
 
-def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
+def accuracy_notes(spec: RunSpec, rows: Sequence[JudgedPointRow]) -> list[str]:
     """What the accuracy guard measured (grid/accuracy), or [] when it did not run."""
     from grid.accuracy import prompts
     from grid.report.select import accuracy_gate
@@ -58,7 +62,7 @@ def accuracy_notes(spec: RunSpec, rows: list[dict]) -> list[str]:
     baseline, source, gated = accuracy_gate(rows, spec.accuracy.max_drop)
     if baseline is None:
         return []
-    shares = {r["config_hash"]: r["accuracy_exact_match"] for r in rows if r.get("accuracy_exact_match") is not None}
+    shares = {r["config_hash"]: r["accuracy_exact_match"] for r in rows if r["accuracy_exact_match"] is not None}
     low, high = min(shares.values()) * 100, max(shares.values()) * 100
     span = f"{low:.0f}%" if low == high else f"{low:.0f}-{high:.0f}%"
     gate = (f"{len(gated)} more than {spec.accuracy.max_drop * 100:g} points below it (less_accurate: cannot win)"
@@ -87,7 +91,7 @@ class Report:
     deploy: dict[str, str] = field(default_factory=dict)  # the best's deployment files (grid/report/deploy.py)
 
 
-def assemble(spec: RunSpec, verdicts: list[Verdict], rows: list[dict], plans: list, notes: list[str],
+def assemble(spec: RunSpec, verdicts: list[Verdict], rows: Sequence[JudgedPointRow], plans: list, notes: list[str],
              headline: list[str] | None = None, searched: dict | None = None) -> Report:
     """Everything the report says, from the ranked ``verdicts`` and re-judged ``rows`` (see module docstring).
     ``notes``: caveats (listed after the answer); ``headline``: what qualifies the answer itself (shown above it);
@@ -134,7 +138,7 @@ def topology_lines(spec: RunSpec, verdicts: list[Verdict], plans: list, deployme
     return out + ([line] if line else [])
 
 
-def write(spec: RunSpec, rep: Report, rows: list[dict], console) -> list[str]:
+def write(spec: RunSpec, rep: Report, rows: Sequence[JudgedPointRow], console) -> list[str]:
     """Print the report and write its files into ``spec.run_dir``. Returns the names of the files written."""
     run_dir = Path(spec.run_dir)
     title = f"grid: {spec.name}"

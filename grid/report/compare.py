@@ -86,15 +86,15 @@ def load_shape_differences(rows_a: list[Mapping[str, Any]], rows_b: list[Mapping
     measured on ok load points, the set of its values in A and in B when they differ, and the number of repeats
     of a load level (``repeat_index`` + 1, ``load.repeats``). Columns a run did not record (older rows) are skipped.
     Empty when both runs were measured alike."""
-    ok_a = [r for r in rows_a if r.get("status") == "ok"] or list(rows_a)
-    ok_b = [r for r in rows_b if r.get("status") == "ok"] or list(rows_b)
+    ok_a = [r for r in rows_a if r["status"] == "ok"] or list(rows_a)
+    ok_b = [r for r in rows_b if r["status"] == "ok"] or list(rows_b)
     out = []
     for column, name in LOAD_SHAPE_COLUMNS.items():
         va, vb = _shape_values(ok_a, column), _shape_values(ok_b, column)
         if va and vb and va != vb:
             out.append(f"{name}: A {', '.join(map(str, va))}; B {', '.join(map(str, vb))}")
-    reps_a = max(((r.get("repeat_index") or 0) + 1 for r in ok_a), default=1)
-    reps_b = max(((r.get("repeat_index") or 0) + 1 for r in ok_b), default=1)
+    reps_a = max(((r["repeat_index"] or 0) + 1 for r in ok_a), default=1)
+    reps_b = max(((r["repeat_index"] or 0) + 1 for r in ok_b), default=1)
     if reps_a != reps_b:
         out.append(f"repeats per load level (load.repeats): A {reps_a}; B {reps_b}")
     return out
@@ -103,7 +103,7 @@ def load_shape_differences(rows_a: list[Mapping[str, Any]], rows_b: list[Mapping
 def default_threshold(metric: str, *points: list[Mapping[str, Any]]) -> float:
     """``DEFAULT_THRESHOLD_PERCENT`` of ``metric`` for load points measured as ``points`` (lists of rows): the steady
     state's when every row is ``window_kind`` ``steady_state``, else the whole-request one (older rows have none)."""
-    steady = all(p.get("window_kind") == "steady_state" for group in points for p in group)
+    steady = all(p["window_kind"] == "steady_state" for group in points for p in group)
     return DEFAULT_THRESHOLD_PERCENT["steady_state" if steady else "all_requests"][metric]
 
 
@@ -171,7 +171,7 @@ def _by_config(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str,
 
 
 def _settings(rows: list[Mapping[str, Any]]) -> str:
-    return json.dumps(json.loads(rows[0].get("config_json") or "{}"), sort_keys=True)
+    return json.dumps(json.loads(rows[0]["config_json"] or "{}"), sort_keys=True)
 
 
 def match_configs(a: dict[str, list], b: dict[str, list]) -> list[tuple[str | None, str | None, str]]:
@@ -197,9 +197,9 @@ def _points(rows: list[Mapping[str, Any]]) -> dict[tuple[str, float], list[Mappi
     """ok load points of an ok trial by (kind, level), in ``repeat_index`` order; more than one per key are
     repeats."""
     out: dict[tuple[str, float], list[Mapping[str, Any]]] = {}
-    for r in sorted(rows, key=lambda r: (r.get("repeat_index") or 0, r.get("point_index") or 0)):
-        if r.get("trial_status") == "ok" and r.get("status") == "ok":
-            out.setdefault((r.get("point_kind") or "", r["point_value"]), []).append(r)
+    for r in sorted(rows, key=lambda r: (r["repeat_index"] or 0, r["point_index"] or 0)):
+        if r["trial_status"] == "ok" and r["status"] == "ok":
+            out.setdefault((r["point_kind"] or "", r["point_value"]), []).append(r)
     return out
 
 
@@ -259,7 +259,7 @@ def compare(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapping[str, A
                                               source, verdict, len(va), len(vb)))
         configs.append(c)
     configs.sort(key=lambda c: c.label)
-    versions = [sorted({r.get("engine_version") or "?" for rows in x.values() for r in rows}) for x in (a, b)]
+    versions = [sorted({r["engine_version"] or "?" for rows in x.values() for r in rows}) for x in (a, b)]
     return Comparison(versions[0], versions[1], configs, bool(run_spread), load_shape_differences(rows_a, rows_b))
 
 

@@ -64,15 +64,15 @@ def window_line(rows: Sequence[Mapping[str, Any]], twin: bool = True) -> str | N
     """What the steady-state windows of the measured closed-loop points were (their ``window_kind``,
     ``duration_s``, ``warmup_requests_run``, ``tail_requests_run`` columns), in the twin's modelled time when
     ``twin`` else in real time; None without any."""
-    steady = [r for r in rows if r.get("window_kind") == "steady_state" and r.get("duration_s") is not None]
+    steady = [r for r in rows if r["window_kind"] == "steady_state" and r["duration_s"] is not None]
     if not steady:
         return None
     parts = [f"{len(steady)} closed-loop point{'s' if len(steady) != 1 else ''} measured in steady state",
              f"window {_span([r['duration_s'] for r in steady], '{:.3g}')} s"]
-    warm = [r["warmup_requests_run"] for r in steady if r.get("warmup_requests_run") is not None]
+    warm = [r["warmup_requests_run"] for r in steady if r["warmup_requests_run"] is not None]
     if warm:
         parts.append(f"{_span(warm)} warm-up requests per point before it")
-    tail = [r["tail_requests_run"] for r in steady if r.get("tail_requests_run") is not None]
+    tail = [r["tail_requests_run"] for r in steady if r["tail_requests_run"] is not None]
     if tail:
         parts.append(f"{_span(tail)} tail requests per point after the measured ones")
     return "Measured windows: " + ", ".join(parts) + (" (modelled time)" if twin else "")
@@ -92,7 +92,7 @@ def repeats_line(repeats: int) -> str:
 def measured_identity(rows: Sequence[Mapping[str, Any]]) -> ServerIdentity | None:
     """The server the run's load points measured (the first row's ``engine_version``, typed), or None when no row
     records one."""
-    return next((ServerIdentity.parse(r["engine_version"]) for r in rows if r.get("engine_version")), None)
+    return next((ServerIdentity.parse(r["engine_version"]) for r in rows if r["engine_version"]), None)
 
 
 def _server_words(labels: Sequence[str]) -> str:
@@ -112,7 +112,7 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     ``grid.sweep.space.expand(spec)`` (each configuration's load; default: ``spec.load``).
     """
     hw = spec.hardware
-    versions = _distinct(r.get("engine_version") for r in rows) or [spec.version]
+    versions = _distinct(r["engine_version"] for r in rows) or [spec.version]
     engine = spec.engine.kind
     words = ENGINE_WORDS.get(engine, engine)
     if engine_class(engine).external:
@@ -152,11 +152,11 @@ def measured_lines(spec: RunSpec, rows: Sequence[Mapping[str, Any]], plans: list
     window = window_line(rows, engine_class(engine).twin)
     if window:
         lines.append(window)
-    counts = [r["num_prompts"] for r in rows if r.get("num_prompts") and r.get("status") != "not_run"]
+    counts = [r["num_prompts"] for r in rows if r["num_prompts"] and r["status"] != "not_run"]
     if counts:
         lines.append(f"Requests measured per load point: {min(counts)}" +
                      (f"-{max(counts)}" if max(counts) != min(counts) else ""))
-    scales = _distinct(r.get("time_scale") for r in rows)
+    scales = _distinct(r["time_scale"] for r in rows)
     if engine_class(engine).twin and spec.engine.clock == "virtual":
         lines.append("Time: the twin's virtual clock (engine.clock=virtual): every ms and per-second value is modelled "
                      "time, a function of the configuration, the load and its seed, not of the host (README, 'The "
@@ -185,7 +185,7 @@ def _sglang_engine(spec: RunSpec, verdict: Verdict):
     cls = engine_class(spec.engine.kind)
     if cls.external or cls.dialect.name != "sglang" or not verdict.rows:
         return None  # another family's launched server: its own engine's command is the one recorded
-    version = ServerIdentity.parse(verdict.rows[0].get("engine_version") or spec.version).sglang_version
+    version = ServerIdentity.parse(verdict.rows[0]["engine_version"] or spec.version).sglang_version
     if version is None:
         return None  # the server measured is not an SGLang release: no SGLang command line describes it
     model = spec.model.model_copy(update={"path": spec.model.path or f"/path/to/{spec.model.name}"})
@@ -377,9 +377,9 @@ def known_causes(spec: RunSpec, verdict: Verdict) -> list[Cause]:
     from grid.twin.perf_of_flags import perf_model
     from grid.twin.failures import find_failures
 
-    row = verdict.rows[0] if verdict.rows else {}
-    cls = row.get("trial_error_class")
-    version = ServerIdentity.parse(row.get("engine_version") or spec.version).sglang_version
+    row = verdict.rows[0] if verdict.rows else None
+    cls = row["trial_error_class"] if row else None
+    version = ServerIdentity.parse((row and row["engine_version"]) or spec.version).sglang_version
     if version is None:  # the failure table is of SGLang's releases
         return []
     try:

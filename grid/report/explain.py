@@ -48,7 +48,7 @@ class FailureGroup:
     @property
     def log_tail(self) -> str:
         """The first non-empty server log tail of the group ("" when none was recorded)."""
-        return next((v.rows[0].get("log_tail") or "" for v in self.verdicts if v.rows and v.rows[0].get("log_tail")),
+        return next((v.rows[0]["log_tail"] or "" for v in self.verdicts if v.rows and v.rows[0]["log_tail"]),
                     "")
 
     def pattern_text(self) -> str:
@@ -103,12 +103,12 @@ def normalize_message(text: str) -> str:
 def failure_message(row: Mapping[str, Any]) -> str:
     """What a failed trial says: the server log's error headline (``ModuleNotFoundError: No module named 'aiter'``),
     else grid's ``trial_error_message``, else "" (``grid.server.logparse.error_headline``)."""
-    return error_headline(row.get("log_tail")) or row.get("trial_error_message") or ""
+    return error_headline(row["log_tail"]) or row["trial_error_message"] or ""
 
 
 def settings_of(v: Verdict) -> dict[str, Any]:
     """The configuration's settings (``config_json`` of its first row; {} when not recorded)."""
-    text = v.rows[0].get("config_json") if v.rows else None
+    text = v.rows[0]["config_json"] if v.rows else None
     return json.loads(text) if text else {}
 
 
@@ -189,7 +189,7 @@ def group_failures(verdicts: list[Verdict],
         if v.outcome not in ("failed", "invalid") or not v.rows:
             continue
         row = v.rows[0]
-        key = (row.get("trial_status") or v.outcome, row.get("trial_error_class") or "unknown",
+        key = (row["trial_status"] or v.outcome, row["trial_error_class"] or "unknown",
                normalize_message(failure_message(row)))
         groups.setdefault(key, []).append(v)
     varied = varied_settings(verdicts)

@@ -71,7 +71,7 @@ def _png(fig) -> str:
 
 
 def _measured(v: Verdict, kind: str, key: str) -> list[Mapping[str, Any]]:
-    return [r for r in v.rows if r.get("point_kind") == kind and r.get(key) is not None and r.get("status") == "ok"]
+    return [r for r in v.rows if r["point_kind"] == kind and r.get(key) is not None and r["status"] == "ok"]
 
 
 def _style(v: Verdict) -> dict:
@@ -106,7 +106,7 @@ def throughput_figure(verdicts: list[Verdict], y: str = "output_tok_per_s") -> s
 
 def latency_figure(verdicts: list[Verdict]) -> str | None:
     """TTFT and TPOT at p50 and p99 (modelled ms) vs load level per configuration (2 x 2 panels)."""
-    if not any(r.get("tpot_median_ms") is not None or r.get("ttft_median_ms") is not None
+    if not any(r["tpot_median_ms"] is not None or r["ttft_median_ms"] is not None
                for v in verdicts for r in v.rows):
         return None
     plt = _pyplot()
@@ -170,18 +170,20 @@ def timeline_spans(verdicts: list[Verdict]) -> list[Span]:
     seconds before it finished. Times are real seconds since the earliest event, in row order."""
     raw: list[tuple[str, str, int, int, str]] = []
     for v in verdicts:
-        first = v.rows[0] if v.rows else {}
-        if first.get("launch_unix_ns") and first.get("ready_unix_ns"):
-            what = "launch" if first.get("trial_status") == "ok" else "failed"
+        if not v.rows:
+            continue
+        first = v.rows[0]
+        if first["launch_unix_ns"] and first["ready_unix_ns"]:
+            what = "launch" if first["trial_status"] == "ok" else "failed"
             raw.append((v.label, what, first["launch_unix_ns"], first["ready_unix_ns"],
-                        first.get("trial_error_class") or ""))
+                        first["trial_error_class"] or ""))
         for r in v.rows:
-            end = r.get("finished_unix_ns")
-            if r.get("status") == "not_run" or not end:
+            end = r["finished_unix_ns"]
+            if r["status"] == "not_run" or not end:
                 continue
-            start = r.get("started_unix_ns")
-            if start is None and r.get("duration_s") is not None:
-                start = end - int(r["duration_s"] / (r.get("time_scale") or 1.0) * 1e9)
+            start = r["started_unix_ns"]
+            if start is None and r["duration_s"] is not None:
+                start = end - int(r["duration_s"] / (r["time_scale"] or 1.0) * 1e9)
             if start is not None:
                 raw.append((v.label, "load point", start, end, level_name(r)))
     if not raw:

@@ -52,7 +52,7 @@ def dominates(a: Mapping[str, Any], b: Mapping[str, Any], x: str, y: str) -> boo
 
 def level_key(row: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """(config_hash, point_kind, point_value): what the repeats of one load level share."""
-    return row["config_hash"], row.get("point_kind"), row["point_value"]
+    return row["config_hash"], row["point_kind"], row["point_value"]
 
 
 def level_means(rows: Iterable[Mapping[str, Any]], keys: Iterable[str]) -> list[dict[str, Any]]:
@@ -66,7 +66,7 @@ def level_means(rows: Iterable[Mapping[str, Any]], keys: Iterable[str]) -> list[
         levels.setdefault(level_key(r), []).append(r)
     out = []
     for reps in levels.values():
-        reps = sorted(reps, key=lambda r: (r.get("repeat_index") or 0, r.get("point_index") or 0))
+        reps = sorted(reps, key=lambda r: (r["repeat_index"] or 0, r["point_index"] or 0))
         row = {**reps[0], "repeats": sum(r.get("repeats", 1) for r in reps)}
         for k in keys:
             vals = [r[k] for r in reps if r.get(k) is not None]
@@ -78,8 +78,8 @@ def level_means(rows: Iterable[Mapping[str, Any]], keys: Iterable[str]) -> list[
 def candidates(rows: Iterable[Mapping[str, Any]], x: str, y: str) -> list[dict[str, Any]]:
     """Load levels that can be on a front: trial ``ok``, every repeat of the level that ran (status not ``not_run``)
     ``ok`` with both ``x`` and ``y`` measured; one row per level, ``x`` and ``y`` the means over its repeats (:func:`level_means`)."""
-    rows = [r for r in rows if r.get("trial_status") == "ok" and r.get("status") != "not_run"]
-    broken = {level_key(r) for r in rows if r.get("status") != "ok" or r.get(x) is None or r.get(y) is None}
+    rows = [r for r in rows if r["trial_status"] == "ok" and r["status"] != "not_run"]
+    broken = {level_key(r) for r in rows if r["status"] != "ok" or r.get(x) is None or r.get(y) is None}
     return level_means([r for r in rows if level_key(r) not in broken], (x, y))
 
 
@@ -160,7 +160,7 @@ def level_series(rows: Iterable[Mapping[str, Any]], key: str,
     ``point_kind`` is ``kind`` (pure). With one repeat min = mean = max."""
     levels: dict[float, list[float]] = {}
     for r in rows:
-        if r.get("status") == "ok" and r.get(key) is not None and (kind is None or r.get("point_kind") == kind):
+        if r["status"] == "ok" and r.get(key) is not None and (kind is None or r["point_kind"] == kind):
             levels.setdefault(r["point_value"], []).append(r[key])
     return [(lv, sum(v) / len(v), min(v), max(v)) for lv, v in sorted(levels.items())]
 

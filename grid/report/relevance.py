@@ -90,7 +90,7 @@ def notes(verdicts: Iterable[Verdict], swept: Mapping[str, Sequence[Any]] | None
     more than one value: a search that measured one configuration of several still says its load could not tell
     them apart."""
     verdicts = list(verdicts)
-    rows = [r for v in verdicts for r in v.rows if r.get("status") == "ok" and r.get("trial_status") == "ok"]
+    rows = [r for v in verdicts for r in v.rows if r["status"] == "ok" and r["trial_status"] == "ok"]
     if not rows:
         return []
     varied = {k: sorted({v for v in by_hash.values() if v is not None}, key=str)
@@ -118,11 +118,11 @@ def _early_stopped_levels(verdicts: Sequence[Verdict]) -> list[str]:
     """The load levels (``1.5 req/s``) no configuration measured because early stopping skipped them (rows
     ``not_run`` with an ``early_stop_*`` error class, grid/search/levels.py), in level order: the load a note asks
     for may be in the sweep already."""
-    measured = {(r.get("point_kind"), r.get("point_value")) for v in verdicts for r in v.rows
-                if r.get("status") == "ok"}
-    skipped = {(r.get("point_kind"), r.get("point_value")): r for v in verdicts for r in v.rows
-               if r.get("status") == "not_run" and str(r.get("error_class") or "").startswith("early_stop")
-               and r.get("point_value") is not None}
+    measured = {(r["point_kind"], r["point_value"]) for v in verdicts for r in v.rows
+                if r["status"] == "ok"}
+    skipped = {(r["point_kind"], r["point_value"]): r for v in verdicts for r in v.rows
+               if r["status"] == "not_run" and str(r["error_class"] or "").startswith("early_stop")
+               and r["point_value"] is not None}
     return [level_name(skipped[k]) for k in sorted(set(skipped) - measured, key=lambda k: (str(k[0]), k[1]))]
 
 

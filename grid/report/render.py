@@ -6,6 +6,8 @@ values re-judged for the current objective by grid.report.select.rejudge); nothi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,8 @@ from grid.config.schema import DEFAULT_TAIL_PERCENTILE, requests_for_tail
 from grid.plan import level_name
 from grid.report.pareto import draw_series, level_series
 from grid.report.select import Verdict
+from grid.storage.rows import JudgedPointRow
+from grid.storage.schema import point_value
 
 POINT_COLUMNS = (
     ("level", "point_value", "{:g}"),
@@ -40,7 +44,7 @@ CONSOLE_HEADERS = {"point_value": "level", "status": "status", "output_tok_per_s
                    "concurrency_mean": "mean\nconc."}  # req/s only in report.md
 
 
-def fmt(row: dict, key: str, pattern: str) -> str:
+def fmt(row: Mapping[str, Any], key: str, pattern: str) -> str:
     value = row.get(key)
     if value is None:
         return "-"
@@ -55,10 +59,10 @@ def diagnosis_lines(v: Verdict) -> list[str]:
     repeats it stands for (``concurrency 64 (repeats 0, 1, 2): ...``); a level measured once reads as before."""
     texts: dict[tuple[Any, Any], dict[str, list[Any]]] = {}
     for r in v.rows:
-        if r.get("bottleneck"):
+        if r["bottleneck"]:
             text = f"{r['bottleneck']} — {r.get('bottleneck_evidence') or ''}"
             texts.setdefault((r["point_kind"], r["point_value"]), {}).setdefault(text, []).append(
-                r.get("repeat_index") or 0)
+                r["repeat_index"] or 0)
     out = []
     for (kind, value), by_text in texts.items():
         measured = sum(len(reps) for reps in by_text.values())
@@ -72,17 +76,17 @@ def diagnosis_lines(v: Verdict) -> list[str]:
 def short_diagnosis(v: Verdict) -> str:
     """The verdict at the configuration's scored load point (else its highest diagnosed one), e.g.
     ``launch/CPU-overhead-bound at 32 (SM 94%, memory bandwidth 16%)``; "-" when none was diagnosed."""
-    rows = [r for r in v.rows if r.get("bottleneck")]
+    rows = [r for r in v.rows if r["bottleneck"]]
     if not rows:
         return "-"
-    bp = v.best_point or {}
-    row = next((r for r in rows if r.get("point_index") == bp.get("point_index")), rows[-1])
+    best = v.best_point["point_index"] if v.best_point else None
+    row = next((r for r in rows if r["point_index"] == best), rows[-1])
     return f"{row['bottleneck']} at {row['point_value']:g}"
 
 
 def points_table(v: Verdict, title: str) -> Table:
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
-    repeated = any(r.get("repeat_index") for r in v.rows)   # the repeat column only where a level ran again
+    repeated = any(r["repeat_index"] for r in v.rows)   # the repeat column only where a level ran again
     columns = [(key, pat) for _, key, pat in POINT_COLUMNS
                if key in CONSOLE_HEADERS or (key == "repeat_index" and repeated)]
     for key, _ in columns:
@@ -92,12 +96,12 @@ def points_table(v: Verdict, title: str) -> Table:
     return t
 
 
-def sample_note(rows: list[dict]) -> str | None:
+def sample_note(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """A caution when some load point's tail rests on too few completed requests (None otherwise): the p99 the report
     shows, and the SLOs' percentile (the rows' ``slo_percentile``) when higher, each need ``requests_for_tail(p)``
     completed requests (grid.config.schema: 101 at p99) before the maximum drops out of them."""
-    counts = [r["completed"] for r in rows if r.get("completed")]
-    slo = [float(r["slo_percentile"]) for r in rows if r.get("slo_percentile")]
+    counts = [r["completed"] for r in rows if r["completed"]]
+    slo = [float(r["slo_percentile"]) for r in rows if r["slo_percentile"]]
     percentile = max([DEFAULT_TAIL_PERCENTILE, *(p for p in slo if p < 100)])
     need = requests_for_tail(percentile)
     if not counts or min(counts) >= need:
@@ -112,8 +116,10 @@ def sample_note(rows: list[dict]) -> str | None:
 def where_ran(v: Verdict) -> str:
     """Where the configuration was measured: ``host (node id prefix)``, with the GPU count when NVML named them
     (load_points ``node_hostname``, ``node_id``, ``gpu_uuids``); ``-`` for rows recorded before nodes were."""
-    row = v.rows[0] if v.rows else {}
-    host, node_id, gpus = row.get("node_hostname"), row.get("node_id"), row.get("gpu_uuids")
+    if not v.rows:
+        return "-"
+    row = v.rows[0]
+    host, node_id, gpus = row["node_hostname"], row["node_id"], row["gpu_uuids"]
     if not host and not node_id:
         return "-"
     text = f"{host or '?'}" + (f" ({node_id[:8]})" if node_id else "")
@@ -145,12 +151,12 @@ def incomplete_note(planned: int, recorded: int) -> str | None:
             f"{'them' if missing != 1 else 'it'} — {among}.")
 
 
-def metrics_names_note(rows: list[dict]) -> str | None:
+def metrics_names_note(rows: Sequence[JudgedPointRow]) -> str | None:
     """A note when some configuration's /metrics answered without any expected gauge (``srv_gauges_found`` = 0 on
     every scraped load point), so its ``srv_*`` columns are null for a reason the user can act on; None otherwise."""
     found: dict[str, int] = {}
     for r in rows:
-        if r.get("srv_scrapes") and r.get("srv_gauges_found") is not None:
+        if r["srv_scrapes"] and r["srv_gauges_found"] is not None:
             found[r["config_hash"]] = max(found.get(r["config_hash"], 0), r["srv_gauges_found"])
     blind = sorted(h for h, n in found.items() if n == 0)
     if not blind:
@@ -221,20 +227,20 @@ def level_rows(verdicts: list[Verdict]) -> list[dict[str, Any]]:
     ascending. Configurations that ran no load point (refused, failed at start) have no rows. Pure."""
     out: list[dict[str, Any]] = []
     for v in verdicts:
-        levels: dict[tuple[Any, Any], list[dict]] = {}
+        levels: dict[tuple[Any, Any], list[JudgedPointRow]] = {}
         for r in v.rows:
-            if r.get("point_value") is not None:
-                levels.setdefault((r.get("point_kind"), r["point_value"]), []).append(r)
-        if all(r.get("status") == "not_run" for reps in levels.values() for r in reps):
+            if r["point_value"] is not None:
+                levels.setdefault((r["point_kind"], r["point_value"]), []).append(r)
+        if all(r["status"] == "not_run" for reps in levels.values() for r in reps):
             continue
         for (kind, value), reps in sorted(levels.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            ok = [r for r in reps if r.get("status") == "ok"]
-            statuses = {r.get("status") for r in reps}
+            ok = [r for r in reps if r["status"] == "ok"]
+            statuses = {r["status"] for r in reps}
             status = statuses.pop() if len(statuses) == 1 else f"{len(ok)}/{len(reps)} ok"
             row: dict[str, Any] = {"label": v.label, "outcome": v.outcome, "status": status,
                                    "level": level_name({"point_kind": kind, "point_value": value})}
             for _, key, _ in LEVEL_COLUMNS:
-                vals = [r[key] for r in ok if r.get(key) is not None]
+                vals = [point_value(r, key) for r in ok if point_value(r, key) is not None]
                 row[key] = sum(vals) / len(vals) if vals else None
             out.append(row)
     return out
@@ -247,7 +253,7 @@ def no_winner_text(verdicts: list[Verdict]) -> str:
     counts: dict[str, int] = {}
     for v in verdicts:
         counts[v.outcome] = counts.get(v.outcome, 0) + 1
-    refused = sum(1 for v in verdicts if v.rows and v.rows[0].get("trial_error_class") == "refused")
+    refused = sum(1 for v in verdicts if v.rows and v.rows[0]["trial_error_class"] == "refused")
     text = "No configuration qualified"
     if counts:
         text += ": " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
@@ -273,7 +279,7 @@ def print_report(verdicts: list[Verdict], console, notes: list[str] | tuple[str,
         console.print(f"[bold red]{no_winner_text(verdicts)}[/]", highlight=False)
     else:
         console.print(f"[bold green]Best configuration:[/] {best.label}  ({best.reason})")
-        console.print(f"  {command or deploy_command(best.rows[0]['command'])}", markup=False, soft_wrap=True)
+        console.print(f"  {command or deploy_command(best.rows[0]['command'] or '')}", markup=False, soft_wrap=True)
         for line in lead:
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         console.print(points_table(best, f"Load points of the best configuration ({best.config_hash})"))
@@ -306,7 +312,7 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
     best = next((v for v in verdicts if v.outcome == "best"), None)
     if best:
         lines += [f"**Best:** `{best.label}` — {best.reason}", ""]
-        launch = command or deploy_command(best.rows[0].get("command") or "")
+        launch = command or deploy_command(best.rows[0]["command"] or "")
         if launch:  # an external server's row has no command: grid did not launch it
             lines += ["```", launch, "```", ""]
         if lead:
@@ -338,7 +344,7 @@ def markdown(verdicts: list[Verdict], title: str, notes: list[str] | tuple[str, 
 def plot(verdicts: list[Verdict], path: Path) -> Path | None:
     """Output tok/s and median TPOT against load level for every configuration that ran load: per configuration the
     mean over the repeats of each level, by ascending level, with min..max bars where repeats differ."""
-    ran = [v for v in verdicts if any(r.get("output_tok_per_s") is not None for r in v.rows)]
+    ran = [v for v in verdicts if any(r["output_tok_per_s"] is not None for r in v.rows)]
     if not ran:
         return None
     import matplotlib

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.confidence import CONFIDENCE, Interval, interval, overlaps
@@ -27,6 +27,8 @@ from grid.metrics.loadpoint import SLO, SLO_LATENCY_KEYS, slo_values
 from grid.plan import level_name
 from grid.server.logparse import error_headline
 from grid.server.statuses import trial_class
+from grid.storage.rows import JudgedPointRow, LoadPointRow
+from grid.storage.schema import JUDGED_ONLY_COLUMNS, point_value
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Objective:
     higher_is_better: bool
     unit: str
     describe: str            # "{meeting}" is replaced by " meeting the SLOs (...)" when SLOs are set, else by ""
-    points: Callable[[list[dict]], list[dict]] = lambda rows: rows
+    points: Callable[[list[Any]], list[Any]] = lambda rows: rows  # load-point rows, or the twin's forecast rows
     noun: str = "score"      # what the score is, for notes ("throughput still rising ...")
     #: why it needs an SLO (None: it does not); the config check refuses the objective without one
     needs_slo: str | None = None
@@ -79,7 +81,7 @@ register(Objective("min_tpot", "tpot_median_ms", False, "ms", "lowest median TPO
 # while the trial runs (grid/search/levels.py, objective.capacity_rel_tol); any recorded rate points rank the same way.
 register(Objective("max_capacity", "point_value", True, "req/s",
                    "highest request rate (open loop, found by bisection){meeting}",
-                   points=lambda rows: [r for r in rows if r.get("point_kind") == "rate"], noun="capacity",
+                   points=lambda rows: [r for r in rows if r["point_kind"] == "rate"], noun="capacity",
                    needs_slo="the capacity is the highest request rate at which they hold", bisects_rate=True,
                    pareto_axis="requests_per_s"))
 
@@ -103,7 +105,7 @@ def unmeasured_note(rows: Iterable[Mapping[str, Any]], objective) -> str | None:
     SLOs: their ``early_stop_objective``) are missing from this objective's ranking; None when there are none
     (pure). A rule that was safe for the objective it judged by (grid/search/levels.py) says nothing of another."""
     key = objective_key(objective)
-    stale = [r for r in rows if r.get("status") == "not_run" and r.get("early_stop_objective")
+    stale = [r for r in rows if r["status"] == "not_run" and r["early_stop_objective"]
              and r["early_stop_objective"] != key]
     if not stale:
         return None
@@ -120,7 +122,7 @@ def unmeasured_note(rows: Iterable[Mapping[str, Any]], objective) -> str | None:
 def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
     """The caveat for load points measured while the host was too busy (:func:`host_noise`, by each point's bound),
     and for those a raised ``objective.host_noise_max_pct`` let count; None when there are neither (pure)."""
-    measured = [r for r in rows if r.get("status") in ("ok", "partial")]
+    measured = [r for r in rows if r["status"] in ("ok", "partial")]
     noisy = [r for r in measured if host_noise(r)]
     counted = [r for r in measured if counted_noise(r)]
     notes = []
@@ -138,7 +140,7 @@ def behind_note(rows: Iterable[Mapping[str, Any]]) -> str | None:
             f"{HOST_NOISE_MAX_PCT:g}% of {'their' if len(counted) != 1 else 'its'} time to the host (up to "
             f"{max(map(lost_pct, counted)):.1f}%) and count only because objective.host_noise_max_pct was raised to "
             f"{max(map(noise_bound, counted)):g}: their latencies and throughput carry that delay; do not quote them.")
-    shaken = [r for r in measured if r.get("status") == "ok" and perturbed(r) and not counted_noise(r)]
+    shaken = [r for r in measured if r["status"] == "ok" and perturbed(r) and not counted_noise(r)]
     if shaken:
         low, high = f"{min(map(lost_pct, shaken)):.1f}%", f"{max(map(lost_pct, shaken)):.1f}%"
         one = len(shaken) == 1
@@ -207,7 +209,7 @@ def fmt_delta(percent: float) -> str:
     return f"{percent:+.2g}%"
 
 
-def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, Any]], slo) -> list[dict]:
+def rejudge(rows: Iterable[LoadPointRow], requests: Iterable[Mapping[str, Any]], slo) -> list[JudgedPointRow]:
     """Copies of the load-point ``rows`` with their SLO-dependent values recomputed for ``slo`` (pure).
 
     ``requests``: rows of the ``requests`` table (``config_hash``, ``point_index``, ``status``, ``ttft_ms``,
@@ -219,22 +221,22 @@ def rejudge(rows: Iterable[Mapping[str, Any]], requests: Iterable[Mapping[str, A
     ``slo_unjudged`` says why. The input rows are not modified.
     """
     target = SLO(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms, slo.percentile)
-    by_point: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    by_point: dict[tuple[str | None, int | None], list[Mapping[str, Any]]] = {}
     for r in requests:
         by_point.setdefault((r["config_hash"], r["point_index"]), []).append(r)
     out = []
     for row in rows:
-        new = dict(row)
+        new: dict[str, Any] = {**row, **dict.fromkeys(JUDGED_ONLY_COLUMNS)}
         mine = by_point.get((row["config_hash"], row["point_index"]), [])
-        total = row.get("requests_total") or 0
+        total = row["requests_total"] or 0
         if len(mine) == total or not target.given():
-            steady = row.get("window_kind") == "steady_state"
-            new.update(slo_values(mine, row.get("duration_s"), target,
-                                  row.get("requests_per_s") if steady else None))
+            steady = row["window_kind"] == "steady_state"
+            new.update(slo_values(mine, row["duration_s"], target,
+                                  row["requests_per_s"] if steady else None))
         else:
             new.update(slo_values([], None, target))
             new["slo_unjudged"] = (f"SLOs not judged: {len(mine)} of its {total} requests are in parquet/requests")
-        out.append(new)
+        out.append(cast("JudgedPointRow", new))
     return out
 
 
@@ -245,8 +247,8 @@ class Verdict:
     outcome: str                       # best | lost | less_accurate | no_eligible_point | invalid | failed | skipped
     score: float | None
     reason: str
-    best_point: dict | None = None
-    rows: list[dict] = field(default_factory=list)
+    best_point: JudgedPointRow | None = None
+    rows: list[JudgedPointRow] = field(default_factory=list)
     interval: Interval | None = None   # the score's repeats at the best level (None: not scored)
     host_pct: float = 0.0              # how far (%) the host may have moved the score (hostnoise.host_error_pct)
 
@@ -258,14 +260,14 @@ def _score(v: Verdict) -> float:
     return v.score
 
 
-def _best_point(v: Verdict) -> dict:
+def _best_point(v: Verdict) -> JudgedPointRow:
     """The best load point of a scored verdict (``TypeError`` for one without)."""
     if v.best_point is None:
         raise TypeError(f"{v.label}: no best load point")
     return v.best_point
 
 
-def _slo_misses(row: dict, slo) -> list[str]:
+def _slo_misses(row: Mapping[str, Any], slo) -> list[str]:
     """Each SLO the row misses, as text, from the percentile values :func:`rejudge` put on the row. Raises
     ``ValueError`` for a row that did not pass through it (the stored goodput and percentiles belong to the SLOs of
     the run that measured the point, not necessarily these)."""
@@ -292,7 +294,7 @@ def meets_slos(row: Mapping[str, Any], slo) -> bool | None:
     this at the edge: a percentile interpolates between requests.)"""
     if not slo_text(slo):
         return None
-    return row.get("status") == "ok" and not _slo_misses(dict(row), slo)
+    return row["status"] == "ok" and not _slo_misses(dict(row), slo)
 
 
 def _no_score(obj: Objective, slo) -> str:
@@ -319,16 +321,16 @@ def _skipped_text(error_class: str, points: list[tuple[str, str]]) -> str:
             f"{EARLY_STOP_TEXT[error_class]} (each point's reason: load_points.skip_reason)")
 
 
-def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
+def rising_note(obj: Objective, rows: list[JudgedPointRow], best: Mapping[str, Any]) -> str | None:
     """A note when ``best`` (the chosen load point of a configuration whose load points are ``rows``) is the
     highest load level tested of its kind and its score (``obj.metric``) rose from the level below by more than
     ``TIE_PERCENT`` %: the peak may lie beyond the levels tested. None otherwise (and for lower-is-better
     objectives, and when requests already queue at the server at that point: it is saturated, see
     ``grid.diagnosis.rules``)."""
-    if not obj.higher_is_better or best.get("bottleneck") == "kv-capacity/queue-bound":
+    if not obj.higher_is_better or best["bottleneck"] == "kv-capacity/queue-bound":
         return None
-    kind = best.get("point_kind")
-    same = [r for r in rows if r.get("point_kind") == kind]
+    kind = best["point_kind"]
+    same = [r for r in rows if r["point_kind"] == kind]
     level = best["point_value"]
     if any(r["point_value"] > level for r in same):
         return None
@@ -336,7 +338,7 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
     if not below:
         return None
     prev = max(below, key=lambda r: r["point_value"])
-    score, before = best.get(obj.metric), prev.get(obj.metric)
+    score, before = best.get(obj.metric), point_value(prev, obj.metric)
     if score is None or before is None:
         return None
     if before > 0:
@@ -357,12 +359,12 @@ def rising_note(obj: Objective, rows: list[dict], best: dict) -> str | None:
 
 
 def _repeat_text(row: Mapping[str, Any]) -> str:
-    r = row.get("repeat_index")
+    r = row["repeat_index"]
     return f" (repeat {r})" if r else ""
 
 
 def level_scores(rows: Iterable[Mapping[str, Any]], eligible: Sequence[Mapping[str, Any]],
-                 metric: str) -> list[tuple[dict, Interval, list[Mapping[str, Any]]]]:
+                 metric: str) -> list[tuple[JudgedPointRow, Interval, list[Mapping[str, Any]]]]:
     """Per load level (``point_kind``, ``point_value``) of ``rows`` whose every repeat is in ``eligible``: a copy of
     its first repeat's row with ``metric`` replaced by the mean over the repeats, the repeats' :class:`Interval`, and
     the repeats' rows (pure). A level with a repeat that is not eligible does not count: its score would rest on the lucky repeats.
@@ -371,14 +373,14 @@ def level_scores(rows: Iterable[Mapping[str, Any]], eligible: Sequence[Mapping[s
     ok = {id(r) for r in eligible}
     levels: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
     for r in rows:
-        levels.setdefault((r.get("point_kind"), r["point_value"]), []).append(r)
+        levels.setdefault((r["point_kind"], r["point_value"]), []).append(r)
     out = []
     for reps in levels.values():
         if not all(id(r) in ok for r in reps):
             continue
-        reps = sorted(reps, key=lambda r: (r.get("repeat_index") or 0, r["point_index"]))
+        reps = sorted(reps, key=lambda r: (r["repeat_index"] or 0, r["point_index"]))
         iv = interval([r[metric] for r in reps])
-        out.append(({**reps[0], metric: iv.mean}, iv, reps))
+        out.append((cast("JudgedPointRow", {**reps[0], metric: iv.mean}), iv, reps))
     return out
 
 
@@ -419,10 +421,10 @@ def is_tie(mine: Interval | None, best: Interval | None, delta_percent: float, u
     return False, ""
 
 
-def _failure_reason(first: dict) -> str:
-    cls = first.get("trial_error_class") or "failed"
-    msg = first.get("trial_error_message") or ""
-    line = error_headline(first.get("log_tail"))
+def _failure_reason(first: LoadPointRow) -> str:
+    cls = first["trial_error_class"] or "failed"
+    msg = first["trial_error_message"] or ""
+    line = error_headline(first["log_tail"])
     known = trial_class(cls)
     if line and known is not None and known.phase == "startup":
         return f"{cls}: {line}"            # the server's own error says more than "exited before ready"
@@ -437,8 +439,8 @@ def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[f
     (fraction) is gated."""
     share: dict[str, tuple[float, str]] = {}
     for r in rows:
-        if r.get("accuracy_exact_match") is not None and r.get("trial_status") == "ok":
-            share[r["config_hash"]] = (r["accuracy_exact_match"], r.get("accuracy_role") or "")
+        if r["accuracy_exact_match"] is not None and r["trial_status"] == "ok":
+            share[r["config_hash"]] = (r["accuracy_exact_match"], r["accuracy_role"] or "")
     if not share:
         return None, "", {}
     base = [s for s, role in share.values() if role == "baseline"]
@@ -454,7 +456,7 @@ def accuracy_gate(rows: Sequence[Mapping[str, Any]], max_drop: float) -> tuple[f
     return baseline, source, gated
 
 
-def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | None = None,
+def rank(rows: Sequence[JudgedPointRow], objective: ObjectiveSpec, max_accuracy_drop: float | None = None,
          mismatched: Mapping[str, str] | None = None) -> list[Verdict]:
     """Verdicts, best first, then losers by score, then invalid and failed configurations (pure).
 
@@ -470,9 +472,9 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
     obj = OBJECTIVES.get(objective.kind)
     if obj is None:
         raise ValueError(f"objective.kind={objective.kind!r}; allowed: {', '.join(sorted(OBJECTIVES))}")
-    by_config: dict[str, list[dict]] = {}
+    by_config: dict[str, list[JudgedPointRow]] = {}
     for row in rows:
-        by_config.setdefault(row["config_hash"], []).append(row)
+        by_config.setdefault(row["config_hash"] or "", []).append(row)
     verdicts: list[Verdict] = []
     excluded: dict[str, list[str]] = {}    # per configuration: its load points not counted, and why
     key = objective_key(objective)
@@ -500,8 +502,8 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
             if row["status"] in ("ok", "partial") and host_noise(row):
                 noisy.append(f"{level} ({noise_text(row)})")
                 continue
-            if row["status"] == "not_run" and row.get("error_class") in EARLY_STOP_TEXT and row.get("skip_reason"):
-                judged = row.get("early_stop_objective")
+            if row["status"] == "not_run" and row["error_class"] in EARLY_STOP_TEXT and row["skip_reason"]:
+                judged = row["early_stop_objective"]
                 if judged and judged != key:   # skipped for another objective: nothing says it could not count here
                     unmeasured.setdefault(judged, []).append(level)
                     continue
@@ -509,8 +511,8 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
                 continue
             if row["status"] != "ok":
                 misses.append(f"{level}: {row['status']}"
-                              + (f" ({row['error_class']}: {row['skip_reason']})" if row.get("skip_reason") else
-                                 f" ({row['error_class']})" if row.get("error_class") else ""))
+                              + (f" ({row['error_class']}: {row['skip_reason']})" if row["skip_reason"] else
+                                 f" ({row['error_class']})" if row["error_class"] else ""))
                 continue
             if row.get("slo_unjudged"):
                 misses.append(f"{level}: {row['slo_unjudged']}")
@@ -531,7 +533,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         misses += [f"not measured for this objective: {', '.join(levels)} (skipped by early stopping under "
                    f"objective {judged}; running the same command again measures them)"
                    for judged, levels in unmeasured.items()]
-        best: dict | None = None
+        best: JudgedPointRow | None = None
         best_iv: Interval | None = None
         best_reps: list[Mapping[str, Any]] = []
         for agg, iv, reps in level_scores(obj.points(group), eligible, obj.metric):
@@ -600,7 +602,7 @@ def rank(rows: list[dict], objective: ObjectiveSpec, max_accuracy_drop: float | 
         peak = _best_point(top)
         # a higher level in the plan that did not count (skipped by early stopping, failed, missed the SLOs) was
         # not left untested: "add higher levels" would send the user after levels the sweep already has
-        planned_above = any(r.get("point_kind") == peak.get("point_kind") and r["point_value"] > peak["point_value"]
+        planned_above = any(r["point_kind"] == peak["point_kind"] and r["point_value"] > peak["point_value"]
                             for r in obj.points(top.rows))
         note = None if planned_above else rising_note(obj, levels, peak)
         if note:

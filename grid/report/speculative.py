@@ -100,28 +100,28 @@ class LevelPick:
 
 def per_user(row: Mapping[str, Any]) -> float | None:
     """Output tok/s one request sees at a load point: 1000 / its median TPOT (ms); None without a TPOT."""
-    tpot = row.get("tpot_median_ms")
+    tpot = row["tpot_median_ms"]
     return 1000.0 / tpot if tpot else None
 
 
 def accept_length(row: Mapping[str, Any]) -> float | None:
     """The acceptance length a load point measured: the Decode lines' mean, else /metrics' (None without)."""
-    return row.get("server_accept_len_mean") or row.get("srv_spec_accept_length_mean")
+    return row["server_accept_len_mean"] or row["srv_spec_accept_length_mean"]
 
 
 def _entries(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Mapping[str, Any]], metric: str
              ) -> dict[tuple[str, float], list[Entry]]:
     by_config: dict[str, list[dict]] = {}
     for r in rows:
-        if r.get("config_hash") in settings and r.get("status") == "ok" and not host_noise(r):
+        if r["config_hash"] in settings and r["status"] == "ok" and not host_noise(r):
             value = per_user(r) if metric == "tok_per_s_per_user" else r.get(metric)
             if value is not None:
                 by_config.setdefault(r["config_hash"], []).append({**r, metric: value})
     out: dict[tuple[str, float], list[Entry]] = {}
     for h, rs in by_config.items():
         for row, iv, reps in level_scores(rs, rs, metric):
-            out.setdefault((row.get("point_kind") or "concurrency", float(row["point_value"])), []).append(
-                Entry(h, settings[h], float(row[metric]), iv, accept_length(row), host_error_pct(reps)))
+            out.setdefault((row["point_kind"] or "concurrency", float(row["point_value"])), []).append(
+                Entry(h, settings[h], iv.mean, iv, accept_length(row), host_error_pct(reps)))
     return out
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from grid.config.schema import ConfigError, RunSpec
 from grid.plan import TrialPlan
 from grid.twin.coefficients import COEFFICIENTS, PRIOR_SD, Calibration, Coefficients, Observation, Outlier, fit
+from grid.storage.rows import LoadPointRow
 
 CALIBRATION_FILE = "calibration.json"
 #: Measured columns of ``load_points`` -> the calibration metric each is (grid/twin/coefficients.py ``METRICS``).
@@ -45,10 +46,10 @@ def counts(row: Mapping[str, Any]) -> bool:
     noise."""
     from grid.metrics.hostnoise import host_noise
 
-    return row.get("status") == "ok" and row.get("trial_status") in (None, "ok") and not host_noise(row)
+    return row["status"] == "ok" and row["trial_status"] in (None, "ok") and not host_noise(row)
 
 
-def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: list[Mapping[str, Any]],
+def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: Sequence[LoadPointRow],
                  version: str) -> list[Observation]:
     """One observation per configuration and load level measured (its repeats' geometric mean per metric), from
     ``load_points`` rows; configurations the twin refuses, and levels without a positive measured metric, are left
@@ -58,7 +59,7 @@ def observations(spec: RunSpec, plans: Mapping[str, TrialPlan], rows: list[Mappi
 
     groups: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
     for r in rows:
-        if (counts(r) and r["config_hash"] in plans and r.get("point_kind") in ("concurrency", "rate")
+        if (counts(r) and r["config_hash"] in plans and r["point_kind"] in ("concurrency", "rate")
                 and not unforecastable_load(plans[r["config_hash"]].load)):
             groups.setdefault((r["config_hash"], r["point_kind"], float(r["point_value"])), []).append(r)
     out = []
@@ -92,9 +93,9 @@ def replayer(plan: TrialPlan, kind: str, level: float):
 def fitted(spec: RunSpec, plans: Mapping[str, TrialPlan], version: str, prior: Calibration | None) -> Calibration:
     """The calibration of every load point the run directory has recorded that counts (:func:`counts`), from
     ``prior`` (``prior`` itself when none counts). Writes nothing."""
-    from grid.storage.parquet import read_table
+    from grid.storage.parquet import read_points
 
-    rows = read_table(spec.run_dir, "load_points").to_pylist()
+    rows = read_points(spec.run_dir)
     return fit(observations(spec, plans, rows, version), prior)
 
 
@@ -103,9 +104,9 @@ def updated(spec: RunSpec, plans: Mapping[str, TrialPlan], version: str, config_
     """The calibration after ``config_hash`` was measured: its recorded points that count fitted from ``current``
     (the run's calibration so far, as the prior of a Bayesian update), or from ``saved`` (``twin.calibration``) or the
     spec sheet before anything was fitted. Writes nothing."""
-    from grid.storage.parquet import read_table
+    from grid.storage.parquet import read_points
 
-    rows = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if r["config_hash"] == config_hash]
+    rows = read_points(spec.run_dir, {config_hash})
     obs = observations(spec, plans, rows, version)
     return fit(obs, current, update=True) if current is not None else fit(obs, saved)
 

@@ -17,9 +17,9 @@ def scores(spec: RunSpec, hashes: set[str] | None = None) -> dict[str, float | N
     """``config_hash`` -> the objective's score of each recorded configuration (None: failed, invalid, or no point
     meeting the SLOs); only ``hashes`` when given."""
     from grid.report.select import rank, rejudge
-    from grid.storage.parquet import read_table
+    from grid.storage.parquet import read_points, read_table
 
-    rows = [r for r in read_table(spec.run_dir, "load_points").to_pylist() if hashes is None or r["config_hash"] in hashes]
+    rows = read_points(spec.run_dir, hashes)
     if not rows:
         return {}
     wanted = {r["config_hash"] for r in rows}
@@ -33,13 +33,13 @@ def only_host_noise(spec: RunSpec, config_hash: str) -> bool:
     """Whether every load point ``config_hash`` measured was host noise (grid/metrics/hostnoise.py): nothing of it
     counts, and the search takes it as a sign the host is too busy."""
     from grid.metrics.hostnoise import all_host_noise
-    from grid.storage.parquet import read_table
+    from grid.storage.parquet import read_points
 
     try:
-        rows = read_table(spec.run_dir, "load_points").to_pylist()
+        rows = read_points(spec.run_dir, {config_hash})
     except (OSError, KeyError, ValueError):
         return False
-    return all_host_noise([r for r in rows if r["config_hash"] == config_hash])
+    return all_host_noise(rows)
 
 
 def write_record(run_dir: str, record: dict) -> Path:

@@ -118,7 +118,7 @@ def replay_point(perf, load, kind: str, level: float) -> dict[str, float]:
 
     out = {"ttft_ms": value("ttft_median_ms"), "tpot_ms": value("tpot_median_ms"),
            "output_tok_per_s": value("output_tok_per_s")}
-    if row.get("srv_kv_transfer_ms_mean") is not None:
+    if row["srv_kv_transfer_ms_mean"] is not None:
         out["kv_transfer_ms"] = value("srv_kv_transfer_ms_mean")
     return out
 
@@ -137,7 +137,7 @@ def _counts(row: dict, slo) -> bool:
     from grid.report.select import meets_slos
 
     met = meets_slos(row, slo)
-    return row.get("status") == "ok" if met is None else met
+    return row["status"] == "ok" if met is None else met
 
 
 def _point_rows(spec: RunSpec, plan: TrialPlan, perf) -> list[dict]:

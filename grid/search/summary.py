@@ -34,18 +34,18 @@ def launch_seconds(rows: Iterable[Mapping], modelled_startup_s: Mapping[str, flo
     started: set[str] = set()
     for r in rows:
         h = r["config_hash"]
-        if r.get("trial_error_class") == "refused":
+        if r["trial_error_class"] == "refused":
             continue
         if h not in started:
             started.add(h)
-            startup = r.get("startup_s")
+            startup = r["startup_s"]
             out[h] = float(startup if startup is not None else modelled_startup_s.get(h, 0.0))
-        if r.get("status") == "not_run":
+        if r["status"] == "not_run":
             continue
-        if _present(r.get("held_s")):
+        if _present(r["held_s"]):
             out[h] += float(r["held_s"])
-        elif r.get("started_unix_ns") and r.get("finished_unix_ns"):  # rows written before held_s
-            out[h] += (r["finished_unix_ns"] - r["started_unix_ns"]) / 1e9 * float(r.get("time_scale") or 1.0)
+        elif r["started_unix_ns"] and r["finished_unix_ns"]:  # rows written before held_s
+            out[h] += (r["finished_unix_ns"] - r["started_unix_ns"]) / 1e9 * float(r["time_scale"] or 1.0)
     return out
 
 
@@ -64,7 +64,7 @@ def summarize(rows: Sequence[Mapping], verdicts: list, *, objective: str, search
 
     seconds = launch_seconds(rows, modelled_startup_s)
     best = next((v for v in verdicts if v.outcome == "best"), None)
-    stopped = [r for r in rows if r.get("status") == "not_run" and r.get("error_class") in EARLY_STOP_CLASSES]
+    stopped = [r for r in rows if r["status"] == "not_run" and r["error_class"] in EARLY_STOP_CLASSES]
     estimated_s = estimated_s or {}
     estimated = (round(sum(estimated_s[h] for h in seconds) * gpu_count, 3)
                  if seconds and all(estimated_s.get(h) for h in seconds) else None)
@@ -81,7 +81,7 @@ def summarize(rows: Sequence[Mapping], verdicts: list, *, objective: str, search
         "known_to_fail": known_to_fail,
         "not_run": not_run,
         "early_stopped_points": len(stopped),
-        "early_stop_gpu_seconds_saved": round(sum((r.get("forecast_duration_s") or 0.0 for r in stopped), 0.0)
+        "early_stop_gpu_seconds_saved": round(sum((r["forecast_duration_s"] or 0.0 for r in stopped), 0.0)
                                               * gpu_count, 3),
         "estimated_gpu_seconds": estimated,
         "estimate_error": round(gpu_seconds / estimated - 1, 4) if estimated else None,

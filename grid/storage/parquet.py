@@ -23,13 +23,16 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grid.storage.schema import (ACCURACY_SCHEMA, GPU_TELEMETRY_SCHEMA, LOAD_POINTS_SCHEMA, REQUESTS_SCHEMA,
                                  SERVER_LOG_SCHEMA, SERVER_METRICS_SCHEMA)
+from grid.storage.rows import LoadPointRow
 
 #: Every table a trial writes, in writing order: ``load_points`` last, since its file marks the trial as recorded.
 TABLES = {"requests": REQUESTS_SCHEMA, "server_log": SERVER_LOG_SCHEMA, "accuracy": ACCURACY_SCHEMA,
@@ -59,7 +62,7 @@ def write_atomic(table: pa.Table, path: Path) -> None:
             tmp.unlink()
 
 
-def write_trial(run_dir: str | Path, config_hash: str, tables: dict[str, list[dict]]) -> None:
+def write_trial(run_dir: str | Path, config_hash: str, tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
     """Write one trial's rows, one file per table (every registered table, empty ones too); the load-points file
     goes last and marks the trial as recorded. Raises ``KeyError`` for a table that is not registered."""
     unknown = set(tables) - set(TABLES)
@@ -69,7 +72,7 @@ def write_trial(run_dir: str | Path, config_hash: str, tables: dict[str, list[di
         write_atomic(_arrow_table(tables.get(name, []), schema), table_dir(run_dir, name) / f"{config_hash}.parquet")
 
 
-def _arrow_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+def _arrow_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
     """``rows`` as a table of ``schema``. Text Arrow cannot store (UTF-16 surrogates a server sent, which UTF-8
     refuses) is stored with each surrogate pair rejoined and each lone half as U+FFFD: no text a server sends can
     keep a trial from being recorded."""
@@ -190,6 +193,15 @@ def read_results(run_dir: str | Path, table: str = "load_points", columns: list[
         there = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")} if root.is_dir() else set()
         raise ValueError(f"table={table!r}: unknown table; allowed: {', '.join(sorted(set(TABLES) | there))}")
     return read_table(run_dir, table, columns).to_pandas()
+
+
+def read_points(run_dir: str | Path, config_hashes: Collection[str] | None = None) -> list[LoadPointRow]:
+    """The run's ``load_points`` rows (of ``config_hashes`` only, when given) as typed rows, read with
+    :func:`read_table`: every column of the current schema is a key (null in rows written before it existed)."""
+    rows = read_table(run_dir, "load_points").to_pylist()
+    if config_hashes is not None:
+        rows = [r for r in rows if r["config_hash"] in config_hashes]
+    return cast(list[LoadPointRow], rows)
 
 
 def recorded_hashes(run_dir: str | Path) -> dict[str, str]:

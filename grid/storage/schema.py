@@ -13,7 +13,7 @@ measured", never 0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -23,6 +23,7 @@ from grid.metrics.request import request_metrics
 
 if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
+    from grid.storage.rows import JudgedPointRow, LoadPointRow  # generated from this module: never imported by it
 
 SCHEMA_VERSION: int = 14  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
@@ -52,6 +53,7 @@ _TYPES: dict[str, pa.DataType] = {
     "list<float64>": pa.list_(pa.float64()),
     "list<string>": pa.list_(pa.string()),
 }
+_TYPE_NAMES: dict[pa.DataType, str] = {t: name for name, t in _TYPES.items()}
 
 #: Where the row was measured (grid/cluster/node.py): every table carries them.
 NODE_COLUMNS: list[tuple[str, str, str, str]] = [
@@ -291,6 +293,9 @@ ACCURACY_SCHEMA: pa.Schema = _schema(ACCURACY_COLUMNS, "accuracy")
 LOAD_POINTS_SCHEMA: pa.Schema = _schema(
     LOAD_POINT_ORCHESTRATION_COLUMNS + METRIC_COLUMNS + LOAD_POINT_SAMPLER_COLUMNS, "load_points")
 REJUDGED_SCHEMA: pa.Schema = _schema(REJUDGED_COLUMNS, "rejudged")
+#: The columns of ``rejudged`` that ``load_points`` lacks: what the report adds to a load point it judges.
+JUDGED_ONLY_COLUMNS: tuple[str, ...] = tuple(n for n in REJUDGED_SCHEMA.names if n not in LOAD_POINTS_SCHEMA.names)
+_POINT_COLUMNS: frozenset[str] = frozenset(LOAD_POINTS_SCHEMA.names + list(JUDGED_ONLY_COLUMNS))
 
 
 def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, point_index: int,
@@ -330,10 +335,10 @@ def request_rows(result: LoadPointResult, *, config_hash: str, trial_id: str, po
     return rows
 
 
-def load_point_row(metrics: dict[str, Any], **columns: Any) -> dict[str, Any]:
+def load_point_row(metrics: dict[str, Any], **columns: Any) -> LoadPointRow:
     """A ``LOAD_POINTS_SCHEMA`` row: ``metrics`` (from ``summarize``) plus orchestration ``columns``; the rest null.
 
-    Unknown keys are an error, so a typo cannot silently drop a column.
+    Unknown keys are an error (``KeyError`` naming them), so a typo cannot silently drop a column.
     """
     names = set(LOAD_POINTS_SCHEMA.names)
     unknown = (set(metrics) | set(columns)) - names
@@ -343,7 +348,71 @@ def load_point_row(metrics: dict[str, Any], **columns: Any) -> dict[str, Any]:
     row["schema_version"] = SCHEMA_VERSION
     row.update(metrics)
     row.update(columns)
-    return row
+    return cast("LoadPointRow", row)
+
+
+def judged_point_row(metrics: dict[str, Any], **columns: Any) -> JudgedPointRow:
+    """A load point as the report judges it (:class:`JudgedPointRow`): :func:`load_point_row` plus the columns only
+    ``REJUDGED_SCHEMA`` has (``JUDGED_ONLY_COLUMNS``), null unless given. Raises ``KeyError`` for other keys."""
+    judged = {k: columns.pop(k) for k in JUDGED_ONLY_COLUMNS if k in columns}
+    row: dict[str, Any] = dict(load_point_row(metrics, **columns))
+    row.update(dict.fromkeys(JUDGED_ONLY_COLUMNS), **judged)
+    return cast("JudgedPointRow", row)
+
+
+def point_value(row: LoadPointRow, column: str) -> Any:
+    """``row[column]`` for a column named at run time (an SLO's metric, a Pareto axis): the static type check sees
+    only names written in the code, so this checks the name against ``LOAD_POINTS_SCHEMA`` (and the judged columns)
+    and raises ``KeyError`` naming the closest columns for one it does not hold."""
+    if column not in _POINT_COLUMNS:
+        import difflib
+
+        near = difflib.get_close_matches(column, sorted(_POINT_COLUMNS), n=3)
+        raise KeyError(f"{column!r} is not a load_points column" + (f"; did you mean {', '.join(near)}?" if near
+                                                                    else " (docs/schema.md lists them)"))
+    return row.get(column)
+
+
+#: Columns every trial fills in every row it writes (grid/sweep/measure.py ``finalize``, grid/cluster/lost.py): the
+#: typed row declares them not null.
+IDENTITY_COLUMNS: tuple[str, ...] = ("config_hash", "label", "point_index", "point_kind", "point_value", "status",
+                                     "trial_status")
+
+_PY_TYPES: dict[str, str] = {"int32": "int", "int64": "int", "float64": "float", "bool": "bool", "string": "str",
+                             "list<int64>": "list[int]", "list<int32>": "list[int]", "list<float64>": "list[float]",
+                             "list<string>": "list[str]"}
+
+
+def rows_module() -> str:
+    """The source of grid/storage/rows.py: ``LoadPointRow``, a ``TypedDict`` with one key per ``load_points`` column
+    (every value ``T | None``, null being "not measured", but the ``IDENTITY_COLUMNS`` every trial fills), so a
+    misspelt column name in code fails the type check
+    (``python -m grid.docs`` writes it; tests/storage/test_schema.py fails while it is stale)."""
+    lines = ['"""Typed rows of the ``load_points`` table, generated from grid/storage/schema.py by',
+             '``python -m grid.docs`` (do not edit).',
+             "",
+             "Every row the pipeline writes or reads holds every column (:func:`grid.storage.schema.load_point_row`,",
+             ":func:`grid.storage.parquet.read_points`), null where not measured. Read a column named in code as",
+             "``row[\"ttft_p99_ms\"]`` (a misspelt name fails mypy) and one named at run time with",
+             ":func:`grid.storage.schema.point_value` (a misspelt name raises).",
+             '"""',
+             "",
+             "from __future__ import annotations",
+             "",
+             "from typing import TypedDict",
+             "",
+             "",
+             "class LoadPointRow(TypedDict):",
+             '    """One row of ``load_points`` (docs/schema.md gives each column\'s unit and meaning)."""',
+             ""]
+    lines += [f"    {f.name}: {_PY_TYPES[_TYPE_NAMES[f.type]]}{'' if f.name in IDENTITY_COLUMNS else ' | None'}"
+              for f in LOAD_POINTS_SCHEMA]
+    lines += ["", "", "class JudgedPointRow(LoadPointRow):",
+              '    """A load point as the report judges it under the objective\'s SLOs (grid.report.select.rejudge): the',
+              '    ``load_points`` columns plus those only ``rejudged`` has."""', ""]
+    judged = [REJUDGED_SCHEMA.field(n) for n in JUDGED_ONLY_COLUMNS]
+    lines += [f"    {f.name}: {_PY_TYPES[_TYPE_NAMES[f.type]]} | None" for f in judged]
+    return "\n".join(lines) + "\n"
 
 
 SERVER_LOG_COLUMNS: list[tuple[str, str, str, str]] = [

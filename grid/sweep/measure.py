@@ -30,6 +30,7 @@ from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
 from grid.server.statuses import RequestErrorClass, TrialErrorClass, TrialStatus, status_of
 from grid.storage.parquet import write_trial
+from grid.storage.rows import LoadPointRow
 from grid.storage.schema import SCHEMA_VERSION, load_point_row, request_rows
 from grid.search.levels import Capacity, LevelForecast, Levels
 from grid.sweep.notes import timeout_fired_text, timeout_run_note
@@ -332,7 +333,7 @@ def _longest_wait_ms(summary: dict[str, Any]) -> float:
 
 def measure_trial(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerHandle, *, trial_id: str,
                   on_point: Callable[[dict[str, Any]], None] | None = None,
-                  node: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                  node: dict[str, Any] | None = None) -> list[LoadPointRow]:
     """Run the trial and write its Parquet files. Returns the load-point rows (also written).
 
     Three steps: :func:`start_server` (launch, ready, probe), :func:`run_points` (each load point, then what the
@@ -363,7 +364,7 @@ def refused_start(spec: RunSpec, engine: Engine, plan: TrialPlan) -> TrialStart 
                       LaunchResult(status_of("refused"), "refused", refusal), [], launched=False)
 
 
-def record_refusal(spec: RunSpec, engine: Engine, plan: TrialPlan) -> list[dict[str, Any]] | None:
+def record_refusal(spec: RunSpec, engine: Engine, plan: TrialPlan) -> list[LoadPointRow] | None:
     """Record a configuration the engine refuses, as a trial would (its load points ``not_run``, its command, the
     reason), without a server, a node or a Ray Tune trial: the driver records refusals before the sweep. Returns the
     rows written, or None when the engine does not refuse ``plan`` (nothing written)."""
@@ -661,7 +662,7 @@ def classify_fault(trial: TrialContext, index: int, point: LoadPoint, row: dict[
     return verdict, stopped
 
 
-def finalize(run: TrialRun, dirty: str | None) -> list[dict[str, Any]]:
+def finalize(run: TrialRun, dirty: str | None) -> list[LoadPointRow]:
     """Give every row of the trial its final verdict (in place: the rows ``on_point`` got see it too) and write the
     trial's Parquet files. ``dirty``: why the node was not clean after the stop (env_dirty; the verdict stands, the
     node is refused for later launches until it is clean). A trial whose server stayed healthy but whose every load

@@ -103,17 +103,17 @@ def run_trial(config: dict[str, Any], *, spec: RunSpec, plans: dict[str, TrialPl
                     except Exception:  # the actor died meanwhile: its serve task died with it
                         pass
                 clear_running(spec.run_dir, plan)
-            if not (rows and rows[0].get("trial_error_class") == "actor_lost") or attempt == ACTOR_LOST_ATTEMPTS:
+            if not (rows and rows[0]["trial_error_class"] == "actor_lost") or attempt == ACTOR_LOST_ATTEMPTS:
                 break
-            tune.report({"note": f"attempt {attempt}: {rows[0].get('trial_error_message')}; running the "
+            tune.report({"note": f"attempt {attempt}: {rows[0]['trial_error_message']}; running the "
                                  "configuration again on a new server actor"})
-    final = rows[-1].get("trial_status") if rows else "failed"
+    final = rows[-1]["trial_status"] if rows else "failed"
     # nothing was measured, or the verdict changed after the last point (e.g. every point failed): report the verdict
     if not reported or final != reported[-1].get("trial_status"):
-        first = rows[0] if rows else {}
-        tune.report({"trial_status": first.get("trial_status", "failed"),
-                     "error_class": first.get("trial_error_class") or "unknown",
-                     "message": clip_message(first.get("trial_error_message"))})
+        first = rows[0] if rows else None
+        tune.report({"trial_status": first["trial_status"] if first else "failed",
+                     "error_class": (first and first["trial_error_class"]) or "unknown",
+                     "message": clip_message(first and first["trial_error_message"])})
 
 
 def dry_run_nodes(spec: RunSpec) -> list[str]:

@@ -4,6 +4,7 @@ config hash, so configurations are matched by settings; exact deltas, thresholds
 
 from tests.sweep.test_measure import spec_for  # noqa: E402
 
+from grid.storage.schema import judged_point_row, load_point_row
 from grid.compare import main  # noqa: E402
 from grid.report.compare import (  # noqa: E402
     MIN_MEASURED_THRESHOLD_PERCENT,
@@ -80,9 +81,10 @@ def test_cli_prints_and_writes_markdown(tmp_path, capsys):
 
 
 def row(h, idx, level, tok, status="ok", version="1"):
-    return {"config_hash": h, "label": h, "config_json": f'{{"tag": "{h}"}}', "trial_status": status, "status": "ok",
-            "point_index": idx, "point_kind": "concurrency", "point_value": level, "output_tok_per_s": tok,
-            "engine_version": version}
+    return judged_point_row({}, **{
+        "config_hash": h, "label": h, "config_json": f'{{"tag": "{h}"}}', "trial_status": status, "status": "ok",
+        "point_index": idx, "point_kind": "concurrency", "point_value": level, "output_tok_per_s": tok,
+        "engine_version": version})
 
 
 def test_repeated_load_points_set_the_threshold():
@@ -114,11 +116,12 @@ def test_repeats_on_both_sides_decide_by_confidence_intervals():
 
 
 def test_default_thresholds_follow_how_both_sides_were_measured():
-    steady, whole = {"window_kind": "steady_state"}, {"window_kind": "all_requests"}
+    steady, whole = load_point_row({}, window_kind="steady_state"), load_point_row({}, window_kind="all_requests")
     assert default_threshold("output_tok_per_s", [steady, steady], [steady]) == 5.0
     assert default_threshold("output_tok_per_s", [steady], [whole]) == 10.0
     assert default_threshold("ttft_median_ms", [steady], [steady]) == 10.0
-    assert default_threshold("ttft_median_ms", [{}], [steady]) == 70.0     # a row from before window_kind existed
+    # a row from before window_kind existed
+    assert default_threshold("ttft_median_ms", [load_point_row({})], [steady]) == 70.0
 
 
 def test_runs_measured_differently_are_named_before_the_table(tmp_path):

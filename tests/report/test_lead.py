@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from grid.storage.schema import judged_point_row
 from grid.config.schema import ObjectiveSpec
 from grid.releases.flags import parse_version, release_default
 from grid.report.lead import lead_lines, sweep_base, swept_keys
@@ -18,10 +19,11 @@ SG059 = ServerIdentity.of_sglang("0.5.9")
 
 
 def row(h, label, level, out, repeat=0, status="ok", trial_status="ok", cls=None, msg=None, ttft=None):
-    return {"config_hash": h, "label": label, "point_index": repeat * 10 + level, "point_kind": "concurrency",
-            "point_value": level, "repeat_index": repeat, "status": status, "trial_status": trial_status,
-            "output_tok_per_s": out, "ttft_p99_ms": ttft, "tpot_p99_ms": None, "trial_error_class": cls,
-            "trial_error_message": msg, "command": "x"}
+    return judged_point_row({}, **{
+        "config_hash": h, "label": label, "point_index": repeat * 10 + level, "point_kind": "concurrency",
+        "point_value": level, "repeat_index": repeat, "status": status, "trial_status": trial_status,
+        "output_tok_per_s": out, "ttft_p99_ms": ttft, "tpot_p99_ms": None, "trial_error_class": cls,
+        "trial_error_message": msg, "command": "x"})
 
 
 def repeats(h, label, level, outs):

@@ -2,14 +2,16 @@
 
 import pytest
 
+from grid.storage.schema import judged_point_row
 from grid.report.pareto import draw_series, dominates, fronts, level_series, pareto_front, throughput_metric
 
 
 def pt(label, idx, tok, tpot, ttft=100.0, status="ok", trial="ok", level=None):
-    return {"config_hash": label, "label": label, "point_index": idx, "point_kind": "concurrency",
-            "point_value": float(level if level is not None else 2 ** idx), "trial_status": trial, "status": status,
-            "output_tok_per_s": tok, "tpot_median_ms": tpot, "tpot_p99_ms": tpot * 2, "ttft_median_ms": ttft,
-            "ttft_p99_ms": ttft * 3, "goodput_req_per_s": None}
+    return judged_point_row({}, **{
+        "config_hash": label, "label": label, "point_index": idx, "point_kind": "concurrency",
+        "point_value": float(level if level is not None else 2 ** idx), "trial_status": trial, "status": status,
+        "output_tok_per_s": tok, "tpot_median_ms": tpot, "tpot_p99_ms": tpot * 2, "ttft_median_ms": ttft,
+        "ttft_p99_ms": ttft * 3, "goodput_req_per_s": None})
 
 
 ROWS = [

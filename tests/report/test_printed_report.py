@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
+from grid.storage.schema import judged_point_row
 from grid.report.render import print_report
 from grid.report.select import Verdict
 
@@ -24,8 +25,9 @@ POINT_HEADERS = {
 def rows():
     out = []
     for i, level in enumerate([1, 8, 64]):
-        out.append(dict(
-            point_index=i, point_kind="concurrency", point_value=float(level), status="ok" if level < 64 else "partial",
+        out.append(judged_point_row(
+            {}, point_index=i, point_kind="concurrency", point_value=float(level),
+            status="ok" if level < 64 else "partial",
             output_tok_per_s=123.456 * level, total_tok_per_s=999.96 * level, requests_per_s=1.2345,
             ttft_median_ms=12.5 + i, ttft_p99_ms=1234.4 * (i + 1), tpot_median_ms=5.55 + i / 10,
             tpot_p99_ms=None if i == 1 else 7.25 + i, e2e_median_ms=2345.0 + 1000 * i, concurrency_mean=0.95 * level,

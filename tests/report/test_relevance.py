@@ -2,12 +2,13 @@
 
 import json
 
+from grid.storage.schema import judged_point_row
 from grid.report.relevance import notes, swept_values
 from grid.report.select import Verdict
 
 
 def verdict(h, settings, **cols):
-    row = {"config_hash": h, "config_json": json.dumps(settings), "status": "ok", "trial_status": "ok", **cols}
+    row = judged_point_row({}, config_hash=h, config_json=json.dumps(settings), status="ok", trial_status="ok", **cols)
     return Verdict(h, h, "lost", 1.0, "", row, [row])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from grid.storage.schema import judged_point_row
 from grid.report.render import diagnosis_lines, print_report
 from grid.report.select import Verdict
 
@@ -21,7 +22,7 @@ def rows():
     out = []
     for repeat in range(3):
         for j, level in enumerate((8, 64)):
-            out.append(dict(point_index=2 * repeat + j, repeat_index=repeat, point_kind="concurrency",
+            out.append(judged_point_row({}, point_index=2 * repeat + j, repeat_index=repeat, point_kind="concurrency",
                             point_value=float(level), status="ok", output_tok_per_s=TOK[level][repeat],
                             trial_status="ok", bottleneck="latency-bound",
                             bottleneck_evidence=EVIDENCE[level][repeat], command="python -m sglang.launch_server"))

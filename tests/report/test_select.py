@@ -1,17 +1,19 @@
 import pytest
 
+from grid.storage.schema import judged_point_row
 from grid.config.schema import ObjectiveSpec, SLOSpec
 from grid.report.render import incomplete_note, markdown, no_winner_text
 from grid.report.select import OBJECTIVES, fmt_delta, fmt_score, rank, rejudge, rising_note
 
 
 def row(h, label, idx, level, out, status="ok", trial="ok", ttft99=100.0, err=None, log=None):
-    return {"config_hash": h, "label": label, "point_index": idx, "point_value": level, "status": status,
-            "trial_status": trial, "trial_error_class": err, "trial_error_message": "m" if err else None,
-            "log_tail": log, "output_tok_per_s": out, "ttft_p99_ms": ttft99, "tpot_median_ms": 50.0,
-            "goodput_req_per_s": None, "error_class": None,
-            # as rejudge() leaves a row for p99 SLOs (TPOT p99 50 ms)
-            "slo_ttft_at_pct_ms": ttft99, "slo_tpot_at_pct_ms": 50.0, "slo_e2e_at_pct_ms": None}
+    return judged_point_row({}, **{
+        "config_hash": h, "label": label, "point_index": idx, "point_value": level, "status": status,
+        "trial_status": trial, "trial_error_class": err, "trial_error_message": "m" if err else None,
+        "log_tail": log, "output_tok_per_s": out, "ttft_p99_ms": ttft99, "tpot_median_ms": 50.0,
+        "goodput_req_per_s": None, "error_class": None,
+        # as rejudge() leaves a row for p99 SLOs (TPOT p99 50 ms)
+        "slo_ttft_at_pct_ms": ttft99, "slo_tpot_at_pct_ms": 50.0, "slo_e2e_at_pct_ms": None})
 
 
 ROWS = [
@@ -116,7 +118,7 @@ def test_rejudge_is_pure_and_flags_points_whose_requests_are_missing():
     before = [dict(r) for r in rows]
     out = rejudge(rows, reqs[:4], SLOSpec(ttft_ms=3000))  # the requests of level 8 are gone
     assert rows == before
-    assert out[0]["goodput_req_per_s"] == 0.4 and out[0]["slo_met"] is True and "slo_unjudged" not in out[0]
+    assert out[0]["goodput_req_per_s"] == 0.4 and out[0]["slo_met"] is True and out[0]["slo_unjudged"] is None
     assert out[1]["goodput_req_per_s"] is None and "0 of its 8 requests" in out[1]["slo_unjudged"]
     v = rank(out, ObjectiveSpec(kind="max_goodput", slo=SLOSpec(ttft_ms=3000)))
     assert v[0].score == 0.4

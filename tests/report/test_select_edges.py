@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from grid.storage.schema import judged_point_row, load_point_row
 from grid.config.schema import ObjectiveSpec, SLOSpec
 from grid.metrics.loadpoint import SLO
 from grid.plan import level_name
@@ -18,11 +19,12 @@ def same(point: dict, row: dict) -> bool:
 
 def pt(h, idx, level, out, *, label=None, status="ok", trial="ok", kind="concurrency", err=None, msg=None, log=None,
        error_class=None, tpot=50.0, ttft=100.0, e2e=None, goodput=None):
-    return {"config_hash": h, "label": label or h.upper(), "point_index": idx, "point_value": float(level),
-            "point_kind": kind, "status": status, "trial_status": trial, "trial_error_class": err,
-            "trial_error_message": msg, "log_tail": log, "output_tok_per_s": out, "tpot_median_ms": tpot,
-            "goodput_req_per_s": goodput, "error_class": error_class,
-            "slo_ttft_at_pct_ms": ttft, "slo_tpot_at_pct_ms": tpot, "slo_e2e_at_pct_ms": e2e}
+    return judged_point_row({}, **{
+        "config_hash": h, "label": label or h.upper(), "point_index": idx, "point_value": float(level),
+        "point_kind": kind, "status": status, "trial_status": trial, "trial_error_class": err,
+        "trial_error_message": msg, "log_tail": log, "output_tok_per_s": out, "tpot_median_ms": tpot,
+        "goodput_req_per_s": goodput, "error_class": error_class,
+        "slo_ttft_at_pct_ms": ttft, "slo_tpot_at_pct_ms": tpot, "slo_e2e_at_pct_ms": e2e})
 
 
 def test_registry():
@@ -54,28 +56,28 @@ def test_fmt_scores_and_delta():
 
 def test_rejudge_edges():
     reqs = [{"config_hash": "a", "point_index": 0, "status": "ok", "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 90.0}]
-    row = {"config_hash": "a", "point_index": 0, "requests_total": 1, "duration_s": 1.0}
+    row = load_point_row({}, config_hash="a", point_index=0, requests_total=1, duration_s=1.0)
     (out,) = rejudge([row], reqs, SLOSpec(e2e_ms=100.0, percentile=50.0))
     assert out["slo_e2e_ms"] == 100.0 and out["slo_attainment_e2e"] == 1.0 and out["slo_e2e_at_pct_ms"] == 90.0
     # no requests recorded and no count: nothing is missing, so it is judged (no request: nothing met)
-    (empty,) = rejudge([{"config_hash": "b", "point_index": 0, "requests_total": None, "duration_s": None}], reqs,
-                       SLOSpec(ttft_ms=50.0))
-    assert "slo_unjudged" not in empty and empty["slo_ttft_ms"] == 50.0
+    (empty,) = rejudge([load_point_row({}, config_hash="b", point_index=0)], reqs, SLOSpec(ttft_ms=50.0))
+    assert empty["slo_unjudged"] is None and empty["slo_ttft_ms"] == 50.0
     (lost,) = rejudge([{**row, "requests_total": 3}], reqs, SLOSpec(ttft_ms=50.0))
     assert lost["slo_unjudged"] == "SLOs not judged: 1 of its 3 requests are in parquet/requests"
     assert lost["slo_ttft_ms"] == 50.0 and lost["slo_percentile"] == 99.0 and lost["slo_met"] is None
 
 
 def test_failure_reasons():
-    assert _failure_reason({}) == "failed: "
-    assert _failure_reason({"trial_error_class": "server_crash", "trial_error_message": "exit 1"}) == \
+    assert _failure_reason(load_point_row({})) == "failed: "
+    assert _failure_reason(load_point_row({}, trial_error_class="server_crash", trial_error_message="exit 1")) == \
         "server_crash: exit 1"
     log = "[2026] INFO ok\n[2026] RuntimeError: CUDA error: out of memory\n[2026] exiting"
-    assert _failure_reason({"trial_error_class": "server_crash", "trial_error_message": "exit 1", "log_tail": log}) \
-        == "server_crash: exit 1 | log: RuntimeError: CUDA error: out of memory"
-    assert _failure_reason({"trial_error_class": "startup_exit", "trial_error_message": "exited", "log_tail": log}) \
+    crash = load_point_row({}, trial_error_class="server_crash", trial_error_message="exit 1", log_tail=log)
+    assert _failure_reason(crash) == "server_crash: exit 1 | log: RuntimeError: CUDA error: out of memory"
+    exited = load_point_row({}, trial_error_class="startup_exit", trial_error_message="exited", log_tail=log)
+    assert _failure_reason(exited) \
         == "startup_exit: RuntimeError: CUDA error: out of memory"
-    assert _failure_reason({"trial_error_class": "startup_exit", "trial_error_message": "exited"}) == \
+    assert _failure_reason(load_point_row({}, trial_error_class="startup_exit", trial_error_message="exited")) == \
         "startup_exit: exited"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from grid.storage.schema import judged_point_row
 from grid.report import speculative as sp
 
 OFF = {"speculative_algorithm": None}
@@ -15,8 +16,10 @@ SETTINGS = {"off": OFF, "s1": S1, "s3": S3}
 
 
 def _row(h: str, c: int, tok_s: float, tpot_ms: float, accept: float | None = None, **kw) -> dict:
-    return {"config_hash": h, "point_kind": "concurrency", "point_value": float(c), "point_index": 0,
-            "status": "ok", "output_tok_per_s": tok_s, "tpot_median_ms": tpot_ms, "server_accept_len_mean": accept, **kw}
+    return judged_point_row({}, **{
+        "config_hash": h, "point_kind": "concurrency", "point_value": float(c), "point_index": 0,
+        "status": "ok", "output_tok_per_s": tok_s, "tpot_median_ms": tpot_ms, "server_accept_len_mean": accept,
+        **kw})
 
 
 # (config, concurrency, output tok/s, TPOT p50 ms, accept len): s3 wins one stream, off wins 64 streams

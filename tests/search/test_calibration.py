@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from grid.storage.schema import judged_point_row
 from grid.config.schema import ConfigError
 from grid.engines.base import get_engine
 from grid.metrics.hostnoise import host_noise
@@ -32,8 +33,9 @@ def sweep(tmp_path):
 
 
 def row(h, level, repeat=0, status="ok", lag=0.0, **measured):
-    return {"config_hash": h, "point_kind": "concurrency", "point_value": float(level), "repeat_index": repeat,
-            "status": status, "trial_status": "ok", "client_lag_pct": lag, **measured}
+    return judged_point_row({}, **{
+        "config_hash": h, "point_kind": "concurrency", "point_value": float(level), "repeat_index": repeat,
+        "status": status, "trial_status": "ok", "client_lag_pct": lag, **measured})
 
 
 def test_only_points_that_count_enter_and_repeats_are_averaged(sweep):

@@ -253,23 +253,23 @@ def test_unknown_search_kind_is_refused(tmp_path):
 def test_summary_exact_values_on_recorded_rows():
     from grid.report.select import Verdict
     from grid.search.summary import cost_note, launch_seconds, summarize
+    from grid.storage.schema import load_point_row
     from grid.storage.summary import SUMMARY_FIELDS
 
     s = 1_000_000_000
     rows = [  # a refused configuration, one that ran two points (one not run), one that crashed during startup
-        {"config_hash": "r", "trial_error_class": "refused", "status": "not_run", "startup_s": None},
-        {"config_hash": "a", "trial_error_class": None, "status": "ok", "startup_s": 300.0, "time_scale": 10.0,
-         "started_unix_ns": 5 * s, "finished_unix_ns": 7 * s},
-        {"config_hash": "a", "trial_error_class": None, "status": "ok", "startup_s": 300.0, "time_scale": 10.0,
-         "started_unix_ns": 8 * s, "finished_unix_ns": 8 * s + s // 2},
-        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "startup_s": 300.0, "time_scale": 10.0,
-         "started_unix_ns": None, "finished_unix_ns": None},
-        {"config_hash": "c", "trial_error_class": "startup_exit", "status": "not_run", "startup_s": None},
+        load_point_row({}, config_hash="r", trial_error_class="refused", status="not_run", startup_s=None),
+        load_point_row({}, config_hash="a", status="ok", startup_s=300.0, time_scale=10.0, started_unix_ns=5 * s,
+                       finished_unix_ns=7 * s),
+        load_point_row({}, config_hash="a", status="ok", startup_s=300.0, time_scale=10.0, started_unix_ns=8 * s,
+                       finished_unix_ns=8 * s + s // 2),
+        load_point_row({}, config_hash="a", status="not_run", startup_s=300.0, time_scale=10.0),
+        load_point_row({}, config_hash="c", trial_error_class="startup_exit", status="not_run", startup_s=None),
         # two points early stopping skipped (the twin forecast 40 s and 12.5 s for them): no load time, GPU-s saved
-        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "error_class": "early_stop_slo",
-         "forecast_duration_s": 40.0, "startup_s": 300.0, "time_scale": 10.0},
-        {"config_hash": "a", "trial_error_class": None, "status": "not_run", "error_class": "early_stop_twin_bound",
-         "forecast_duration_s": 12.5, "startup_s": 300.0, "time_scale": 10.0},
+        load_point_row({}, config_hash="a", status="not_run", error_class="early_stop_slo", forecast_duration_s=40.0,
+                       startup_s=300.0, time_scale=10.0),
+        load_point_row({}, config_hash="a", status="not_run", error_class="early_stop_twin_bound",
+                       forecast_duration_s=12.5, startup_s=300.0, time_scale=10.0),
     ]
     assert launch_seconds(rows, {"c": 120.0}) == {"a": 325.0, "c": 120.0}
     verdicts = [Verdict("a", "prefill=trtllm", "best", 1234.5, ""), Verdict("c", "x", "failed", None, "")]

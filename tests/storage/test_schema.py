@@ -168,6 +168,29 @@ def test_schema_doc_is_current():
     assert SCHEMA_DOC.read_text() == schema_doc(), "docs/schema.md is stale: python -m grid.docs rewrites it"
 
 
+def test_typed_row_is_current_and_names_every_column():
+    from typing import get_type_hints
+
+    from grid.docs import ROWS_MODULE
+    from grid.storage.rows import LoadPointRow
+    from grid.storage.schema import LOAD_POINTS_SCHEMA, rows_module
+
+    assert ROWS_MODULE.read_text() == rows_module(), "grid/storage/rows.py is stale: python -m grid.docs rewrites it"
+    hints = get_type_hints(LoadPointRow)
+    assert list(hints) == LOAD_POINTS_SCHEMA.names
+    assert hints["ttft_p99_ms"] == float | None and hints["config_hash"] is str and hints["trial_id"] == str | None
+    assert hints["gpu_uuids"] == list[str] | None and hints["point_index"] is int
+
+
+def test_a_column_named_at_run_time_is_checked():
+    from grid.storage.schema import load_point_row, point_value
+
+    row = load_point_row({"ttft_p99_ms": 12.5}, config_hash="abc")
+    assert point_value(row, "ttft_p99_ms") == 12.5 and point_value(row, "tpot_p99_ms") is None
+    with pytest.raises(KeyError, match="'tft_p99_ms' is not a load_points column; did you mean ttft_p99_ms"):
+        point_value(row, "tft_p99_ms")
+
+
 def test_read_table_reads_only_the_columns_asked_for(tmp_path):
     from grid.storage.parquet import read_table, table_dir
 

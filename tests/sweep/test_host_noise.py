@@ -5,6 +5,7 @@ late: no point records a loss."""
 
 import pytest
 
+from grid.storage.schema import judged_point_row
 from grid.config.schema import ObjectiveSpec
 from grid.metrics.hostnoise import (HOST_NOISE_MAX_PCT, HOST_PERTURBED_PCT, counted_noise, host_error_pct, host_noise,
                                     perturbed)
@@ -15,9 +16,9 @@ from .test_measure import run_one, spec_for
 
 
 def point(h, label, level, out, lag):
-    return {"config_hash": h, "label": label, "point_index": level, "point_kind": "concurrency", "point_value": level,
-            "repeat_index": 0, "status": "ok", "trial_status": "ok", "output_tok_per_s": out,
-            "client_lag_pct": lag, "command": "x"}
+    return judged_point_row({}, config_hash=h, label=label, point_index=level, point_kind="concurrency",
+                            point_value=level, repeat_index=0, status="ok", trial_status="ok", output_tok_per_s=out,
+                            client_lag_pct=lag, command="x")
 
 
 @pytest.mark.unit
