@@ -88,7 +88,7 @@ class FailureClass:
     #: the load points' outcome).
     classifier: Literal["startup_log", "runtime_log"] | None = None
     #: The line the twin writes for it when a fault makes it happen (grid/twin/faults.py; ``{total}``: the GPU's
-    #: memory in GiB), matched by one of :attr:`wordings` (tests/server/test_statuses.py).
+    #: memory in GiB), matched by one of :attr:`wordings` (tests/storage/test_vocabulary_types.py).
     twin_line: str | None = None
 
     def pattern(self) -> re.Pattern[str] | None:
