@@ -1,5 +1,6 @@
 """The accuracy guard: grid's prompts, exact-match scoring, who runs them, the twin's answers, the gate."""
 
+from grid.storage.schema import judged_point_row
 from grid.accuracy import Item, computes_differently, matches, prompts, score
 from grid.config.schema import ObjectiveSpec
 from grid.report.select import accuracy_gate, rank
@@ -33,9 +34,9 @@ def test_which_settings_change_the_numerics():
 
 
 def lp(h, out, share, role):
-    return {"config_hash": h, "label": h, "point_index": 0, "point_value": 8, "point_kind": "concurrency",
-            "status": "ok", "trial_status": "ok", "output_tok_per_s": out, "error_class": None,
-            "accuracy_exact_match": share, "accuracy_role": role}
+    return judged_point_row({}, config_hash=h, label=h, point_index=0, point_value=8, point_kind="concurrency",
+                            status="ok", trial_status="ok", output_tok_per_s=out, accuracy_exact_match=share,
+                            accuracy_role=role)
 
 
 def test_a_faster_configuration_that_answers_worse_cannot_win():

@@ -10,6 +10,7 @@ from grid.compose import compose_spec
 from grid.config.schema import LoadSpec, requests_for_tail
 from grid.plan import load_points
 from grid.report.render import sample_note
+from grid.storage.schema import load_point_row
 from grid.sweep.notes import thin_tail_note
 from grid.sweep.space import expand
 
@@ -33,6 +34,10 @@ def test_one_slow_request_stays_out_of_the_tail_from_that_many_requests_on(perce
 def test_requests_for_tail_refuses_a_percentile_outside_0_100(bad):
     with pytest.raises(ValueError, match="percentile must be in"):
         requests_for_tail(bad)
+
+
+def point(**columns):
+    return load_point_row({}, **columns)
 
 
 def test_defaults_give_each_point_enough_requests_for_p99(tmp_path):
@@ -73,16 +78,16 @@ def test_a_thin_tail_is_named_before_the_sweep(tmp_path):
 
 
 def test_the_report_says_when_a_tail_rests_on_too_few_requests():
-    assert sample_note([{"completed": 8}, {"completed": 128}]) == (
+    assert sample_note([point(completed=8), point(completed=128)]) == (
         "Percentiles rest on 8-128 completed requests per load point; p99 needs at least 101 not to be the slowest "
         "request. For tighter tails set load.min_prompts=101 (null gives 101, enough for p99) or raise "
         "load.prompts_per_stream.")
-    assert sample_note([{"completed": 101}, {"completed": 500}]) is None
-    assert sample_note([{"completed": 100}]).startswith("Percentiles rest on 100 completed requests")
-    assert sample_note([{"completed": None}, {"completed": 0}]) is None
+    assert sample_note([point(completed=101), point(completed=500)]) is None
+    assert sample_note([point(completed=100)]).startswith("Percentiles rest on 100 completed requests")
+    assert sample_note([point(completed=None), point(completed=0)]) is None
     # an SLO at p99.9 needs 1001; one at p95 still leaves the report's p99 columns needing 101
-    assert "p99.9 needs at least 1001" in sample_note([{"completed": 500, "slo_percentile": 99.9}])
-    assert sample_note([{"completed": 101, "slo_percentile": 95.0}]) is None
+    assert "p99.9 needs at least 1001" in sample_note([point(completed=500, slo_percentile=99.9)])
+    assert sample_note([point(completed=101, slo_percentile=95.0)]) is None
 
 
 def test_an_all_at_once_rate_is_a_burst_of_min_prompts(tmp_path):

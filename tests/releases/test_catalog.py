@@ -132,6 +132,30 @@ def test_every_rule_message_is_sglangs_own_in_its_release_range():
     assert set(missing) <= {("tilelang_fp8_cuda", "0.5.20"), ("tilelang_fp8_cuda", "0.5.21")}, missing
 
 
+def test_every_release_whose_wheel_has_a_rules_message_is_in_that_rules_range():
+    """The converse of the test above: a rule whose release range was cut short (its message still in a release's
+    wheel outside the range) fails here. Each refusal of a release's catalog goes to the rule whose message matches it
+    longest (pp_no_speculative_mixed's message extends pp_no_speculative's), and that rule must hold for the release."""
+    launch = [rule for rule in RULES if rule.stage == "launch"]
+
+    def prefix(rule):
+        return rule.message.split("{}")[0].rstrip(".")
+
+    outside = set()
+    for r in RELEASES:
+        for entry in catalog.release(parse_version(r)).refusals:
+            matches = [rule for rule in launch if entry["message"].startswith(prefix(rule))]
+            if not matches:
+                continue
+            longest = max(len(prefix(rule)) for rule in matches)
+            owners = [rule for rule in matches if len(prefix(rule)) == longest]
+            if not any(rule.releases(parse_version(r)) for rule in owners):
+                outside.add((owners[0].name, r))
+    # 0.5.20 asserts the EAGLE-only message on NPUs alone (srt/arg_groups/validation_hook.py; the other devices get
+    # pp_no_speculative's), and grid plans for CUDA and ROCm
+    assert outside == {("pp_speculative_eagle_only", "0.5.20")}, outside
+
+
 def test_rules_carry_hardware_predicates():
     class HW:
         def __init__(self, sm, vendor="nvidia"):
