@@ -9,7 +9,9 @@ grid.releases.catalog.generate``, see README "Refreshing the SGLang catalog"):
 - ``metrics``: the Prometheus metric names of the metrics collector modules;
 - ``log_formats``: the pieces of the scheduler's ``Prefill batch`` / ``Decode batch`` messages;
 - ``refusals``: the messages of the raises/asserts in the server-argument checks (to check the hand-written launch
-  rules of grid/releases/checks.py against).
+  rules of grid/releases/checks.py against);
+- ``evidence``: named facts the release features of grid/releases/features.py are held to (tests/releases/
+  test_features.py): log-line templates, the literal keys of HTTP answers, defaults read off the server arguments.
 
 Everything grid knows about a release's command line (grid/releases/flags.py), and the twin's argparse
 (grid/twin/cli.py), is derived from this data. A version between two catalogued releases is answered by the older
@@ -57,6 +59,8 @@ class Release:
     metrics: tuple[dict, ...]
     log_formats: dict[str, list[str]]
     refusals: tuple[dict, ...]
+    #: grid/releases/catalog/extract.py ``evidence``: name -> fact
+    evidence: dict[str, Any]
     by_flag: dict[str, Option] = field(repr=False, compare=False)
     by_dest: dict[str, Option] = field(repr=False, compare=False)
 
@@ -98,7 +102,7 @@ def _load(path: Path) -> Release:
     release = ".".join(data["release"].split(".")[:3])
     return Release(release=release, wheel=data["wheel"], options=options, routes=tuple(data["routes"]),
                    metrics=tuple(data["metrics"]), log_formats=data["log_formats"], refusals=tuple(data["refusals"]),
-                   by_flag=by_flag, by_dest=by_dest)
+                   evidence=data["evidence"], by_flag=by_flag, by_dest=by_dest)
 
 
 @cache
