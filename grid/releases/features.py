@@ -3,7 +3,10 @@ the released server or its wheel (pure facts, with sources). The twin and the te
 comparing version numbers where they use the fact.
 
 A feature's ``since``/``until`` are the releases it was measured or read in; where the releases between two measured
-ones were not checked, ``source`` says so and the boundary is the last measured release.
+ones were not checked, ``source`` says so and the boundary is the last measured release. Most features are read in
+every catalogued release: the catalog's ``evidence`` (grid/releases/catalog/extract.py, one named fact per feature,
+extracted from each release's wheel) shows them, and tests/releases/test_features.py holds each such feature to it at
+every release.
 """
 
 from __future__ import annotations
@@ -55,16 +58,23 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             _CATALOG_LOGS),
     Feature("prefill_line_pending_token", "0.5.11", None,
             "the Prefill batch line prints `#pending-token` after `#queue-req`", _CATALOG_LOGS),
-    Feature("prefill_throughput_of_this_batch", "0.5.10", None,
+    Feature("prefill_throughput_of_this_batch", "0.5.11", None,
             "the Prefill batch line's input throughput counts this batch's new tokens (0.5.9: the previous batch's, "
             "over the time since the previous line)",
-            "the twin's reading since its first version; no wheel or public line checked (0.5.9's "
-            "srt/managers/scheduler_metrics_mixin.py log_prefill_stats is where to check it)"),
-    Feature("kv_cache_line_dtype", "0.5.23", None,
-            "the `KV Cache is allocated.` line names the KV dtype", _ENDS + "srt/mem_cache/memory_pool.py (0.5.9); srt/model_executor/model_runner_components/kv_pool_runtime.py "
-            "(0.5.23)"),
-    Feature("load_weight_line_without_dtype", "0.5.23", None,
-            "the `Load weight end.` line no longer prints `dtype=`", _ENDS + "srt/model_executor/model_runner.py"),
+            "every release's catalog evidence `prefill_throughput_tokens`: the scheduler's last_input_throughput is "
+            "last_prefill_tokens / gap (the previous line's tokens) in 0.5.9 srt/managers/scheduler_metrics_mixin.py "
+            "and 0.5.10 srt/observability/scheduler_metrics_mixin.py, prefill_stats.log_input_tokens / gap from 0.5.11 "
+            "(0.5.13+ srt/managers/scheduler_components/metrics_reporter.py; 0.5.23 adds the batch's replayed "
+            "tokens, which the twin does not have)"),
+    Feature("kv_cache_line_dtype", "0.5.13", None,
+            "the `KV Cache is allocated.` line names the KV dtype",
+            "every release's catalog evidence `kv_cache_lines`: the templates of srt/mem_cache/memory_pool.py print "
+            "`dtype: {}, #tokens: {}` from 0.5.13, `#tokens: {}` alone before"),
+    Feature("load_weight_line_without_dtype", "0.5.10", None,
+            "the `Load weight end.` line no longer prints `dtype=` (from 0.5.10 it prints the quantization, if any, "
+            "in its place)",
+            "every release's catalog evidence `load_weight_lines`: srt/model_executor/model_runner.py's template has "
+            "`dtype={}` in 0.5.9, the quantization string (empty for an unquantized model) from 0.5.10"),
     Feature("target_decode_cuda_graph_lines", "0.5.23", None,
             "CUDA graph capture logs `Capture target decode cuda graph begin/end` (one begin line, the batch sizes at "
             "the end) instead of `Capture cuda graph begin` and `bs [...]`",
@@ -80,9 +90,10 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "sparse attention is called DSA (`--dsa-*` flags, `Set DSA backends` log line); NSA before",
             "the catalog's options (--nsa-* renamed --dsa-* in 0.5.13, grid/releases/flags.py SETTINGS)"),
     # --- the HTTP API
-    Feature("ready_exempt_from_api_key", "0.5.23", None,
+    Feature("ready_exempt_from_api_key", "0.5.20", None,
             "GET /ready answers without the API key, as /health and /metrics do",
-            _ENDS + "srt/utils/auth.py (0.5.23: /health, /ready and /metrics are exempt)"),
+            "every release's catalog evidence `auth_exempt_prefixes`: the path.startswith prefixes of "
+            "srt/utils/auth.py are /health and /metrics, and /ready from 0.5.20"),
     Feature("meta_info_num_retractions", "0.5.23", None,
             "a response's meta_info counts retractions as `num_retractions` (before: `total_retractions`) and adds "
             "`reasoning_tokens`", _ANSWERS + "srt/managers/tokenizer_manager.py"),
@@ -92,28 +103,43 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("model_info_serving_fields", "0.5.23", None,
             "/model_info adds `served_model_name`, `load_format`, the parsers and `disaggregation_mode`",
             _ANSWERS + "srt/entrypoints/http_server.py get_model_info"),
-    Feature("flush_cache_failure_text", "0.5.23", None,
-            "a refused /flush_cache answers 400 with `Flush cache failed.` (before: an empty body)",
-            _ENDS + "srt/entrypoints/http_server.py flush_cache (0.5.23: `ret.message or \"Flush cache failed.\\n\"`)"),
+    Feature("flush_cache_failure_text", "0.5.10", None,
+            "a refused /flush_cache answers 400 with `Flush cache failed.` (0.5.9: 400 with the `Cache flushed.` "
+            "text of a flush that happened)",
+            "every release's catalog evidence `flush_cache_failure_text`: srt/entrypoints/http_server.py flush_cache "
+            "answers `ret.message or \"Flush cache failed.\\n\"` when the flush fails from 0.5.10 (the scheduler's "
+            "refusal carries no message), and its one `Cache flushed.` text with the status of the result in 0.5.9"),
     # --- the command line and its defaults
     Feature("attn_dp_size_flag", "0.5.22", None,
             "attention DP is `--attn-dp-size N` (`--dp-size N --enable-dp-attention` is rewritten to it)",
             "SGLang 0.5.22 server_args.py; the catalog declares --attn-dp-size from 0.5.22"),
-    Feature("sglang_serve", "0.5.23", None,
-            "the server's program is `sglang serve` (its usage line and /server_info's launch command)",
-            _ANSWERS + "/server_info's launch_command starts `sglang serve`"),
-    Feature("dsa_attention_backend", "0.5.23", None,
-            "a DSA model's attention backend defaults to `dsa` (before: `nsa`)", _SERVER_ARGS),
-    Feature("cuda_graph_bs_includes_max", "0.5.14", None,
+    Feature("sglang_serve", "0.5.10", None,
+            "the server's parser is named `sglang serve` (its usage and error lines; 0.5.9: argv[0], "
+            "`launch_server.py` under `python -m sglang.launch_server`)",
+            "every release's catalog evidence `server_args_prog`: srt/server_args.py prepare_server_args builds "
+            "`argparse.ArgumentParser()` in 0.5.9 and `ArgumentParser(prog=\"sglang serve\")` from 0.5.10"),
+    Feature("dsa_attention_backend", "0.5.13", None,
+            "a DSA model's attention backend defaults to `dsa` (before: `nsa`)",
+            "every release's catalog evidence `dsa_defaults.attention_backend`: the server arguments log `Use nsa "
+            "attention backend for DeepSeek with DSA.` to 0.5.12 and `Use dsa ...` from 0.5.13 (srt/server_args.py; "
+            "0.5.15+ srt/arg_groups/overrides.py, 0.5.19+ srt/arg_groups/model_overrides/deepseek_v2.py)"),
+    Feature("cuda_graph_bs_includes_max", "0.5.10", None,
             "the decode CUDA graph batch sizes end with --cuda-graph-max-bs itself when the size list skips it",
-            "cuda_graph_runner.py get_batch_sizes_to_capture (0.5.9), cuda_graph_hook.py "
-            "generate_decode_cuda_graph_batch_sizes (0.5.23); 0.5.14 from the catalog's defaults "
-            "(docs/sources.md#sglang-server-arguments-and-defaults)"),
-    Feature("small_gpu_defaults_raised", "0.5.23", None,
+            "every release's catalog evidence `graph_bs_defaults.appends_max`: the function that builds the default "
+            "sizes ([1, 2, 4, 8, 12] + ...; srt/server_args.py _generate_cuda_graph_batch_sizes, 0.5.19+ "
+            "srt/arg_groups/cuda_graph_hook.py generate_decode_cuda_graph_batch_sizes) appends the max batch size "
+            "when missing from 0.5.10, not in 0.5.9"),
+    Feature("small_gpu_defaults_raised", "0.5.20", None,
             "on GPUs of 20-35 GB the default chunked prefill size is 4096 and the decode CUDA graph max batch size 48 "
-            "(tp < 4) or 160 (before: 2048 and 24 / 80)", _SERVER_ARGS),
-    Feature("graph_bs_capped_by_running", "0.5.23", None,
-            "the default decode CUDA graph max batch size is capped by --max-running-requests", _SERVER_ARGS),
+            "(tp < 4) or 160 (before: 2048 and 24 / 80)",
+            "every release's catalog evidence `gpu_memory_defaults` (the `gpu_mem < N * 1024` bands of "
+            "_handle_gpu_memory_settings: srt/server_args.py, 0.5.19+ srt/arg_groups/memory_hook.py); "
+            "tests/releases/test_features.py holds grid/twin/perf.py gpu_memory_defaults to every band of every "
+            "release"),
+    Feature("graph_bs_capped_by_running", "0.5.22", None,
+            "the default decode CUDA graph max batch size is capped by --max-running-requests",
+            "every release's catalog evidence `graph_bs_defaults.capped_by_max_running_requests`: from 0.5.22 "
+            "srt/arg_groups/memory_hook.py lowers a defaulted max_bs above max_running_requests to it"),
     Feature("dsa_fp8_sm120_flashinfer", "0.5.23", None,
             "GLM-5's DSA backends with an fp8 KV cache on SM120 default to flashinfer_sparse_mla",
             _SERVER_ARGS),

@@ -734,7 +734,9 @@ class TwinAPI(_TwinState):
 
     async def h_flush(self, request: web.Request) -> web.Response:
         if self.sched.has_work():
-            return web.Response(text="Flush cache failed.\n" if holds("flush_cache_failure_text", self.ver) else "", status=400)
+            # 0.5.9 answers a refused flush with the text of a done one (srt/entrypoints/http_server.py flush_cache)
+            return web.Response(text="Flush cache failed.\n" if holds("flush_cache_failure_text", self.ver)
+                                else FLUSH_OK, status=400)
         self.cache.flush()
         self.log.sched("Cache flushed successfully!")
         return web.Response(text=FLUSH_OK)

@@ -167,8 +167,8 @@ TYPES: dict[str, Callable[[str], Any]] = {
 
 
 def prog_for(ver: Version) -> str:
-    """argparse's prog: argv[0] of ``python -m sglang.launch_server`` until 0.5.22; ``sglang serve`` from 0.5.23
-    (``prepare_server_args``, sgl-project/sglang python/sglang/srt/server_args.py)."""
+    """argparse's prog: argv[0] of ``python -m sglang.launch_server`` in 0.5.9; ``sglang serve`` from 0.5.10
+    (``prepare_server_args``, srt/server_args.py; grid/releases/features.py ``sglang_serve``)."""
     return "sglang serve" if holds("sglang_serve", ver) else "launch_server.py"
 
 

@@ -41,6 +41,42 @@ def test_the_features_the_catalog_shows_agree_with_it(release):
     assert holds("dsa_named", ver) is ("--dsa-prefill-backend" in rel.by_flag)
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_features_the_catalog_evidence_shows_agree_with_it(release):
+    """Each feature read off the server's code agrees with the fact the catalog extracted from the release's wheel
+    (grid/releases/catalog/extract.py ``evidence``)."""
+    ev, ver = catalog.release(release).evidence, parse_version(release)
+    assert holds("flush_cache_failure_text", ver) is bool(ev["flush_cache_failure_text"])
+    assert holds("ready_exempt_from_api_key", ver) is ("/ready" in ev["auth_exempt_prefixes"])
+    assert ev["kv_cache_lines"] and ev["load_weight_lines"]
+    assert holds("kv_cache_line_dtype", ver) is all("dtype: {}, #tokens: {}" in t for t in ev["kv_cache_lines"])
+    assert holds("load_weight_line_without_dtype", ver) is not any("dtype=" in t for t in ev["load_weight_lines"])
+    assert holds("sglang_serve", ver) is (ev["server_args_prog"] == "sglang serve")
+    assert holds("dsa_attention_backend", ver) is (ev["dsa_defaults"]["attention_backend"] == ["dsa"])
+    assert holds("cuda_graph_bs_includes_max", ver) is ev["graph_bs_defaults"]["appends_max"]
+    assert holds("graph_bs_capped_by_running", ver) is ev["graph_bs_defaults"]["capped_by_max_running_requests"]
+    assert ev["prefill_throughput_tokens"] in ("previous_batch", "this_batch")
+    assert holds("prefill_throughput_of_this_batch", ver) is (ev["prefill_throughput_tokens"] == "this_batch")
+    small = next(b for b in ev["gpu_memory_defaults"] if b["below_gib"] == 35)
+    assert holds("small_gpu_defaults_raised", ver) is (small["chunked_prefill_size"] == [4096]
+                                                       and small["cuda_graph_max_bs"] == [48, 160])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_twins_defaults_by_gpu_memory_are_the_releases(release):
+    """grid/twin/perf.py's chunked prefill size and decode CUDA graph max batch size by GPU memory and tp are the
+    release's, band by band (SGLang's ``gpu_mem < N * 1024`` MiB)."""
+    from grid.twin.perf import gpu_memory_defaults
+
+    bands = catalog.release(release).evidence["gpu_memory_defaults"]
+    assert [b["below_gib"] for b in bands] == [20, 35, 60, 90, 160, None]
+    for band in bands:
+        mib = (band["below_gib"] - 0.5) * 1024 if band["below_gib"] else 200 * 1024
+        for tp in (1, 2, 4, 8):
+            graph = band["cuda_graph_max_bs"][0 if tp < 4 else -1]
+            assert gpu_memory_defaults(mib, tp, release) == (band["chunked_prefill_size"][0], graph), (band, tp)
+
+
 def test_the_twin_compares_no_release_numbers_but_in_its_failure_rows():
     gate = re.compile(r"(?:>=?|<=?)\s*\(0, 5, \d+\)|\(0, 5, \d+\)\s*(?:<=?|>=?)")
     for path in sorted((ROOT / "grid" / "twin").glob("*.py")):

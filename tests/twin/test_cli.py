@@ -49,8 +49,8 @@ def test_nsa_backend_lifecycle(capsys):
     assert parse(["--dsa-prefill-backend", "tilelang"], "0.5.13").dsa_prefill_backend == "tilelang"
     err = parse_error(["--dsa-prefill-backend", "fa3"], "0.5.9", capsys)
     assert "launch_server.py: error: unrecognized arguments: --dsa-prefill-backend fa3" in err
-    err = parse_error(["--nsa-prefill-backend", "fa3"], "0.5.20", capsys)
-    assert "launch_server.py: error: unrecognized arguments: --nsa-prefill-backend fa3" in err
+    err = parse_error(["--nsa-prefill-backend", "fa3"], "0.5.20", capsys)  # the parser is `sglang serve` from 0.5.10
+    assert "sglang serve: error: unrecognized arguments: --nsa-prefill-backend fa3" in err
     err = parse_error(["--nsa-prefill-backend", "fa3"], "0.5.23", capsys)
     assert "sglang serve: error: unrecognized arguments: --nsa-prefill-backend fa3" in err
 
