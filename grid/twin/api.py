@@ -1,7 +1,7 @@
 """The twin's HTTP API (SGLang's routes, docs/sources.md#sglang-http-api-and-bench_serving), as a mixin of
 :class:`grid.twin.server.Twin`.
 
-Routes: /health, /health_generate, /ready (0.5.23), /generate (stream or not, cumulative text), /v1/completions,
+Routes: /health, /health_generate, /ready (0.5.20+), /generate (stream or not, cumulative text), /v1/completions,
 /v1/chat/completions, /v1/models, /server_info and /get_server_info, /model_info and /get_model_info, /flush_cache,
 /metrics (with --enable-metrics) and the twin-only /grid/telemetry. Handlers read the twin's state and submit
 requests to its scheduler; the lifecycle and the scheduler loop live in grid/twin/server.py.

@@ -218,7 +218,8 @@ def decode_cuda_graph_batch_sizes(max_bs: int, two_batch_overlap: bool = False, 
     """[1,2,4,8,12] + range(16,257,8) + range(272,512,16) + range(512,max_bs+1,32), <= max_bs
     (docs/sources.md#sglang-server-arguments-and-defaults).
 
-    0.5.23 (>= 0.5.14 here) also appends max_bs itself; two-batch overlap keeps even sizes only.
+    From 0.5.10 max_bs itself is appended when the steps skip it (features.py ``cuda_graph_bs_includes_max``);
+    two-batch overlap keeps even sizes only.
     """
     if max_bs <= 0:
         return ()
