@@ -41,6 +41,8 @@ _ANSWERS = "the released server's answers on 0.5.9 and 0.5.23 (tests/twin/test_c
     "not checked, taken as 0.5.23): "
 #: Read from every catalogued release's log formats (grid/releases/catalog/data ``log_formats``, extracted from each
 #: wheel; tests/releases/test_catalog.py holds the twin's lines to them).
+#: The literal keys of an HTTP answer, read in every release's wheel (grid/releases/catalog/extract.py).
+_HTTP_KEYS = "every release's catalog evidence "
 #: SGLang's server-argument handling: server_args.py (0.5.9), arg_groups/*.py (0.5.23).
 _SERVER_ARGS = _ENDS + "docs/sources.md#sglang-server-arguments-and-defaults"
 _CATALOG_LOGS = "each release's log formats in the catalog (srt/managers/scheduler_metrics_mixin.py and successors)"
@@ -94,15 +96,37 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "GET /ready answers without the API key, as /health and /metrics do",
             "every release's catalog evidence `auth_exempt_prefixes`: the path.startswith prefixes of "
             "srt/utils/auth.py are /health and /metrics, and /ready from 0.5.20"),
-    Feature("meta_info_num_retractions", "0.5.23", None,
-            "a response's meta_info counts retractions as `num_retractions` (before: `total_retractions`) and adds "
-            "`reasoning_tokens`", _ANSWERS + "srt/managers/tokenizer_manager.py"),
-    Feature("server_info_launch_command", "0.5.23", None,
-            "/server_info adds `launch_command`, `startup_time` and `frontend`, and its internal state the world size",
-            _ANSWERS + "srt/entrypoints/http_server.py get_server_info"),
-    Feature("model_info_serving_fields", "0.5.23", None,
-            "/model_info adds `served_model_name`, `load_format`, the parsers and `disaggregation_mode`",
-            _ANSWERS + "srt/entrypoints/http_server.py get_model_info"),
+    Feature("meta_info_reasoning_tokens", "0.5.10", None,
+            "a response's meta_info counts `reasoning_tokens`",
+            _HTTP_KEYS + "`meta_info_keys` (the meta_info dict of srt/managers/tokenizer_manager.py)"),
+    Feature("meta_info_num_retractions", "0.5.12", None,
+            "a response's meta_info counts retractions as `num_retractions` (before: `total_retractions`)",
+            _HTTP_KEYS + "`meta_info_keys` (the meta_info dict of srt/managers/tokenizer_manager.py)"),
+    Feature("server_info_startup_time", "0.5.17", None,
+            "/server_info has `startup_time`",
+            _HTTP_KEYS + "`http_keys.server_info` (srt/entrypoints/http_server.py server_info)"),
+    Feature("server_info_launch_command", "0.5.20", None,
+            "/server_info has `launch_command`: the server's arguments as given, joined by spaces (no program name)",
+            _HTTP_KEYS + "`http_keys.server_info` (srt/entrypoints/http_server.py server_info; 0.5.22+ "
+            "srt/utils/common.py build_server_info); the value is prepare_server_args' argv joined "
+            "(srt/server_args.py)"),
+    Feature("server_info_frontend", "0.5.21", None,
+            "/server_info has `frontend` (`python`)",
+            _HTTP_KEYS + "`http_keys.server_info` (srt/entrypoints/http_server.py server_info)"),
+    Feature("internal_state_world_size", "0.5.19", None,
+            "/server_info's internal state has `world_size`",
+            _HTTP_KEYS + "`http_keys.internal_state` (srt/managers/scheduler.py get_internal_state; 0.5.22+ "
+            "srt/managers/scheduler_components/internal_state.py)"),
+    Feature("internal_state_decode_cuda_graph_bs", "0.5.21", None,
+            "/server_info's internal state has `decode_cuda_graph_bs`, the captured decode batch sizes",
+            _HTTP_KEYS + "`http_keys.internal_state` (srt/managers/scheduler.py get_internal_state; 0.5.22+ "
+            "srt/managers/scheduler_components/internal_state.py _add_disaggregation)"),
+    Feature("model_info_serving_fields", "0.5.18", None,
+            "/model_info has `served_model_name`, `load_format`, `reasoning_parser` and `tool_call_parser`",
+            _HTTP_KEYS + "`http_keys.model_info` (srt/entrypoints/http_server.py model_info)"),
+    Feature("model_info_disaggregation_mode", "0.5.21", None,
+            "/model_info has `disaggregation_mode`",
+            _HTTP_KEYS + "`http_keys.model_info` (srt/entrypoints/http_server.py model_info)"),
     Feature("flush_cache_failure_text", "0.5.10", None,
             "a refused /flush_cache answers 400 with `Flush cache failed.` (0.5.9: 400 with the `Cache flushed.` "
             "text of a flush that happened)",

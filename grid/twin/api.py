@@ -450,11 +450,10 @@ class TwinAPI(_TwinState):
         meta: dict[str, Any] = {"id": req.rid, "finish_reason": self._finish_reason_native(req) if final else None,
                                 "prompt_tokens": req.prompt_tokens,
                 "weight_version": "default"}
-        new_meta = holds("meta_info_num_retractions", self.ver)
-        meta["num_retractions" if new_meta else "total_retractions"] = 0
+        meta["num_retractions" if holds("meta_info_num_retractions", self.ver) else "total_retractions"] = 0
         meta["completion_tokens"] = req.n_out if n is None else n
         meta["cached_tokens"] = req.cached
-        if new_meta:
+        if holds("meta_info_reasoning_tokens", self.ver):
             meta["reasoning_tokens"] = 0
         if final:
             meta["e2e_latency"] = round((self.mnow() if at is None else at) - req.t_arrive, 6)
@@ -695,10 +694,17 @@ class TwinAPI(_TwinState):
                 # startup_time_scale (grid/sweep/measure.py startup_seconds)
                 "twin_startup_s": None if self.startup_s is None else round(self.startup_s, 3)}
         if holds("server_info_launch_command", self.ver):
-            info.update(launch_command=" ".join(["sglang", "serve"] + self.argv_redacted()),
-                        startup_time=round(self.ready_at, 3), frontend="python")
-            state.update(world_size=self.args.tp_size * self.args.pp_size,
-                         decode_cuda_graph_bs=list(getattr(self.perf, "cuda_graph_batch_sizes", []) or []))
+            # SGLang joins the arguments it parsed, without the program (srt/server_args.py prepare_server_args);
+            # the twin also hides the API key
+            info["launch_command"] = " ".join(self.argv_redacted())
+        if holds("server_info_startup_time", self.ver):
+            info["startup_time"] = round(self.ready_at, 3)
+        if holds("server_info_frontend", self.ver):
+            info["frontend"] = "python"
+        if holds("internal_state_world_size", self.ver):
+            state["world_size"] = self.args.tp_size * self.args.pp_size
+        if holds("internal_state_decode_cuda_graph_bs", self.ver):
+            state["decode_cuda_graph_bs"] = list(getattr(self.perf, "cuda_graph_batch_sizes", []) or [])
         return info
 
     def argv_redacted(self) -> list[str]:
@@ -728,8 +734,9 @@ class TwinAPI(_TwinState):
                 "model_type": self.model.model_type, "architectures": [self.model.architecture]}
         if holds("model_info_serving_fields", self.ver):
             info.update(served_model_name=self.args.served_model_name, load_format=self.args.load_format,
-                        reasoning_parser=self.args.reasoning_parser, tool_call_parser=self.args.tool_call_parser,
-                        disaggregation_mode="null")
+                        reasoning_parser=self.args.reasoning_parser, tool_call_parser=self.args.tool_call_parser)
+        if holds("model_info_disaggregation_mode", self.ver):
+            info["disaggregation_mode"] = "null"
         return _json(info)
 
     async def h_flush(self, request: web.Request) -> web.Response:

@@ -57,6 +57,18 @@ def test_the_features_the_catalog_evidence_shows_agree_with_it(release):
     assert holds("graph_bs_capped_by_running", ver) is ev["graph_bs_defaults"]["capped_by_max_running_requests"]
     assert ev["prefill_throughput_tokens"] in ("previous_batch", "this_batch")
     assert holds("prefill_throughput_of_this_batch", ver) is (ev["prefill_throughput_tokens"] == "this_batch")
+    meta, http = set(ev["meta_info_keys"]), {k: set(v) for k, v in ev["http_keys"].items()}
+    assert "prompt_tokens" in meta and {"internal_states", "version"} <= http["server_info"]
+    assert holds("meta_info_reasoning_tokens", ver) is ("reasoning_tokens" in meta)
+    assert holds("meta_info_num_retractions", ver) is ("num_retractions" in meta) is ("total_retractions" not in meta)
+    assert holds("server_info_startup_time", ver) is ("startup_time" in http["server_info"])
+    assert holds("server_info_launch_command", ver) is ("launch_command" in http["server_info"])
+    assert holds("server_info_frontend", ver) is ("frontend" in http["server_info"])
+    assert holds("internal_state_world_size", ver) is ("world_size" in http["internal_state"])
+    assert holds("internal_state_decode_cuda_graph_bs", ver) is ("decode_cuda_graph_bs" in http["internal_state"])
+    assert holds("model_info_serving_fields", ver) is (
+        {"served_model_name", "load_format", "reasoning_parser", "tool_call_parser"} <= http["model_info"])
+    assert holds("model_info_disaggregation_mode", ver) is ("disaggregation_mode" in http["model_info"])
     small = next(b for b in ev["gpu_memory_defaults"] if b["below_gib"] == 35)
     assert holds("small_gpu_defaults_raised", ver) is (small["chunked_prefill_size"] == [4096]
                                                        and small["cuda_graph_max_bs"] == [48, 160])
