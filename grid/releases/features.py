@@ -43,6 +43,11 @@ _ANSWERS = "the released server's answers on 0.5.9 and 0.5.23 (tests/twin/test_c
 #: wheel; tests/releases/test_catalog.py holds the twin's lines to them).
 #: The literal keys of an HTTP answer, read in every release's wheel (grid/releases/catalog/extract.py).
 _HTTP_KEYS = "every release's catalog evidence "
+#: The decode CUDA graph capture lines, read in every release's wheel.
+_GRAPH_LINES = ("every release's catalog evidence `cuda_graph_lines`: the capture templates of "
+                "srt/model_executor/model_runner.py and cuda_graph_runner.py (0.5.16+ "
+                "model_runner_components/cuda_graph_setup.py), with the capture name `{role} decode` (role `target`) "
+                "from 0.5.14 and the graph name graph_backend gives CUDA (`cuda graph`, `CUDA graph` from 0.5.14)")
 #: SGLang's server-argument handling: server_args.py (0.5.9), arg_groups/*.py (0.5.23).
 _SERVER_ARGS = _ENDS + "docs/sources.md#sglang-server-arguments-and-defaults"
 _CATALOG_LOGS = "each release's log formats in the catalog (srt/managers/scheduler_metrics_mixin.py and successors)"
@@ -77,11 +82,16 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "in its place)",
             "every release's catalog evidence `load_weight_lines`: srt/model_executor/model_runner.py's template has "
             "`dtype={}` in 0.5.9, the quantization string (empty for an unquantized model) from 0.5.10"),
-    Feature("target_decode_cuda_graph_lines", "0.5.23", None,
-            "CUDA graph capture logs `Capture target decode cuda graph begin/end` (one begin line, the batch sizes at "
-            "the end) instead of `Capture cuda graph begin` and `bs [...]`",
-            _ENDS + "srt/model_executor/cuda_graph_runner.py (0.5.9); "
-            "srt/model_executor/model_runner_components/cuda_graph_setup.py capture_decode_graph (0.5.23)"),
+    Feature("target_decode_cuda_graph_lines", "0.5.14", None,
+            "the decode CUDA graph capture logs `Capture target decode CUDA graph begin. backend=..., "
+            "num_tokens_per_bs=..., bs=[...], avail mem=...` and `... end. elapsed=..., mem usage=..., avail mem=...` "
+            "(before: `Capture cuda graph begin. This can take up to several minutes. ...`, `Capture cuda graph bs "
+            "[...]` and `Capture cuda graph end. Time elapsed: ...`)", _GRAPH_LINES),
+    Feature("cuda_graph_num_tokens_per_req", "0.5.16", None,
+            "the capture's begin line says `num_tokens_per_req=` (0.5.14-0.5.15: `num_tokens_per_bs=`)", _GRAPH_LINES),
+    Feature("cuda_graph_bs_on_end_line", "0.5.22", None,
+            "the captured batch sizes are printed on the capture's end line (`end. bs=[...], elapsed=...`), no "
+            "longer on its begin line", _GRAPH_LINES),
     Feature("nan_lines_without_detection_flag", "0.5.13", None,
             "NaN in the logits is logged without --enable-nan-detection (before: only with it)",
             "the twin's reading since its first version, not read in a wheel: srt/layers/sampler.py logs `Detected "

@@ -157,8 +157,12 @@ STARTUP_PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), 
     (r"Load weight begin", "loading the weights"),
     (r"Load weight end", "weights loaded, allocating the KV cache"),
     (r"KV Cache is allocated|Memory pool end", "KV cache allocated"),
-    (r"Capture (?:target decode )?cuda graph begin|Capture cuda graph bs", "capturing CUDA graphs"),
-    (r"Capture (?:target decode )?cuda graph end", "CUDA graphs captured, starting the HTTP server"),
+    # `Capture cuda graph begin` to 0.5.13, `Capture target decode CUDA graph begin` (or `target verify`, `draft ...`
+    # with speculative decoding) from 0.5.14 (grid/releases/features.py target_decode_cuda_graph_lines)
+    (r"Capture (?:(?:target|draft) (?:decode|verify) )?(?i:cuda graph) begin|Capture cuda graph bs",
+     "capturing CUDA graphs"),
+    (r"Capture (?:(?:target|draft) (?:decode|verify) )?(?i:cuda graph) end",
+     "CUDA graphs captured, starting the HTTP server"),
     (r"Uvicorn running on|Application startup complete", "HTTP server up, warming up"),
     (r"The server is fired up and ready to roll", "ready"),
 ))

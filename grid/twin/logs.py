@@ -105,17 +105,24 @@ def load_weight_end_line(version: str | Version, *, elapsed: float, arch: str, a
 
 
 def graph_begin_lines(version: str | Version, *, avail: float, bs: list[int]) -> list[str]:
+    """The lines that open the decode CUDA graph capture (srt/model_executor/model_runner.py; 0.5.16+
+    model_runner_components/cuda_graph_setup.py): from 0.5.14 one ``Capture target decode CUDA graph begin.`` line
+    (with the batch sizes until 0.5.21), before a begin line and the ``Capture cuda graph bs`` line."""
     ver = parse_version(version) if isinstance(version, str) else version
     if holds("target_decode_cuda_graph_lines", ver):
-        return [f"Capture target decode cuda graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB"]
+        per = "num_tokens_per_req" if holds("cuda_graph_num_tokens_per_req", ver) else "num_tokens_per_bs"
+        sizes = "" if holds("cuda_graph_bs_on_end_line", ver) else f"bs={bs}, "
+        return [f"Capture target decode CUDA graph begin. backend=full, {per}=1, {sizes}avail mem={avail:.2f} GB"]
     return [f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
             f"Capture cuda graph bs {bs}"]
 
 
 def graph_end_line(version: str | Version, *, elapsed: float, usage: float, avail: float, bs: list[int]) -> str:
+    """The line that closes the decode CUDA graph capture (the batch sizes on it from 0.5.22)."""
     ver = parse_version(version) if isinstance(version, str) else version
     if holds("target_decode_cuda_graph_lines", ver):
-        return (f"Capture target decode cuda graph end. bs={bs}, elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, "
+        sizes = f"bs={bs}, " if holds("cuda_graph_bs_on_end_line", ver) else ""
+        return (f"Capture target decode CUDA graph end. {sizes}elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, "
                 f"avail mem={avail:.2f} GB.")
     return f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB."
 

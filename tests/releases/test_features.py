@@ -74,6 +74,41 @@ def test_the_features_the_catalog_evidence_shows_agree_with_it(release):
                                                        and small["cuda_graph_max_bs"] == [48, 160])
 
 
+def _fits(template: str, line: str) -> bool:
+    """Whether ``line`` is ``template`` (the catalog's: ``{}`` a value, possibly empty; ``{:.2f}`` a decimal with
+    two places; ``%s`` a value) filled in."""
+    parts = re.split(r"(\{\}|\{:\.2f\}|%s)", template)
+    rx = "".join({"{}": ".*?", "%s": ".*?", "{:.2f}": r"-?\d+\.\d\d"}.get(p, re.escape(p)) for p in parts)
+    return re.fullmatch(rx, line) is not None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_twins_startup_lines_are_the_releases(release):
+    """The twin's weight, KV pool and CUDA graph lines fill in templates of the release (the catalog's evidence), and
+    the capture lines name the graph as the release does (``cuda graph`` / ``target decode CUDA graph``)."""
+    from grid.twin import logs
+
+    ev, ver = catalog.release(release).evidence, parse_version(release)
+    graph = ev["cuda_graph_lines"]
+    begin = logs.graph_begin_lines(release, avail=70.25, bs=[1, 2, 4])
+    end = logs.graph_end_line(release, elapsed=3.5, usage=1.25, avail=69.0, bs=[1, 2, 4])
+    for line in [*begin, end]:
+        assert any(_fits(t, line) for t in graph["lines"]), (release, line)
+    name = graph["cuda_graph_name"][0]
+    prefix = f"Capture target decode {name} " if holds("target_decode_cuda_graph_lines", ver) else f"Capture {name} "
+    assert all(line.startswith(prefix) for line in (begin[0], end)), (release, begin, end)
+    assert holds("target_decode_cuda_graph_lines", ver) is (name == "CUDA graph")
+    assert holds("cuda_graph_num_tokens_per_req", ver) is any("num_tokens_per_req=" in t for t in graph["lines"])
+    assert holds("cuda_graph_bs_on_end_line", ver) is any(" end. bs={}" in t for t in graph["lines"])
+    assert holds("target_decode_cuda_graph_lines", ver) is not any(t.startswith("Capture cuda graph bs")
+                                                                   for t in graph["lines"])
+    for mla in (False, True):
+        kv = logs.kv_cache_line(release, tokens=1000, kv_gb=2.5, mla=mla, kv_cache_dtype="auto")
+        assert any(_fits(t, kv) for t in ev["kv_cache_lines"]), (release, kv)
+    load = logs.load_weight_end_line(release, elapsed=4.5, arch="LlamaForCausalLM", avail=70.0, usage=2.0)
+    assert any(_fits(t, load) for t in ev["load_weight_lines"]), (release, load)
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_twins_defaults_by_gpu_memory_are_the_releases(release):
     """grid/twin/perf.py's chunked prefill size and decode CUDA graph max batch size by GPU memory and tp are the

@@ -121,3 +121,8 @@ def test_startup_phase_reads_the_last_phase():
         "weights loaded, allocating the KV cache", "Load weight end. avail mem=20 GB")
     assert startup_phase("Capture cuda graph bs [1, 2, 4]\nINFO:     Uvicorn running on http://127.0.0.1:30000")[0] == \
         "HTTP server up, warming up"
+    # 0.5.14+ words the capture `Capture target decode CUDA graph ...` (`target verify` with speculative decoding)
+    assert startup_phase("[x] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem="
+                         "70.00 GB")[0] == "capturing CUDA graphs"
+    assert startup_phase("[x] Capture target verify CUDA graph end. bs=[1, 2], elapsed=3.00 s, mem usage=1.00 GB, "
+                         "avail mem=69.00 GB.")[0] == "CUDA graphs captured, starting the HTTP server"

@@ -91,7 +91,14 @@ def test_startup_wording_per_version():
         "Capture cuda graph begin. This can take up to several minutes. avail mem=11.82 GB")
     assert logs.graph_end_line("0.5.9", elapsed=5.37, usage=1.44, avail=38.05, bs=[1]) == (
         "Capture cuda graph end. Time elapsed: 5.37 s. mem usage=1.44 GB. avail mem=38.05 GB.")
-    assert logs.graph_begin_lines("0.5.23", avail=3.0, bs=[1])[0].startswith("Capture target decode cuda graph begin.")
+    assert logs.graph_begin_lines("0.5.14", avail=3.0, bs=[1, 2]) == [
+        "Capture target decode CUDA graph begin. backend=full, num_tokens_per_bs=1, bs=[1, 2], avail mem=3.00 GB"]
+    assert logs.graph_end_line("0.5.21", elapsed=5.37, usage=1.44, avail=38.05, bs=[1, 2]) == (
+        "Capture target decode CUDA graph end. elapsed=5.37 s, mem usage=1.44 GB, avail mem=38.05 GB.")
+    assert logs.graph_begin_lines("0.5.23", avail=3.0, bs=[1]) == [
+        "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=3.00 GB"]
+    assert logs.graph_end_line("0.5.23", elapsed=5.37, usage=1.44, avail=38.05, bs=[1, 2]) == (
+        "Capture target decode CUDA graph end. bs=[1, 2], elapsed=5.37 s, mem usage=1.44 GB, avail mem=38.05 GB.")
     assert logs.load_weight_end_line("0.5.9", elapsed=6.21, arch="Qwen3ForCausalLM", avail=76.05, usage=2.33) == (
         "Load weight end. elapsed=6.21 s, type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=76.05 GB, "
         "mem usage=2.33 GB.")
