@@ -32,15 +32,9 @@ class Feature:
                                                              or version[:3] <= release_tuple(self.until))
 
 
-#: Where a feature was read on the two releases grid runs for real (its CI sets up SGLang 0.5.9 and 0.5.23 on a CPU
-#: host) and not in between, the boundary is 0.5.23 and the source says so.
-_ENDS = "read in SGLang's 0.5.9 and 0.5.23 wheels (0.5.10-0.5.22 not checked, taken as 0.5.23): "
-#: The twin's HTTP answers are compared with the released server's on 0.5.9 and 0.5.23, key path by key path
-#: (tests/twin/test_conformance_sglang.py, in CI).
-_ANSWERS = "the released server's answers on 0.5.9 and 0.5.23 (tests/twin/test_conformance_sglang.py; 0.5.10-0.5.22 " \
-    "not checked, taken as 0.5.23): "
 #: Read from every catalogued release's log formats (grid/releases/catalog/data ``log_formats``, extracted from each
 #: wheel; tests/releases/test_catalog.py holds the twin's lines to them).
+_CATALOG_LOGS = "each release's log formats in the catalog (srt/managers/scheduler_metrics_mixin.py and successors)"
 #: The literal keys of an HTTP answer, read in every release's wheel (grid/releases/catalog/extract.py).
 _HTTP_KEYS = "every release's catalog evidence "
 #: The decode CUDA graph capture lines, read in every release's wheel.
@@ -48,9 +42,11 @@ _GRAPH_LINES = ("every release's catalog evidence `cuda_graph_lines`: the captur
                 "srt/model_executor/model_runner.py and cuda_graph_runner.py (0.5.16+ "
                 "model_runner_components/cuda_graph_setup.py), with the capture name `{role} decode` (role `target`) "
                 "from 0.5.14 and the graph name graph_backend gives CUDA (`cuda graph`, `CUDA graph` from 0.5.14)")
-#: SGLang's server-argument handling: server_args.py (0.5.9), arg_groups/*.py (0.5.23).
-_SERVER_ARGS = _ENDS + "docs/sources.md#sglang-server-arguments-and-defaults"
-_CATALOG_LOGS = "each release's log formats in the catalog (srt/managers/scheduler_metrics_mixin.py and successors)"
+#: The DSA (NSA before 0.5.13) backend defaults for an fp8 KV cache, read in every release's wheel.
+_DSA_DEFAULTS = ("every release's catalog evidence `dsa_defaults.fp8`: the backends the fp8 branch of the function "
+                 "that logs `Set NSA/DSA backends for {} KV Cache` assigns, by `major >= 10` (srt/server_args.py "
+                 "_set_default_nsa_backends, 0.5.13 _set_default_dsa_backends, 0.5.15+ srt/arg_groups/overrides.py "
+                 "_dsa_split_backend_resolution)")
 
 FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("caches_last_output_token", "0.5.9", "0.5.9",
@@ -174,9 +170,18 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "the default decode CUDA graph max batch size is capped by --max-running-requests",
             "every release's catalog evidence `graph_bs_defaults.capped_by_max_running_requests`: from 0.5.22 "
             "srt/arg_groups/memory_hook.py lowers a defaulted max_bs above max_running_requests to it"),
-    Feature("dsa_fp8_sm120_flashinfer", "0.5.23", None,
-            "GLM-5's DSA backends with an fp8 KV cache on SM120 default to flashinfer_sparse_mla",
-            _SERVER_ARGS),
+    Feature("dsa_fp8_blackwell_trtllm", "0.5.10", None,
+            "with an fp8 KV cache on SM100 and newer a DSA model's prefill and decode backends default to trtllm "
+            "(0.5.9: flashmla_auto and flashmla_kv on every GPU)", _DSA_DEFAULTS),
+    Feature("dsa_fp8_hopper_flashmla_kv", "0.5.11", None,
+            "with an fp8 KV cache below SM100 a DSA model's prefill backend defaults to flashmla_kv, as its decode "
+            "backend (before: flashmla_auto)", _DSA_DEFAULTS),
+    Feature("dsa_fp8_sm120_flashinfer", "0.5.17", None,
+            "GLM-5's DSA backends with an fp8 KV cache on SM120/SM121 default to flashinfer_sparse_mla (before: the "
+            "SM100+ default)",
+            "every release's catalog evidence `dsa_defaults.glm_fp8_sm120`: from 0.5.17 srt/arg_groups/overrides.py "
+            "_dsa_split_backend_resolution assigns flashinfer_sparse_mla where it logs `Set DSA backends for GLM FP8 "
+            "KV Cache on SM120/SM121`"),
 )}
 
 

@@ -452,12 +452,15 @@ class PerfModel:
         self.dsa_prefill_backend: str | None = cfg.dsa_prefill_backend
         self.dsa_decode_backend: str | None = cfg.dsa_decode_backend
         if is_dsa:
-            newer = holds("dsa_fp8_sm120_flashinfer", release_tuple(cfg.version))
+            rel = release_tuple(cfg.version)
             if kv.startswith("fp8"):
-                if newer and m.architecture == "GlmMoeDsaForCausalLM" and hw.sm_version >= 120:
+                if holds("dsa_fp8_sm120_flashinfer", rel) and m.architecture == "GlmMoeDsaForCausalLM" \
+                        and hw.sm_version >= 120:
                     pre, dec = "flashinfer_sparse_mla", "flashinfer_sparse_mla"
-                elif newer:
-                    pre, dec = ("trtllm", "trtllm") if hw.sm_version >= 100 else ("flashmla_kv", "flashmla_kv")
+                elif hw.sm_version >= 100 and holds("dsa_fp8_blackwell_trtllm", rel):
+                    pre, dec = "trtllm", "trtllm"
+                elif hw.sm_version < 100 and holds("dsa_fp8_hopper_flashmla_kv", rel):
+                    pre, dec = "flashmla_kv", "flashmla_kv"
                 else:
                     pre, dec = "flashmla_auto", "flashmla_kv"
             else:

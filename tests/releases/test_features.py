@@ -69,6 +69,12 @@ def test_the_features_the_catalog_evidence_shows_agree_with_it(release):
     assert holds("model_info_serving_fields", ver) is (
         {"served_model_name", "load_format", "reasoning_parser", "tool_call_parser"} <= http["model_info"])
     assert holds("model_info_disaggregation_mode", ver) is ("disaggregation_mode" in http["model_info"])
+    dsa = ev["dsa_defaults"]
+    assert holds("dsa_fp8_blackwell_trtllm", ver) is (dsa["fp8"]["sm100"] == ["trtllm"])
+    assert holds("dsa_fp8_hopper_flashmla_kv", ver) is (dsa["fp8"]["below_sm100"] == ["flashmla_kv"])
+    for side in ("sm100", "below_sm100"):  # the other value: 0.5.9's flashmla_auto prefill, flashmla_kv decode
+        assert dsa["fp8"][side] in (["flashmla_auto", "flashmla_kv"], ["trtllm"], ["flashmla_kv"]), side
+    assert holds("dsa_fp8_sm120_flashinfer", ver) is (dsa["glm_fp8_sm120"] == ["flashinfer_sparse_mla"])
     small = next(b for b in ev["gpu_memory_defaults"] if b["below_gib"] == 35)
     assert holds("small_gpu_defaults_raised", ver) is (small["chunked_prefill_size"] == [4096]
                                                        and small["cuda_graph_max_bs"] == [48, 160])
