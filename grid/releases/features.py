@@ -88,12 +88,20 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("cuda_graph_bs_on_end_line", "0.5.22", None,
             "the captured batch sizes are printed on the capture's end line (`end. bs=[...], elapsed=...`), no "
             "longer on its begin line", _GRAPH_LINES),
-    Feature("nan_lines_without_detection_flag", "0.5.13", None,
-            "NaN in the logits is logged without --enable-nan-detection (before: only with it)",
-            "the twin's reading since its first version, not read in a wheel: srt/layers/sampler.py logs `Detected "
-            "errors during sampling! NaN in the logits.` with --enable-nan-detection in 0.5.9, and 0.5.23's wheel "
-            "has no such line (a grep finds none); the twin keeps the line for the NaN failures of "
-            "grid/twin/failures.py"),
+    Feature("nan_detection_flag", "0.5.9", "0.5.12",
+            "--enable-nan-detection exists, and with it the sampler logs `Detected errors during sampling! NaN in the "
+            "logits.` (a warning) at every step whose logits hold NaN and replaces them; without it nothing is logged",
+            "every release's catalog evidence `nan_logits` and options: srt/layers/sampler.py "
+            "Sampler._preprocess_logits logs the line under `if self.use_nan_detection` (server_args."
+            "enable_nan_detection) in 0.5.9-0.5.12; 0.5.13 drops the check and the flag, and logs nothing for NaN "
+            "logits"),
+    Feature("nan_sanitize_warning", "0.5.14", None,
+            "with SGLANG_SANITIZE_NAN_LOGITS set (default off) the sampler replaces NaN logits and warns once per "
+            "process `NaN detected in sampler: next_token_logits; values were sanitized before sampling. ...`; by "
+            "default nothing is logged",
+            "every release's catalog evidence `nan_logits`: srt/utils/async_probe.py sanitize_nan_logits returns "
+            "unless envs.SGLANG_SANITIZE_NAN_LOGITS (srt/environ.py EnvBool(False)), then _AsyncNanWarner logs the "
+            "line once with the message srt/layers/sampler.py passes (`sampler: next_token_logits`)"),
     Feature("dsa_named", "0.5.13", None,
             "sparse attention is called DSA (`--dsa-*` flags, `Set DSA backends` log line); NSA before",
             "the catalog's options (--nsa-* renamed --dsa-* in 0.5.13, grid/releases/flags.py SETTINGS)"),

@@ -189,7 +189,15 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
                  known_effects=("nan_output",)),
     FailureClass("nan_output", "invalid", "probe", "the server logged NaN in the logits (at the probe or during load)",
                  (Wording(r"NaN in the logits", "Detected errors during sampling! NaN in the logits.",
-                          "SGLang's sampler with --enable-nan-detection (srt/layers/sampler.py)"),
+                          "SGLang 0.5.9-0.5.12's sampler with --enable-nan-detection (srt/layers/sampler.py; the "
+                          "flag and the line are gone from 0.5.13)"),
+                  Wording(r"NaN detected in .*values were sanitized before sampling",
+                          "NaN detected in sampler: next_token_logits; values were sanitized before sampling. This "
+                          "usually indicates numerical overflow (e.g. fp16 activations) or an upstream bug producing "
+                          "NaN. Logged once; further occurrences are silent.",
+                          "SGLang 0.5.14+ with SGLANG_SANITIZE_NAN_LOGITS set, once per process "
+                          "(srt/utils/async_probe.py _AsyncNanWarner; 0.5.13 logs nothing for NaN logits)",
+                          ignore_case=False),
                   Wording(r"probability tensor contains either `?inf`?, `?nan`?",
                           "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
                           "torch.multinomial's check of its input")),

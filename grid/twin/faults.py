@@ -103,9 +103,10 @@ class StartupHang(Fault):
 
 @register
 class NanOutput(Fault):
-    """Garbage output (``"!"`` repeated) from ``at_s`` modelled seconds after the first decode step on; the row's log
-    lines (SGLang's NaN line) are printed with every ``Decode batch`` line meanwhile (on 0.5.9 only with
-    --enable-nan-detection, the only build that has the check)."""
+    """Garbage output (``"!"`` repeated) from ``at_s`` modelled seconds after the first decode step on; meanwhile
+    every ``Decode batch`` line is followed by what the release logs for NaN in the logits (grid/twin/logs.py
+    ``nan_lines``): the row's log lines (SGLang's sampler line) on 0.5.9-0.5.12 with --enable-nan-detection, the
+    sanitize warning once on 0.5.14+ with SGLANG_SANITIZE_NAN_LOGITS set, nothing otherwise."""
 
     kind = "nan_output"
     piece = "!"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from typing import Callable, TextIO
+from typing import Callable, Mapping, TextIO
 
 from grid.twin.cli import Version, parse_version
 from grid.releases.features import holds
@@ -128,7 +128,8 @@ def graph_end_line(version: str | Version, *, elapsed: float, usage: float, avai
 
 
 READY_LINE = "The server is fired up and ready to roll!"
-#: The line SGLang logs for NaN in the logits, as the class nan_output declares it (grid/server/statuses.py).
+
+
 def _declared_line(name: str) -> str:
     line = FAILURE_CLASS[name].twin_line
     if line is None:
@@ -136,7 +137,33 @@ def _declared_line(name: str) -> str:
     return line
 
 
+#: The line SGLang 0.5.9-0.5.12 log for NaN in the logits with --enable-nan-detection (srt/layers/sampler.py), as the
+#: class nan_output declares it (grid/server/statuses.py).
 NAN_LINE: str = _declared_line("nan_output")
+#: What 0.5.14+ log for NaN in the logits with SGLANG_SANITIZE_NAN_LOGITS set, once per process: srt/utils/async_probe.py
+#: ``_AsyncNanWarner`` with the message the sampler passes to ``sanitize_nan_logits`` (tests/releases/test_features.py
+#: fills the release's template with it).
+NAN_SANITIZED_LINE = ("NaN detected in sampler: next_token_logits; values were sanitized before sampling. This usually "
+                      "indicates numerical overflow (e.g. fp16 activations) or an upstream bug producing NaN. Logged "
+                      "once; further occurrences are silent.")
+#: The switch of the 0.5.14+ warning (srt/environ.py, default off) and the values SGLang's EnvBool reads as on.
+NAN_SANITIZE_ENV = "SGLANG_SANITIZE_NAN_LOGITS"
+_ENV_TRUE = ("true", "1", "yes", "y")
+
+
+def nan_lines(version: str | Version, fault_lines: tuple[str, ...], *, nan_detection: bool,
+              env: Mapping[str, str]) -> tuple[str, ...]:
+    """What a release logs at a decode step whose logits hold NaN (``fault_lines``: the failure's own wording of the
+    sampler's line): 0.5.9-0.5.12 the sampler's line, only with --enable-nan-detection (``nan_detection``); 0.5.14+
+    :data:`NAN_SANITIZED_LINE`, only with SGLANG_SANITIZE_NAN_LOGITS set in ``env`` (the caller writes it once);
+    nothing otherwise (0.5.13 has neither: grid/releases/features.py ``nan_detection_flag``,
+    ``nan_sanitize_warning``)."""
+    ver = parse_version(version) if isinstance(version, str) else version
+    if holds("nan_detection_flag", ver):
+        return (fault_lines or (NAN_LINE,)) if nan_detection else ()
+    if holds("nan_sanitize_warning", ver) and env.get(NAN_SANITIZE_ENV, "").lower() in _ENV_TRUE:
+        return (NAN_SANITIZED_LINE,)
+    return ()
 
 
 def uvicorn(msg: str) -> str:

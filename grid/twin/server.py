@@ -281,6 +281,7 @@ class Twin(TwinAPI):
         self._faults_diverging = [f for f in faults if type(f).diverge_at is not Fault.diverge_at]
         self._nan_lines = next((f.log_lines or (logs.NAN_LINE,) for f in faults
                                 if isinstance(f, NanOutput) and not isinstance(f, RepeatToken)), ())
+        self._nan_warned = False
         self.reasoning_model = bool(args.reasoning_parser)
         self.eos_id = max(2, model.vocab_size - 1)
 
@@ -1006,10 +1007,13 @@ class Twin(TwinAPI):
                                         token_usage=st.token_usage, cuda_graph=bool(st.cuda_graph),
                                         gen_throughput=gen, queue_req=st.queued, accept_len=accept_len,
                                         accept_rate=accept_rate))
-        if self._nan_lines and self.garbage() is not None and (
-                holds("nan_lines_without_detection_flag", self.ver) or self.args.enable_nan_detection):
-            for line in self._nan_lines:
+        if self._nan_lines and not self._nan_warned and self.garbage() is not None:
+            lines = logs.nan_lines(self.ver, self._nan_lines, env=os.environ,
+                                   nan_detection=bool(getattr(self.args, "enable_nan_detection", False)))
+            for line in lines:
                 self.log.sched(line, level="warning")
+            # 0.5.14+ warn once per process (srt/utils/async_probe.py _AsyncNanWarner); 0.5.9-0.5.12 at every step
+            self._nan_warned = lines == (logs.NAN_SANITIZED_LINE,)
 
 
 

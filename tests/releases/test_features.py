@@ -116,6 +116,35 @@ def test_the_twins_startup_lines_are_the_releases(release):
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def test_the_nan_lines_are_the_releases(release):
+    """What each release logs for NaN in the logits (the catalog's ``nan_logits``): the sampler's line under
+    --enable-nan-detection to 0.5.12, nothing in 0.5.13, the sanitize warning under SGLANG_SANITIZE_NAN_LOGITS (off
+    by default) from 0.5.14; the twin writes the same per release and grid's log classifier knows each line."""
+    from grid.server.logparse import runtime_error
+    from grid.twin import logs
+
+    ev, rel, ver = catalog.release(release).evidence["nan_logits"], catalog.release(release), parse_version(release)
+    assert holds("nan_detection_flag", ver) is (ev["lines"] == [logs.NAN_LINE]) is ("--enable-nan-detection"
+                                                                                    in rel.by_flag)
+    sanitize = [t for t in ev["lines"] if "values were sanitized" in t]
+    assert holds("nan_sanitize_warning", ver) is bool(sanitize) is (
+        ev["env_defaults"].get(logs.NAN_SANITIZE_ENV) is False)
+    if sanitize:
+        assert ev["sanitize_messages"] == ["sampler: next_token_logits"]
+        assert sanitize[0].replace("%s", ev["sanitize_messages"][0]) == logs.NAN_SANITIZED_LINE
+    assert ev["lines"] or not (holds("nan_detection_flag", ver) or holds("nan_sanitize_warning", ver))
+    fault = ("Detected errors during sampling! NaN in the logits.",) * 2
+    on, off = {logs.NAN_SANITIZE_ENV: "1"}, {}
+    expect_flag = fault if holds("nan_detection_flag", ver) else ()
+    expect_env = (logs.NAN_SANITIZED_LINE,) if holds("nan_sanitize_warning", ver) else ()
+    assert logs.nan_lines(release, fault, nan_detection=True, env=off) == expect_flag
+    assert logs.nan_lines(release, fault, nan_detection=False, env=on) == expect_env
+    assert logs.nan_lines(release, fault, nan_detection=False, env=off) == ()
+    for line in (*expect_flag, *expect_env):
+        assert runtime_error(f"[2026-01-01 10:00:00 TP0] {line}")[0] == "nan_output"
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_the_twins_defaults_by_gpu_memory_are_the_releases(release):
     """grid/twin/perf.py's chunked prefill size and decode CUDA graph max batch size by GPU memory and tp are the
     release's, band by band (SGLang's ``gpu_mem < N * 1024`` MiB)."""

@@ -361,11 +361,39 @@ def test_faults_startup_oom_and_repeat_token(tmp_path):
         assert t.status("/ready") == 200
         text = t.log()
         assert "KV Cache is allocated. dtype: torch.bfloat16, #tokens:" in text
-        assert "Capture target decode cuda graph end." in text
+        assert "Capture target decode CUDA graph end. bs=[" in text
         prefill = [parse_batch_line(x) for x in text.splitlines() if "Prefill batch" in x]
         assert prefill and "pending_token" in prefill[-1]
     finally:
         t.stop()
+
+
+@pytest.mark.parametrize("version, args, env, line, count", [
+    ("0.5.12", ["--enable-nan-detection"], {}, logs.NAN_LINE, None),  # with every Decode batch line
+    ("0.5.12", [], {}, None, 0),
+    ("0.5.23", [], {logs.NAN_SANITIZE_ENV: "1"}, logs.NAN_SANITIZED_LINE, 1),  # once per process
+    ("0.5.23", [], {}, None, 0),
+])
+def test_a_nan_fault_logs_what_the_release_logs(tmp_path, version, args, env, line, count):
+    """NaN in the logits is logged per release (grid/releases/features.py nan_detection_flag, nan_sanitize_warning):
+    0.5.9-0.5.12 only with --enable-nan-detection, 0.5.14+ only with SGLANG_SANITIZE_NAN_LOGITS set; the output is
+    garbage either way."""
+    t = TwinProc(tmp_path, ["--decode-log-interval", "2", *args], scale=50.0, version=version,
+                 faults=[{"kind": "nan_output"}], env=env)
+    try:
+        assert t.wait_ready()[-1] == 200
+        for _ in range(2):
+            status, body = t.request("POST", "/generate", {"text": "hello", "sampling_params": {
+                "max_new_tokens": 12, "ignore_eos": True}})
+            assert status == 200 and set(json.loads(body)["text"]) == {"!"}
+        text = t.log()
+    finally:
+        t.stop()
+    nan = [x for x in text.splitlines() if "NaN" in x]
+    decode = [x for x in text.splitlines() if "Decode batch" in x]
+    assert len(decode) >= 2
+    assert all(x.endswith(line) for x in nan) if line else nan == []
+    assert len(nan) == (len(decode) if count is None else count)
 
 
 def test_faults_scheduler_dies_and_exit_after_load(tmp_path):

@@ -27,6 +27,9 @@ pytestmark = pytest.mark.faults
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "cuda_error"),
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda_error"),
     ("[2026-01-01 10:00:00 TP0] Detected errors during sampling! NaN in the logits.", "nan_output"),
+    ("[2026-01-01 10:00:00 TP0] NaN detected in sampler: next_token_logits; values were sanitized before sampling. "
+     "This usually indicates numerical overflow (e.g. fp16 activations) or an upstream bug producing NaN. Logged once; "
+     "further occurrences are silent.", "nan_output"),  # 0.5.14+ with SGLANG_SANITIZE_NAN_LOGITS set
     ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "nan_output"),
     # the same failures in other vendors' words (grid/server/statuses.py names each source)
     ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 432.00 MiB. GPU 0 has a total capacity of 15.92 "
