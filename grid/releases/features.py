@@ -53,8 +53,9 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "a finished request leaves its prompt and every generated token in the radix cache, the last one included "
             "(later releases leave all but the last, whose KV was never computed)",
             "measured on a CPU host: a 64-token prompt answered with 32 tokens is found as 96 cached tokens of the "
-            "next turn on 0.5.9 and 95 on 0.5.23 (srt/mem_cache/radix_cache.py cache_finished_req inserts the "
-            "request's committed KV, kv_committed_len); 0.5.10-0.5.22 not measured, taken as 0.5.23"),
+            "next turn on 0.5.9 and 95 on 0.5.23; 0.5.10-0.5.22 not measured, taken as 0.5.23. Not readable from "
+            "the code: in every wheel srt/mem_cache/radix_cache.py cache_finished_req inserts the request's "
+            "committed KV (kv_committed_len), a count the scheduler's decode steps advance at run time"),
     # --- the scheduler's log lines
     Feature("prefill_line_graph_before_throughput", "0.5.10", None,
             "the Prefill batch line prints `cuda graph` before `input throughput (token/s)` (0.5.9: after)",
@@ -62,13 +63,13 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("prefill_line_pending_token", "0.5.11", None,
             "the Prefill batch line prints `#pending-token` after `#queue-req`", _CATALOG_LOGS),
     Feature("prefill_throughput_of_this_batch", "0.5.11", None,
-            "the Prefill batch line's input throughput counts this batch's new tokens (0.5.9: the previous batch's, "
-            "over the time since the previous line)",
+            "the Prefill batch line's input throughput counts this batch's new tokens over the time since the "
+            "previous line (0.5.9-0.5.10: the previous batch's tokens)",
             "every release's catalog evidence `prefill_throughput_tokens`: the scheduler's last_input_throughput is "
             "last_prefill_tokens / gap (the previous line's tokens) in 0.5.9 srt/managers/scheduler_metrics_mixin.py "
             "and 0.5.10 srt/observability/scheduler_metrics_mixin.py, prefill_stats.log_input_tokens / gap from 0.5.11 "
-            "(0.5.13+ srt/managers/scheduler_components/metrics_reporter.py; 0.5.23 adds the batch's replayed "
-            "tokens, which the twin does not have)"),
+            "(0.5.13+ srt/managers/scheduler_components/metrics_reporter.py; 0.5.21+ add the batch's replayed "
+            "tokens, log_replay_tokens, which the twin does not have)"),
     Feature("kv_cache_line_dtype", "0.5.13", None,
             "the `KV Cache is allocated.` line names the KV dtype",
             "every release's catalog evidence `kv_cache_lines`: the templates of srt/mem_cache/memory_pool.py print "
@@ -164,7 +165,8 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("cuda_graph_bs_includes_max", "0.5.10", None,
             "the decode CUDA graph batch sizes end with --cuda-graph-max-bs itself when the size list skips it",
             "every release's catalog evidence `graph_bs_defaults.appends_max`: the function that builds the default "
-            "sizes ([1, 2, 4, 8, 12] + ...; srt/server_args.py _generate_cuda_graph_batch_sizes, 0.5.19+ "
+            "sizes ([1, 2, 4, 8, 12] + ...; srt/server_args.py _generate_cuda_graph_batch_sizes, 0.5.14+ "
+            "_generate_decode_cuda_graph_batch_sizes, 0.5.19+ "
             "srt/arg_groups/cuda_graph_hook.py generate_decode_cuda_graph_batch_sizes) appends the max batch size "
             "when missing from 0.5.10, not in 0.5.9"),
     Feature("small_gpu_defaults_raised", "0.5.20", None,
