@@ -5,10 +5,13 @@
 #: measures (a constant of grid/twin/perf.py, a scheduling rule, a failure mode), so that a resumed run measures
 #: such configurations again instead of mixing results of two models. Real servers (``engine=sglang|openai``) do
 #: not carry it.
-MODEL_VERSION = "5"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50;
+MODEL_VERSION = "6"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50;
 #                      3: tensor parallelism across nodes (grid/twin/crossnode.py; --nnodes was refused before);
 #                      4: kernel-requirement failures where grid/releases/checks.py RULES say (fa3 off SM90, aiter
 #                      on NVIDIA only), no tilelang+fp8 rejection at 0.5.22, no *_created metric series;
 #                      5: SGLang's radix cache (grid/twin/radix.py: prompt + output less its last token cached at the
 #                      end, whole-leaf LRU eviction; was 16-token block hashes of prompts), lpm by cached prefix,
-#                      #cached-token per admitted request, speculative decoding's launch rewrites (48-request cap)
+#                      #cached-token per admitted request, speculative decoding's launch rewrites (48-request cap);
+#                      6: release behaviour read in every wheel (grid/releases/features.py): a NaN failure logs what
+#                      its release logs (0.5.13+: nothing by default, so it is recorded as garbage output), the DSA
+#                      backends' fp8 defaults per release and GPU, the CUDA graph and KV pool lines per release

@@ -6,7 +6,7 @@ numbers to the version.
 The fingerprint covers the performance model of every model on every hardware file (decode and prefill step times
 at a few batch sizes and contexts, the KV pool, startup), and the twin's forecast (score, startup and load seconds,
 or its refusal) of every configuration of four shipped sweeps, which exercise the scheduler, the radix cache,
-speculative decoding, the known failures and the launch rules. A refactor that keeps every number keeps it; a
+speculative decoding, the known failures and the launch rules, on the oldest and the newest release grid claims. A refactor that keeps every number keeps it; a
 change of a number changes it.
 """
 
@@ -28,9 +28,10 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 #: MODEL_VERSION -> the fingerprint of the twin's numbers under it. Bump MODEL_VERSION (grid/twin/__init__.py, with
 #: a line saying what changed) and record the new fingerprint here together.
-FINGERPRINTS = {"5": "7df3a1bdd709fc44"}
+FINGERPRINTS = {"6": "1a6ea14bdd450b3a"}
 
 SWEEPS = ("nsa_backends", "schedule_policy", "prefix_cache", "speculative")
+RELEASES = (DEFAULT_RELEASE, "0.5.23")  # the oldest and the newest release grid claims
 
 
 def _numbers(tmp_path: Path) -> list:
@@ -48,12 +49,12 @@ def _numbers(tmp_path: Path) -> list:
             steps = [perf.decode_step_s(b, c) for b in (1, 16, 128) for c in (1024.0, 8192.0)]
             steps += [perf.prefill_step_s(n) for n in (128, 2048, 16384)]
             out.append((m, h, steps, sorted(perf.startup_phases_s().items())))
-    for sweep in SWEEPS:
-        spec = compose_spec([f"+sweep={sweep}"], tmp_path / sweep)
+    for sweep, release in [(s, r) for s in SWEEPS for r in RELEASES]:
+        spec = compose_spec([f"+sweep={sweep}", f"engine.version={release}"], tmp_path / f"{sweep}-{release}")
         version = get_engine(spec).version()
         for plan in expand(spec):
             f = forecast(spec, plan, version)
-            out.append((sweep, plan.label, None if f is None else (f.value, f.startup_s, f.load_s)))
+            out.append((sweep, release, plan.label, None if f is None else (f.value, f.startup_s, f.load_s)))
     return out
 
 
@@ -71,8 +72,8 @@ def _fingerprint(numbers: list) -> str:
 def test_the_twins_numbers_are_those_its_model_version_names(tmp_path):
     numbers = _numbers(tmp_path)
     modelled = [n for n in numbers if len(n) == 4]
-    forecast_ = [n for n in numbers if n[0] in SWEEPS and n[2] is not None]
-    assert len(modelled) >= 100 and len(forecast_) >= 60, (len(modelled), len(forecast_))  # what it covers
+    forecast_ = [n for n in numbers if n[0] in SWEEPS and n[3] is not None]
+    assert len(modelled) >= 100 and len(forecast_) >= 120, (len(modelled), len(forecast_))  # what it covers
     got = _fingerprint(numbers)
     assert FINGERPRINTS.get(twin.MODEL_VERSION) == got, (
         f"the twin's numbers changed but grid.twin.MODEL_VERSION is still {twin.MODEL_VERSION!r}: bump it "
