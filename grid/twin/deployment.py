@@ -36,7 +36,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from grid.config.specs import HardwareSpec, ModelSpec
@@ -332,8 +332,18 @@ class DeploymentModel:
 
     deployment: Deployment
     servers: tuple[DeployedServer, ...]
-    transfer: Transfer | None
-    kv_scale: float = 1.0  # the calibrated multiplier on every KV transfer (grid/twin/coefficients.py kv_transfer)
+    transfer_at: Callable[[TransferCost], Transfer] | None  # each pair's KV transfer under a cost (None: aggregated)
+    cost: TransferCost = DEFAULT_COST
+
+    @functools.cached_property
+    def transfer(self) -> Transfer | None:
+        """Each prefill-decode pair's KV transfer time under :attr:`cost` (None for an aggregated deployment)."""
+        return None if self.transfer_at is None else self.transfer_at(self.cost)
+
+    @property
+    def kv_scale(self) -> float:
+        """The calibrated multiplier on every KV transfer (grid/twin/coefficients.py ``kv_transfer``)."""
+        return self.cost.scale
 
     @property
     def gpus(self) -> int:
@@ -350,17 +360,13 @@ class DeploymentModel:
         from grid.twin.coefficients import calibrated
 
         servers = tuple(DeployedServer(s.role, calibrated(s.perf, coefficients)) for s in self.servers)
-        return DeploymentModel(self.deployment, servers, self.transfer,
-                               1.0 if coefficients is None else float(coefficients.kv_transfer))
+        scale = 1.0 if coefficients is None else float(coefficients.kv_transfer)
+        return DeploymentModel(self.deployment, servers, self.transfer_at, replace(self.cost, scale=scale))
 
     def replay(self, point, input_len: int, output_len: int, transfers: list[float] | None = None):
         """:func:`replay_deployment` of ``point`` through this deployment; each KV transfer's seconds are appended to
         ``transfers`` when given."""
-        transfer = self.transfer
-        if transfer is not None and self.kv_scale != 1.0:
-            base, scale = transfer, self.kv_scale
-            transfer = lambda p, d, tokens, concurrent: base(p, d, tokens, concurrent) * scale  # noqa: E731
-        return replay_deployment(self.servers, point, input_len, output_len, transfer,
+        return replay_deployment(self.servers, point, input_len, output_len, self.transfer,
                                  self.deployment.router_policy or "round_robin", transfers=transfers)
 
 
@@ -374,9 +380,9 @@ def deployment_model(deployment: Deployment, model: ModelSpec, hardware: Hardwar
         raise ValueError(f"deployment {deployment.label()}: prefill {p.shape.label()} to decode {d.shape.label()} "
                          f"fails its first KV transfer on SGLang {version}: {message}")
     servers = servers_of(deployment, model, hardware, version, settings, env, coefficients)
-    transfer = transfer_of(deployment, model, hardware, settings.get("kv_cache_dtype")) \
+    transfer_at = functools.partial(transfer_of, deployment, model, hardware, settings.get("kv_cache_dtype")) \
         if deployment.disaggregated else None
-    return DeploymentModel(deployment, tuple(servers), transfer)
+    return DeploymentModel(deployment, tuple(servers), transfer_at)
 
 
 def transfer_of(deployment: Deployment, model: ModelSpec, hardware: HardwareSpec, kv_cache_dtype: str | None = None,
