@@ -133,13 +133,20 @@ def test_the_twin_refuses_pipeline_parallelism_with_speculative_decoding_where_s
     ({"enable_dp_lm_head": True, "tp_size": 8, "dp_size": 2, "enable_dp_attention": True}, "0.5.23", None),
     ({"served_model_name": "glm:5"}, "0.5.23", "served_model_name cannot contain a colon (':') character. The colon "
      "is reserved for the 'model:adapter' syntax used in LoRA adapter specification. Invalid value: 'glm:5'"),
+    ({"enable_mixed_chunk": True, "speculative_algorithm": "EAGLE"}, "0.5.18",
+     "enable_mixed_chunk is required for speculative decoding"),
+    ({"enable_mixed_chunk": True, "speculative_algorithm": "EAGLE"}, "0.5.19", None),  # supports_mixed_chunk
+    ({"enable_mixed_chunk": True, "speculative_algorithm": "NGRAM"}, "0.5.23",
+     "enable_mixed_chunk is not supported with speculative_algorithm=NGRAM"),
+    ({"enable_mixed_chunk": True}, "0.5.9", None),
 ])
 def test_sglangs_asserts_on_shape_and_names_are_rules_both_sides_read(settings, version, message):
     """Each is a rule in RULES (not a check of the twin's own): grid's pre-launch check and the twin's launch give
     the catalog's message, the twin as SGLang's AssertionError."""
     reasons = check_config(settings, version)
     if message is None:
-        assert not any(m in r for r in reasons for m in ("nodes", "multi-node", "lm_head", "lm-head", "colon")), reasons
+        assert not any(m in r for r in reasons for m in ("nodes", "multi-node", "lm_head", "lm-head", "colon", "mixed")), \
+            reasons
         return
     assert reasons == [message]
     args = cli.parse_args(["--model-path", "m", *to_argv(settings, parse_version(version))], version=version)
