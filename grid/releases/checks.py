@@ -676,8 +676,12 @@ RULES: list[Rule] = [
          lambda s, m: () if s.get("enable_dp_lm_head") and int(s.get("dp_size") or 1) > 1
          and not s.get("enable_dp_attention") else None,
          "_handle_data_parallelism / _dp_lm_head_validation", reads=("enable_dp_lm_head", "dp_size", "enable_dp_attention")),
+    # 0.5.22+: arg_groups/overrides.py _data_parallelism_defaults first turns the DP LM head off where
+    # dp_size x attn_dp_size is 1, so only plain DP replicas (dp_size > 1 without DP attention) reach the assert;
+    # the released 0.5.23 server on a CPU host starts `--enable-dp-lm-head` alone with enable_dp_lm_head=False
     Rule("dp_lm_head_needs_attn_dp", "0.5.22", None, "--enable-dp-lm-head requires attention DP (--attn-dp-size).",
-         lambda s, m: () if s.get("enable_dp_lm_head") and not _dp_attention(s) else None, "_dp_lm_head_validation",
+         lambda s, m: () if s.get("enable_dp_lm_head") and int(s.get("dp_size") or 1) > 1 and not _dp_attention(s)
+         else None, "_dp_lm_head_validation",
          reads=("enable_dp_lm_head", "dp_size", "enable_dp_attention")),
     # speculative decoding with --enable-mixed-chunk: 0.5.9-0.5.18 check_server_args refuses it for every algorithm
     # (in words that say the opposite: `assert not self.enable_mixed_chunk, "enable_mixed_chunk is required ..."`);

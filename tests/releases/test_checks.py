@@ -129,7 +129,9 @@ def test_the_twin_refuses_pipeline_parallelism_with_speculative_decoding_where_s
     ({"enable_dp_lm_head": True, "tp_size": 8, "dp_size": 2}, "0.5.9",
      "Please enable dp attention when setting enable_dp_lm_head."),
     ({"enable_dp_lm_head": True, "tp_size": 8}, "0.5.9", None),  # dp_size 1: SGLang turns the DP LM head off
-    ({"enable_dp_lm_head": True, "tp_size": 8}, "0.5.23", "--enable-dp-lm-head requires attention DP (--attn-dp-size)."),
+    ({"enable_dp_lm_head": True, "tp_size": 8}, "0.5.23", None),  # one DP rank: SGLang turns the DP LM head off
+    ({"enable_dp_lm_head": True, "tp_size": 8, "dp_size": 2}, "0.5.23",
+     "--enable-dp-lm-head requires attention DP (--attn-dp-size)."),
     ({"enable_dp_lm_head": True, "tp_size": 8, "dp_size": 2, "enable_dp_attention": True}, "0.5.23", None),
     ({"served_model_name": "glm:5"}, "0.5.23", "served_model_name cannot contain a colon (':') character. The colon "
      "is reserved for the 'model:adapter' syntax used in LoRA adapter specification. Invalid value: 'glm:5'"),

@@ -38,6 +38,7 @@ import yaml
 
 from grid.config.specs import HardwareSpec, ModelSpec
 from grid.loadgen.records import exceeds_context
+from grid.releases.checks import check_config
 from grid.releases.devices import launch_args, launch_env
 from grid.server.logparse import parse_batch_line
 from tests.timing import slack
@@ -361,9 +362,14 @@ def test_shutdown_ends_the_group(observed):
     (["--schedule-policy", "bogus"], "argument --schedule-policy: invalid choice: 'bogus'"),
     (["--enable-priority-scheduling", "--schedule-policy", "lpm"],
      "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. 'lpm' is not supported."),
+    # launch rules of grid/releases/checks.py, in the words grid's pre-launch check gives for the release under test
+    (["--enable-dp-lm-head", "--dp-size", "2"], {"enable_dp_lm_head": True, "dp_size": 2}),
+    (["--served-model-name", "tiny:v1"], {"served_model_name": "tiny:v1"}),
 ])
 def test_a_refused_flag_is_refused_in_the_same_words(observed, extra, words):
     _, version, (python, model, tmp) = observed
+    if isinstance(words, dict):
+        (words,) = check_config(words, version)
     codes = {}
     for kind in ("twin", "sglang"):
         server = _start(kind, tmp, python, model, version, extra)
