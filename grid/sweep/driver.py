@@ -470,7 +470,8 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
             f"sweep.deployments: {len(several)} configuration(s) deploy several servers behind a router "
             f"({'; '.join(several[:3])}{'; ...' if len(several) > 3 else ''}): grid plans, checks and forecasts them "
             f"(dry_run=true prints each server's command and the twin's forecast), but engine={spec.engine.kind} "
-            "cannot launch several servers for one trial yet (the twin, engine=sim, serves them; docs/topology.md); "
+            "cannot launch several servers for one trial (engine=sim, the twin, serves them, and engine=sglang "
+            "on one node; docs/topology.md); "
             "measure one-server deployments (count 1) meanwhile")
     engine.check_runnable()
     if accepted is not None:
