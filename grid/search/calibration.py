@@ -175,9 +175,14 @@ def load(path: str | Path, expected: Mapping[str, str] | None = None) -> Calibra
         p = p / CALIBRATION_FILE
     try:
         data = json.loads(p.read_text())
-        # a coefficient a file predates (kv_transfer) is at its prior there
-        coefficients = Coefficients(**{c: float(data["coefficients"].get(c, 1.0)) for c in COEFFICIENTS})
-        sd = {c: float(data["log_sd"].get(c, PRIOR_SD[c])) for c in COEFFICIENTS}
+        # a coefficient a file predates is at its prior there; files of the one KV-transfer multiplier
+        # (kv_transfer, on the fixed cost and the wire time alike) give it to both terms
+        saved, saved_sd = dict(data["coefficients"]), dict(data["log_sd"])
+        for k in ("kv_fixed", "kv_link"):
+            if "kv_transfer" in saved and k not in saved:
+                saved[k], saved_sd[k] = saved["kv_transfer"], saved_sd.get("kv_transfer", PRIOR_SD[k])
+        coefficients = Coefficients(**{c: float(saved.get(c, 1.0)) for c in COEFFICIENTS})
+        sd = {c: float(saved_sd.get(c, PRIOR_SD[c])) for c in COEFFICIENTS}
     except FileNotFoundError:
         raise ConfigError(f"twin.calibration={path}: no {CALIBRATION_FILE} there (a sweep's run directory writes "
                           "one after its first measured configuration)") from None
@@ -199,9 +204,10 @@ def load(path: str | Path, expected: Mapping[str, str] | None = None) -> Calibra
 FILE_KEYS = (
     ("key", "object", "", "what it applies to: hardware, model, engine (kind) and release (the SGLang version); "
                           "twin.calibration refuses a file whose key differs from the sweep's"),
-    ("coefficients", "object", "x", "decode, prefill, frontend, kv_transfer: multipliers on the twin's decode "
-                                    "step, prefill step, front-end latency and a deployment's KV transfers "
-                                    "(grid/twin/coefficients.py); 1.0 is the spec-sheet model"),
+    ("coefficients", "object", "x", "decode, prefill, frontend, kv_fixed, kv_link: multipliers on the twin's decode "
+                                    "step, prefill step, front-end latency and a deployment's KV transfers (their "
+                                    "fixed cost and their bytes' time on the link; grid/twin/coefficients.py); 1.0 "
+                                    "is the spec-sheet model"),
     ("log_sd", "object", "log", "each coefficient's posterior standard deviation in natural-log units (the prior's, "
                                 "grid/twin/coefficients.py PRIOR_SD, where no measurement moved it); the 95% interval is "
                                 "coefficient x exp(+-1.96 log_sd)"),

@@ -67,7 +67,7 @@ def _simulate_point(perf, load, kind: str, level: float, slo=None, seed: int | N
     # at most this many requests are in flight (a closed loop's streams, an open loop's cap or all of it), each
     # holding at most input + output KV tokens: a larger pool or running cap never binds
     inflight = int(point.value) if point.kind == "concurrency" else (point.max_concurrency or point.num_prompts)
-    model_key = (tuple(_model_key(s.perf) for s in perf.servers) + (repr(perf.deployment), perf.kv_scale)
+    model_key = (tuple(_model_key(s.perf) for s in perf.servers) + (repr(perf.deployment), perf.cost)
                  if _deployed(perf) else _model_key(perf, inflight * (load.input_len + load.output_len), inflight))
     key = (model_key, point, load.input_len, load.output_len)
     if (key, slo) not in _ROWS:

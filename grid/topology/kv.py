@@ -107,14 +107,18 @@ def kv_link(hardware: HardwareSpec, same_node: bool) -> KvLink:
 @dataclass(frozen=True)
 class TransferCost:
     """What one request's KV transfer costs: ``fixed_s`` per request (s) and ``efficiency`` of the link's rate
-    (0-1) achieved by the transfer engine, the whole multiplied by ``scale``. Defaults: 20 ms, inside the 10-50 ms
-    per KV task measured in NVIDIA/TensorRT-LLM PR #12273; efficiency 0.8, the share of PCIe's rate pinned copies
-    reach (inference-sim/inference-sim#806); scale 1. Calibration sets ``scale`` to the ``kv_transfer`` coefficient
-    it fits to a deployment's own ``sglang:kv_transfer_latency_ms`` (grid/twin/coefficients.py)."""
+    (0-1, above 1 only where a calibration finds the link faster than its file says) achieved by the transfer engine.
+    Defaults: 20 ms, inside the 10-50 ms per KV task measured in NVIDIA/TensorRT-LLM PR #12273; efficiency 0.8, the
+    share of PCIe's rate pinned copies reach (inference-sim/inference-sim#806). Calibration replaces both
+    (:meth:`calibrated`) with what it fits to a deployment's own ``sglang:kv_transfer_latency_ms``."""
 
     fixed_s: float = 0.020
     efficiency: float = 0.8
-    scale: float = 1.0
+
+    def calibrated(self, kv_fixed: float, kv_link: float) -> TransferCost:
+        """This cost with the fixed cost multiplied by ``kv_fixed`` and the bytes' time by ``kv_link`` (the
+        coefficients of grid/twin/coefficients.py)."""
+        return TransferCost(self.fixed_s * kv_fixed, self.efficiency / kv_link)
 
 
 #: The default cost until calibration fits one (:class:`TransferCost`'s defaults).
@@ -124,12 +128,12 @@ DEFAULT_COST = TransferCost()
 def transfer_s(wire_bytes: float, link: KvLink, lanes: int, concurrent: int = 1,
                cost: TransferCost = DEFAULT_COST) -> float:
     """Seconds to move ``wire_bytes`` (bytes) over ``lanes`` rank pairs of ``link`` while ``concurrent`` transfers
-    (this one included) share them evenly: ``scale x (fixed_s + wire_bytes / (efficiency x gbps x 1e9 x lanes /
-    concurrent))``. ``lanes`` is ``min(prefill attention-TP, decode attention-TP)``: each pair moves over its own
+    (this one included) share them evenly: ``fixed_s + wire_bytes / (efficiency x gbps x 1e9 x lanes /
+    concurrent)``. ``lanes`` is ``min(prefill attention-TP, decode attention-TP)``: each pair moves over its own
     GPU's link. Raises ``ValueError`` for ``lanes`` or ``concurrent`` < 1 or a negative size."""
     if lanes < 1 or concurrent < 1:
         raise ValueError(f"lanes and concurrent must be >= 1, got {lanes} and {concurrent}")
     if wire_bytes < 0:
         raise ValueError(f"wire_bytes must be >= 0, got {wire_bytes}")
     rate = cost.efficiency * link.gbps * 1e9 * lanes / concurrent
-    return cost.scale * (cost.fixed_s + wire_bytes / rate)
+    return cost.fixed_s + wire_bytes / rate

@@ -3,7 +3,7 @@ performance model, fitted to measured load points, with their uncertainty and th
 
 The twin's spec-sheet model is right about mechanisms (batching, chunked prefill, the KV pool, CUDA graphs) and
 wrong by a steady factor about a given machine (docs/twin.md: held-out TTFT 44.5%, TPOT 7.9%, output tok/s 7.7%).
-Four coefficients absorb that factor, each a multiplier on one modelled time:
+Five coefficients absorb that factor, each a multiplier on one modelled time:
 
 * ``decode``: every decode iteration (``PerfModel.decode_step_s``): the achieved memory bandwidth and per-step
   host overhead of this machine; TPOT and output tok/s follow it.
@@ -11,10 +11,13 @@ Four coefficients absorb that factor, each a multiplier on one modelled time:
   prefill GEMMs and attention; TTFT under load follows it.
 * ``frontend``: each request's front-end latency (``PerfModel.frontend_latency_s``: HTTP, tokenization, the first
   token's delivery); the first-request cost that TTFT pays at any load.
-* ``kv_transfer``: each KV transfer between a prefill and a decode server of a deployment (grid/topology/kv.py
-  ``transfer_s``: the transfer engine's fixed cost and achieved link rate); fitted from SGLang's own
-  ``sglang:kv_transfer_latency_ms`` (a load point's ``srv_kv_transfer_ms_mean``), and left at its prior (1.0, without
-  a replay of its own) while no measured point holds that metric.
+* ``kv_fixed`` and ``kv_link``: the two terms of each KV transfer between a prefill and a decode server of a
+  deployment (grid/topology/kv.py ``transfer_s``): the transfer engine's fixed cost per request, and the time the
+  bytes take at the link's achieved rate (the rate divided by ``kv_link``). Fitted from SGLang's own
+  ``sglang:kv_transfer_latency_ms`` (a load point's ``srv_kv_transfer_ms_mean``): points whose transfers carry more
+  bytes or share the link with more transfers (longer prompts, more concurrency) move the link term and not the fixed
+  one, so a sweep over load levels tells the two apart; each is left at its prior (1.0, without a replay of its
+  own) while no measured point holds that metric.
 
 The fit is maximum a posteriori in log space: each measured metric ``m`` of an observation gives the residual
 ``(log measured - log twin(theta)) / OBSERVATION_SD[m]``, each coefficient the prior residual ``theta / PRIOR_SD``; the
@@ -38,17 +41,17 @@ from typing import Any
 import numpy as np
 
 #: The coefficients, in the order of the parameter vector.
-COEFFICIENTS: tuple[str, ...] = ("decode", "prefill", "frontend", "kv_transfer")
+COEFFICIENTS: tuple[str, ...] = ("decode", "prefill", "frontend", "kv_fixed", "kv_link")
 #: Prior standard deviation of each coefficient's log. Weak on purpose: a hardware file for a machine the twin was
 #: never calibrated on (a host CPU's spec-sheet figures) may be off by a factor of several, and one measured point
 #: must be able to move a coefficient by what it shows. ``decode`` is held tighter because the twin's decode model is
 #: its best (held-out TPOT 7.9%, output tok/s 7.7%, docs/twin.md) and TPOT is measured on every point; ``prefill``
 #: (TTFT 44.5% held out) and ``frontend`` (one fitted constant, 12 ms) get a factor of e and e^1.5 per sd.
-#: ``kv_transfer`` gets a factor of e: its constants (20 ms per transfer, 80% of the link's rate) come from other
-#: transfer engines' measurements (grid/topology/kv.py ``TransferCost``).
-PRIOR_SD: dict[str, float] = {"decode": 0.5, "prefill": 1.0, "frontend": 1.5, "kv_transfer": 1.0}
+#: ``kv_fixed`` and ``kv_link`` get a factor of e: their constants (20 ms per transfer, 80% of the link's rate) come
+#: from other transfer engines' measurements (grid/topology/kv.py ``TransferCost``).
+PRIOR_SD: dict[str, float] = {"decode": 0.5, "prefill": 1.0, "frontend": 1.5, "kv_fixed": 1.0, "kv_link": 1.0}
 #: A coefficient that moves only the twin's value of one metric: fitted only when some observation measured it.
-ONLY_MOVES: dict[str, str] = {"kv_transfer": "kv_transfer_ms"}
+ONLY_MOVES: dict[str, str] = {"kv_fixed": "kv_transfer_ms", "kv_link": "kv_transfer_ms"}
 #: Standard deviation of one measured metric's log about the calibrated twin, per metric: the run-to-run spread of a
 #: load point plus what the three coefficients cannot express. It sets how strongly a measurement outweighs the prior
 #: and the metrics against each other; the reported uncertainty is widened when residuals exceed it. TPOT and output
@@ -93,7 +96,8 @@ class Coefficients:
     decode: float = 1.0
     prefill: float = 1.0
     frontend: float = 1.0
-    kv_transfer: float = 1.0
+    kv_fixed: float = 1.0
+    kv_link: float = 1.0
 
     @classmethod
     def from_log(cls, theta: np.ndarray | list[float]) -> Coefficients:
@@ -237,7 +241,7 @@ def _applied(perf: Any) -> Any:
         return perf.coefficients
     servers = getattr(perf, "servers", None)
     if servers is not None:
-        return tuple(_applied(s.perf) for s in servers), getattr(perf, "kv_scale", 1.0)
+        return tuple(_applied(s.perf) for s in servers), getattr(perf, "cost", None)
     return None
 
 

@@ -36,7 +36,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from grid.config.specs import HardwareSpec, ModelSpec
@@ -341,11 +341,6 @@ class DeploymentModel:
         return None if self.transfer_at is None else self.transfer_at(self.cost)
 
     @property
-    def kv_scale(self) -> float:
-        """The calibrated multiplier on every KV transfer (grid/twin/coefficients.py ``kv_transfer``)."""
-        return self.cost.scale
-
-    @property
     def gpus(self) -> int:
         return self.deployment.gpus
 
@@ -355,13 +350,14 @@ class DeploymentModel:
 
     def with_coefficients(self, coefficients: Any) -> DeploymentModel:
         """This deployment with every server's model calibrated to ``coefficients`` (grid/twin/coefficients.py
-        ``calibrated``; None: the spec-sheet models) and every KV transfer's time multiplied by their
-        ``kv_transfer``."""
+        ``calibrated``; None: the spec-sheet models) and every KV transfer's cost to their ``kv_fixed`` and
+        ``kv_link`` (from the spec-sheet cost, whatever this deployment's was)."""
         from grid.twin.coefficients import calibrated
 
         servers = tuple(DeployedServer(s.role, calibrated(s.perf, coefficients)) for s in self.servers)
-        scale = 1.0 if coefficients is None else float(coefficients.kv_transfer)
-        return DeploymentModel(self.deployment, servers, self.transfer_at, replace(self.cost, scale=scale))
+        cost = DEFAULT_COST if coefficients is None else DEFAULT_COST.calibrated(coefficients.kv_fixed,
+                                                                                 coefficients.kv_link)
+        return DeploymentModel(self.deployment, servers, self.transfer_at, cost)
 
     def replay(self, point, input_len: int, output_len: int, transfers: list[float] | None = None):
         """:func:`replay_deployment` of ``point`` through this deployment; each KV transfer's seconds are appended to

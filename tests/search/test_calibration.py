@@ -92,12 +92,12 @@ def test_reforecast_orders_the_queue_again():
 def test_the_calibration_file_round_trips_and_refuses_another_setup(sweep, tmp_path):
     spec, _, version = sweep
     cal = Calibration(Coefficients(1.2, 0.5, 2.0), {"decode": 0.05, "prefill": 0.2, "frontend": 1.5,
-                                                    "kv_transfer": 1.0}, ("x", "y"),
+                                                    "kv_fixed": 1.0, "kv_link": 1.0}, ("x", "y"),
                       (Outlier("y", "tpot_ms", 1.8),), (("x", "tpot_ms", 0.2, 0.1, 0.01),))
     write(tmp_path / "run" / CALIBRATION_FILE, key(spec, version), cal)
     saved = json.loads((tmp_path / "run" / CALIBRATION_FILE).read_text())
     assert saved["key"] == {"hardware": "h100_x1", "model": spec.model.name, "engine": "sim", "release": version}
-    assert saved["coefficients"] == {"decode": 1.2, "prefill": 0.5, "frontend": 2.0, "kv_transfer": 1.0}
+    assert saved["coefficients"] == {"decode": 1.2, "prefill": 0.5, "frontend": 2.0, "kv_fixed": 1.0, "kv_link": 1.0}
     # exp(0.2) - 1, exp(0.1) - 1, exp(0.01) - 1
     assert (saved["error_before"]["tpot_ms"], saved["error_forecast"]["tpot_ms"], saved["error_after"]["tpot_ms"]) == \
         pytest.approx((0.221403, 0.105171, 0.010050), abs=1e-6)
@@ -157,42 +157,52 @@ def test_a_sweep_on_the_twin_calibrates_itself_and_a_later_one_starts_from_it(tm
     assert "was fitted on other hardware 'h100_x1' (this sweep: 'a100_x1')" in " ".join((other.stdout + other.stderr).split())
 
 
-def test_a_deployments_kv_transfers_are_learned_from_sglangs_transfer_metric(tmp_path):
-    """A prefill-decode deployment measured with transfers 3x the twin's (SGLang's sglang:kv_transfer_latency_ms, a
-    point's srv_kv_transfer_ms_mean): the calibration's kv_transfer coefficient finds the 3x, and the servers' own
-    coefficients stay where they were; a one-server calibration never mentions it."""
+@pytest.mark.parametrize("kv_fixed, kv_link", [(3.0, 1.0), (1.0, 3.0)])
+def test_a_deployments_kv_transfers_are_learned_from_sglangs_transfer_metric(tmp_path, kv_fixed, kv_link):
+    """A prefill-decode deployment over PCIe measured with transfers whose fixed cost or whose bytes' time on the link
+    is 3x the twin's (SGLang's sglang:kv_transfer_latency_ms, a point's srv_kv_transfer_ms_mean), at two prompt
+    lengths and two concurrencies: the calibration finds which term it was, and the servers' own coefficients stay
+    where they were; a one-server calibration never mentions them."""
     from grid.topology.deployment import Deployment, RoleGroup, ServerShape
     from grid.twin.coefficients import PRIOR_SD, Observation
     from grid.twin.deployment import deployment_model
 
-    spec = spec_for(["model=llama3_1_8b", "hardware=h100_x8", "load.concurrency=[4,16]", "load.input_len=2048",
-                     "load.output_len=64", "load.min_prompts=16"], tmp_path)
-    version = get_engine(spec).version()
+    truth = Coefficients(kv_fixed=kv_fixed, kv_link=kv_link)
     pd = Deployment((RoleGroup("prefill", 1, ServerShape(1)), RoleGroup("decode", 1, ServerShape(1))),
                     router_policy="round_robin")
-    twin = deployment_model(pd, spec.model, spec.hardware, version, {})
-    truth = Coefficients(kv_transfer=3.0)
     obs = []
-    for level in (4.0, 16.0):
-        measured = replay_point(calibrated(twin, truth), spec.load, "concurrency", level)
-        spec_sheet = replay_point(twin, spec.load, "concurrency", level)
-        # the transfer metric is the replay's own mean; the twin's spec-sheet transfers are a third of the planted ones
-        assert measured["kv_transfer_ms"] == pytest.approx(3 * spec_sheet["kv_transfer_ms"], rel=0.05)
-        assert spec_sheet["kv_transfer_ms"] > 20.0  # at least the transfer engine's fixed 20 ms
-        obs.append(Observation(f"1P1D concurrency {level:g}", twin,
-                               lambda perf, level=level: replay_point(perf, spec.load, "concurrency", level), measured))
+    for isl in (512, 4096):
+        spec = spec_for(["model=llama3_1_8b", "hardware=rtx_pro_6000_x8", "load.concurrency=[4,16]",
+                         f"load.input_len={isl}", "load.output_len=64", "load.min_prompts=16"], tmp_path / str(isl))
+        version = get_engine(spec).version()
+        twin = deployment_model(pd, spec.model, spec.hardware, version, {})
+        for level in (4.0, 16.0):
+            measured = replay_point(calibrated(twin, truth), spec.load, "concurrency", level)
+            spec_sheet = replay_point(twin, spec.load, "concurrency", level)
+            assert spec_sheet["kv_transfer_ms"] > 20.0  # at least the transfer engine's fixed 20 ms
+            assert measured["kv_transfer_ms"] > spec_sheet["kv_transfer_ms"] * 1.1
+            obs.append(Observation(f"1P1D ISL {isl} concurrency {level:g}", twin,
+                                   lambda perf, level=level, load=spec.load: replay_point(perf, load, "concurrency",
+                                                                                          level), measured))
     cal = fit(obs)
-    assert cal.coefficients.kv_transfer == pytest.approx(3.0, rel=0.03)
+    assert cal.coefficients.kv_fixed == pytest.approx(kv_fixed, rel=0.05)
+    assert cal.coefficients.kv_link == pytest.approx(kv_link, rel=0.1)
     assert cal.coefficients.decode == pytest.approx(1.0, rel=0.03)
-    assert cal.sd["kv_transfer"] < PRIOR_SD["kv_transfer"] / 2
-    assert cal.text().endswith(f"kv_transfer {cal.coefficients.kv_transfer:.2f}x ({cal.interval('kv_transfer')[0]:.2f}-"
-                               f"{cal.interval('kv_transfer')[1]:.2f})")
-    # an old calibration file without the coefficient reads as at its prior
+    moved = "kv_fixed" if kv_fixed > 1 else "kv_link"
+    assert cal.sd[moved] < PRIOR_SD[moved] / 2
+    assert f"{moved} {getattr(cal.coefficients, moved):.2f}x ({cal.interval(moved)[0]:.2f}-" in cal.text()
+    # a file of the one multiplier of before (kv_transfer) gives it to both terms; one predating it leaves them at
+    # their priors, unmentioned
     saved = tmp_path / "old.json"
     write(saved, key(spec, version), cal)
     data = json.loads(saved.read_text())
-    del data["coefficients"]["kv_transfer"], data["log_sd"]["kv_transfer"]
-    saved.write_text(json.dumps(data))
+    for k in ("kv_fixed", "kv_link"):
+        del data["coefficients"][k], data["log_sd"][k]
+    saved.write_text(json.dumps({**data, "coefficients": {**data["coefficients"], "kv_transfer": 2.5},
+                                 "log_sd": {**data["log_sd"], "kv_transfer": 0.1}}))
     old = load(saved)
-    assert (old.coefficients.kv_transfer, old.sd["kv_transfer"]) == (1.0, PRIOR_SD["kv_transfer"])
-    assert "kv_transfer" not in old.text()
+    assert (old.coefficients.kv_fixed, old.coefficients.kv_link, old.sd["kv_link"]) == (2.5, 2.5, 0.1)
+    saved.write_text(json.dumps(data))
+    older = load(saved)
+    assert (older.coefficients.kv_fixed, older.sd["kv_fixed"]) == (1.0, PRIOR_SD["kv_fixed"])
+    assert "kv_" not in older.text()

@@ -189,7 +189,7 @@ def test_a_saved_calibration_is_the_prior_of_the_next():
     # a saved calibration is never more certain than one measurement
     mean, sd = prior_of(first)
     assert mean == pytest.approx([math.log(c) for c in (first.coefficients.decode, first.coefficients.prefill,
-                                                         first.coefficients.frontend, 1.0)])  # no transfer measured
+                                                         first.coefficients.frontend, 1.0, 1.0)])  # no transfer measured
     assert min(sd) >= SAVED_SD_FLOOR == OBSERVATION_SD["tpot_ms"]
 
 
