@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid.report.explain import FailureGroup
-from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front, draw_series, level_series
+from grid.report.pareto import LATENCY_METRICS, THROUGHPUT_UNITS, Front, draw_series, level_gaps, level_series
 from grid.report.render import (LEVEL_COLUMNS, POINT_COLUMNS, fmt, level_rows, no_winner_text, short_diagnosis,
                                 verdict_groups)
 from grid.plan import level_name
@@ -96,7 +96,7 @@ def throughput_figure(verdicts: list[Verdict], y: str = "output_tok_per_s") -> s
             pts = level_series(v.rows, y, kind)   # means over repeats by ascending level, bars min..max
             if pts:
                 n += 1
-                draw_series(ax, pts, label=v.label, **_style(v))
+                draw_series(ax, pts, level_gaps(v.rows, y, kind), label=v.label, **_style(v))
         ax.set(xlabel=KIND_AXIS[kind], ylabel=THROUGHPUT_UNITS.get(y, y), title=f"Throughput vs {kind}")
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
@@ -118,8 +118,8 @@ def latency_figure(verdicts: list[Verdict]) -> str | None:
                 pts = level_series(v.rows, key, kind)
                 if pts:
                     n += 1
-                    draw_series(ax, pts, label=v.label if kind == "concurrency" else f"{v.label} (rate)",
-                                **_style(v))
+                    draw_series(ax, pts, level_gaps(v.rows, key, kind),
+                                label=v.label if kind == "concurrency" else f"{v.label} (rate)", **_style(v))
         ax.set(xlabel="load level (concurrency or req/s)", ylabel=f"{name} (ms)", title=f"{name} vs load")
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)

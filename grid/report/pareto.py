@@ -165,9 +165,22 @@ def level_series(rows: Iterable[Mapping[str, Any]], key: str,
     return [(lv, sum(v) / len(v), min(v), max(v)) for lv, v in sorted(levels.items())]
 
 
-def draw_series(ax, series: list[tuple[float, float, float, float]], **style: Any) -> None:
+def level_gaps(rows: Iterable[Mapping[str, Any]], key: str, kind: str | None = None) -> list[float]:
+    """The load levels (of ``kind`` when given) the configuration has rows for but no measured ``key`` on an ``ok``
+    row: skipped by early stopping, failed or not run (pure). :func:`draw_series` breaks its line there."""
+    measured = {s[0] for s in level_series(rows, key, kind)}
+    return sorted({r["point_value"] for r in rows if (kind is None or r["point_kind"] == kind)
+                   and r["point_value"] is not None} - measured)
+
+
+def draw_series(ax, series: list[tuple[float, float, float, float]], gaps: Iterable[float] = (),
+                **style: Any) -> None:
     """One line through the means of ``series`` (:func:`level_series`), with min..max bars where a level has
-    repeats that differ."""
+    repeats that differ; the line breaks at each level of ``gaps`` (:func:`level_gaps`), so it never draws a value
+    between two measured levels across one that was planned and not measured."""
+    have = {s[0] for s in series}
+    nan = float("nan")
+    series = sorted([*series, *((g, nan, nan, nan) for g in gaps if g not in have)])
     xs, means = [s[0] for s in series], [s[1] for s in series]
     if any(s[2] != s[3] for s in series):
         err = [[m - s[2] for m, s in zip(means, series)], [s[3] - m for m, s in zip(means, series)]]

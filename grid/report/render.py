@@ -18,7 +18,7 @@ from rich.table import Table
 
 from grid.config.schema import DEFAULT_TAIL_PERCENTILE, requests_for_tail
 from grid.plan import level_name
-from grid.report.pareto import draw_series, level_series
+from grid.report.pareto import draw_series, level_gaps, level_series
 from grid.report.select import Verdict
 from grid.storage.rows import JudgedPointRow
 from grid.storage.schema import point_value
@@ -355,8 +355,10 @@ def plot(verdicts: list[Verdict], path: Path) -> Path | None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for v in ran:   # one line per configuration through its levels' means over repeats (bars: min..max)
         style = dict(lw=2.5) if v.outcome == "best" else dict(lw=1, alpha=0.8)
-        draw_series(ax1, level_series(v.rows, "output_tok_per_s"), label=v.label, **style)
-        draw_series(ax2, level_series(v.rows, "tpot_median_ms"), label=v.label, **style)
+        draw_series(ax1, level_series(v.rows, "output_tok_per_s"), level_gaps(v.rows, "output_tok_per_s"),
+                    label=v.label, **style)
+        draw_series(ax2, level_series(v.rows, "tpot_median_ms"), level_gaps(v.rows, "tpot_median_ms"),
+                    label=v.label, **style)
     ax1.set(xlabel="load level (concurrency or req/s)", ylabel="output tok/s", title="Throughput")
     ax2.set(xlabel="load level (concurrency or req/s)", ylabel="median TPOT (ms)", title="Per-token latency")
     for ax in (ax1, ax2):

@@ -158,7 +158,8 @@ COST_FIELDS: tuple[tuple[str, str], ...] = (
     ("refused before launch", "configurations SGLang's checks or the kernels' hardware requirements refuse "
      "(grid/search/knowledge.py); never launched"),
     ("known to fail here", "configurations a failure-table row (grid/twin/failures.py) says fail on this hardware "
-     "and release; run last (first with search.try_known_failures)"),
+     "and release; queued last (first with search.try_known_failures), launched by the twin-guided searches only while no "
+     "other configuration has measured a score"),
     ("launches expected", "the launches the search policy makes when every measurement comes out as the twin "
      "forecasts and every known failure fails (grid.search.plan.expected_launches); on a resumed run `launches "
      "left (N recorded)`: the policy resumed with the N configurations already recorded, which are not counted"),

@@ -219,5 +219,6 @@ def known_notes(plans: list[TrialPlan], known: dict) -> list[str]:
                      f"launch): {why}: {', '.join(labels)}")
     for (row, effect, source), labels in groups.items():
         notes.append(f"known to fail here ({row}, {effect}: {source}): {len(labels)} configuration"
-                     f"{'s' if len(labels) != 1 else ''}, run last: {', '.join(labels)}")
+                     f"{'s' if len(labels) != 1 else ''}, queued last (not launched once another configuration measured a "
+                     f"score, but by search.kind=exhaustive): {', '.join(labels)}")
     return notes

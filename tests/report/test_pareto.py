@@ -1,9 +1,12 @@
 """Pareto fronts on hand-made load points: exact membership, ties, failed points, and the objective's pick."""
 
+import math
+
 import pytest
 
 from grid.storage.schema import judged_point_row
-from grid.report.pareto import draw_series, dominates, fronts, level_series, pareto_front, throughput_metric
+from grid.report.pareto import (draw_series, dominates, fronts, level_gaps, level_series, pareto_front,
+                                throughput_metric)
 
 
 def pt(label, idx, tok, tpot, ttft=100.0, status="ok", trial="ok", level=None):
@@ -124,6 +127,14 @@ def test_plot_series_are_per_level_means_in_level_order():
     draw_series(ax, level_series(t, "output_tok_per_s"), label="T")
     line = ax.get_lines()[0]
     assert list(line.get_xdata()) == [8.0, 32.0, 64.0]
+    # R's level 32 was not run: its line breaks there instead of drawing a value across it
+    assert level_gaps(r, "tpot_median_ms") == [32.0] and level_gaps(t, "output_tok_per_s") == []
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    draw_series(ax, level_series(r, "tpot_median_ms"), level_gaps(r, "tpot_median_ms"), label="R")
+    gap = ax.get_lines()[0]   # the line through the means (then the bars' caps)
+    assert list(gap.get_xdata()) == [8.0, 32.0, 64.0] and math.isnan(gap.get_ydata()[1])
+    assert list(gap.get_ydata())[::2] == [108.132, pytest.approx(214.078)]
     plt.close(fig)
 
 

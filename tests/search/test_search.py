@@ -81,7 +81,7 @@ def test_nsa_backends_known_before_launch(nsa):
     notes = known_notes(plans, sp.known)
     assert any(n.startswith("known to fail here (dsa_flashmla_nan_sm120, nan_output: the seed session "
                             "(docs/sources.md#the-seed-session") and
-               "21 configurations, run last" in n for n in notes)
+               "21 configurations, queued last" in n for n in notes)
 
 
 def test_twin_guided_launches_four_of_49_and_exhaustive_25(nsa):
