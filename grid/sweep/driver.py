@@ -381,7 +381,6 @@ def _print_deployment(spec: RunSpec, engine, plan, search, console) -> None:
     the deployment under the objective (grid/twin/deployment.py)."""
     import dataclasses
 
-    from grid.report.select import OBJECTIVES
 
     deployment = plan.deployment
     try:
@@ -396,18 +395,24 @@ def _print_deployment(spec: RunSpec, engine, plan, search, console) -> None:
                  else f"node {places[i].node}, GPUs {','.join(map(str, places[i].gpus))}")
         if launch is not None and launch.members:  # the commands the trial runs, each on its port
             command = launch.member_commands[i]
-        else:  # the twin plays them all: what SGLang would run for each
+        else:  # the twin plays them all: what SGLang would run for each, each on its own port
             settings = group.settings_over(plan.settings, launch=True)
-            command = engine.launch_plan(dataclasses.replace(plan, settings=settings, deployment=None), port).command
+            command = engine.launch_plan(dataclasses.replace(plan, settings=settings, deployment=None), port + i).command
         console.print(f"  [{group.role} {i}: {where}] {command}", soft_wrap=True, markup=False)
     if launch is not None and launch.members:
         console.print(f"  [router] {redact(launch.argv)}", soft_wrap=True, markup=False)
+    _print_forecast(spec, plan, search, console, f" ({deployment.gpus} GPUs, router {deployment.router_policy})")
+
+
+def _print_forecast(spec: RunSpec, plan, search, console, where: str = "") -> None:
+    """A dry run's line of the twin's forecast of ``plan`` under the objective (none when the twin has none)."""
+    from grid.report.select import OBJECTIVES
+
     f = search.forecasts.get(plan.config_hash)
     obj = OBJECTIVES[spec.objective.kind]
     if f is not None:
         value = f"{obj.metric} {f.value:.4g}" if f.value is not None else "no load point meets the objective's SLOs"
-        console.print(f"  twin forecast: {value} ({deployment.gpus} GPUs, router {deployment.router_policy})",
-                      soft_wrap=True, markup=False, highlight=False)
+        console.print(f"  twin forecast: {value}{where}", soft_wrap=True, markup=False, highlight=False)
 
 
 def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> Plan:
@@ -454,7 +459,9 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
             for node in nodes:
                 console.print(f"  [{node}] " + engine.launch_plan(p, spec.engine.port or 30000).command,
                               soft_wrap=True, markup=False)
-        from grid.report.select import OBJECTIVES
+            if not known.refused:
+                _print_forecast(spec, p, search, console)
+        from grid.report.select import OBJECTIVES, slo_text
         from grid.report.disaggregation import pd_verdict
 
         obj = OBJECTIVES[spec.objective.kind]
@@ -462,7 +469,9 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
                              {h: (f.value if f else None) for h, f in search.forecasts.items()},
                              obj.higher_is_better, obj.unit)
         if verdict is not None:
-            console.print(verdict, soft_wrap=True, markup=False, highlight=False)
+            slos = slo_text(spec.objective.slo)
+            console.print(f"{verdict} (objective {spec.objective.kind}" + (f", SLOs {slos})" if slos else ")"),
+                          soft_wrap=True, markup=False, highlight=False)
         return plan
     several = [p.label for p in plan.todo if p.deployment is not None and not search.known[p.config_hash].refused]
     if several and not engine.serves_deployments:
