@@ -74,8 +74,9 @@ def load_run_spec(cfg: dict[str, Any]) -> RunSpec:
                               f"or e2e_ms ({why})")
     if spec.search.kind not in SEARCHES:
         raise ConfigError(f"search.kind: unknown search {spec.search.kind!r}; allowed: {', '.join(sorted(SEARCHES))}")
-    if spec.search.kind == "optuna" and importlib.util.find_spec("optuna") is None:
-        raise ConfigError("search.kind=optuna needs Optuna: pip install -e '.[optuna]' (or choose search=twin_guided)")
+    requires = SEARCHES[spec.search.kind].requires
+    if requires is not None and importlib.util.find_spec(requires[0]) is None:
+        raise ConfigError(f"search.kind={spec.search.kind} needs the {requires[0]} package: {requires[1]}")
     try:
         engine = engine_class(spec.engine.kind)
     except EngineUnavailable as err:  # an unknown kind: the registered ones are the allowed values

@@ -181,9 +181,10 @@ def _sglang_engine(spec: RunSpec, verdict: Verdict):
     ``--model-path`` ``model.path`` (else a placeholder naming the model), and that release; None for engine=openai
     (grid did not launch that server), an engine of another dialect, or a server that is not an SGLang release."""
     from grid.engines.sglang import SGLangEngine
+    from grid.releases.dialect import SGLANG
 
     cls = engine_class(spec.engine.kind)
-    if cls.external or cls.dialect.name != "sglang" or not verdict.rows:
+    if cls.external or cls.dialect is not SGLANG or not verdict.rows:
         return None  # another family's launched server: its own engine's command is the one recorded
     version = ServerIdentity.parse(verdict.rows[0]["engine_version"] or spec.version).sglang_version
     if version is None:

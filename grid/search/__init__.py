@@ -12,11 +12,13 @@ from typing import Callable
 @dataclass(frozen=True)
 class Search:
     """A registered search: ``kind`` (the config name), one line for the plan, and ``policy(plan_context) ->`` an
-    object with ``next()`` and ``record(config_hash, value)`` (grid/search/policy.py)."""
+    object with ``next()`` and ``record(config_hash, value)`` (grid/search/policy.py); ``requires``: the module it
+    imports that grid's own dependencies do not install, and how to install it (checked before anything launches)."""
 
     kind: str
     describe: str
     policy: Callable
+    requires: tuple[str, str] | None = None
 
 
 SEARCHES: dict[str, Search] = {}

@@ -107,4 +107,5 @@ class OptunaPolicy(Policy):
             self._tell(trial, value)
 
 
-register(Search("optuna", "Optuna TPE through Ray Tune's OptunaSearch", OptunaPolicy))
+register(Search("optuna", "Optuna TPE through Ray Tune's OptunaSearch", OptunaPolicy,
+                requires=("optuna", "pip install -e '.[optuna]' (or choose search=twin_guided)")))

@@ -250,6 +250,15 @@ def test_unknown_search_kind_is_refused(tmp_path):
         spec_for(["search.kind=nope"], tmp_path)
 
 
+def test_a_search_whose_package_is_missing_is_refused_naming_how_to_install_it(tmp_path, monkeypatch):
+    from grid.search import SEARCHES, Search
+
+    monkeypatch.setitem(SEARCHES, "needs_pkg", Search("needs_pkg", "x", SEARCHES["exhaustive"].policy,
+                                                      requires=("no_such_package_here", "pip install it")))
+    with pytest.raises(ConfigError, match="search.kind=needs_pkg needs the no_such_package_here package: pip install it"):
+        spec_for(["search.kind=needs_pkg"], tmp_path)
+
+
 def test_summary_exact_values_on_recorded_rows():
     from grid.report.select import Verdict
     from grid.search.summary import cost_note, launch_seconds, summarize
