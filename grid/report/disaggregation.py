@@ -36,7 +36,7 @@ def pd_verdict(plans: Sequence[Any], scores: Mapping[str, float | None], higher_
             return f"none meets the SLOs ({next(p.label for p in plans if kind(p) == k)})"
         return f"none of the {count[k]} meets the SLOs"
     text = {k: f"{v[0]} ({v[1]:.4g} {unit})" if v else unscored(k) for k, v in best.items()}
-    line = f"Aggregated vs disaggregated ({source}): best aggregated {text['aggregated']}, best disaggregated " \
+    line = f"Aggregated vs disaggregated ({source}): best aggregated: {text['aggregated']}; best disaggregated: " \
            f"{text['disaggregated']}"
     if agg and pd:
         change = pd[1] / agg[1] - 1

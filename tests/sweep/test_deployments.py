@@ -77,16 +77,16 @@ def test_the_verdict_names_the_best_of_each_kind_and_what_disaggregation_changes
     one, replicas, pd = plans["1x TP8"], plans["16x TP1"], plans["8P2D P:TP1 D:TP4"]
     scores = {one.config_hash: 30.0, replicas.config_hash: 40.0, pd.config_hash: 44.0}
     assert pd_verdict([one, replicas, pd], scores, True, "req/s") == (
-        "Aggregated vs disaggregated (the twin's forecast): best aggregated 16x TP1 (40 req/s), best disaggregated "
+        "Aggregated vs disaggregated (the twin's forecast): best aggregated: 16x TP1 (40 req/s); best disaggregated: "
         "8P2D P:TP1 D:TP4 (44 req/s): disaggregation gains 10.0%")
     assert pd_verdict([one, replicas, pd], scores, False, "ms").endswith(
-        "best aggregated 1x TP8 (30 ms), best disaggregated 8P2D P:TP1 D:TP4 (44 ms): disaggregation loses 46.7%")
+        "best aggregated: 1x TP8 (30 ms); best disaggregated: 8P2D P:TP1 D:TP4 (44 ms): disaggregation loses 46.7%")
     assert pd_verdict([one, pd], {pd.config_hash: 44.0}, True, "req/s").endswith(
-        "best aggregated none meets the SLOs (1x TP8), best disaggregated 8P2D P:TP1 D:TP4 (44 req/s): only "
+        "best aggregated: none meets the SLOs (1x TP8); best disaggregated: 8P2D P:TP1 D:TP4 (44 req/s): only "
         "disaggregation meets the SLOs")
-    assert "best aggregated none of the 2 meets the SLOs" in pd_verdict([one, replicas, pd], {pd.config_hash: 44.0},
+    assert "best aggregated: none of the 2 meets the SLOs" in pd_verdict([one, replicas, pd], {pd.config_hash: 44.0},
                                                                         True, "req/s")
-    assert "best aggregated none was tried" in pd_verdict([pd], {pd.config_hash: 44.0}, True, "req/s")
+    assert "best aggregated: none was tried" in pd_verdict([pd], {pd.config_hash: 44.0}, True, "req/s")
     assert pd_verdict([one, replicas], scores, True, "req/s") is None   # nothing disaggregated to compare
 
 
@@ -119,7 +119,7 @@ def test_the_pd_topology_sweep_measures_deployments_on_the_twin_and_names_the_be
         "role": "aggregated", "count": 16, "tp": 1, "attn_dp": 1, "ep": 1, "settings": {}}
     assert all(r["status"] == "ok" and r["failed"] == 0 for r in measured.values())
     assert "Best configuration: 8P2D P:TP1 D:TP4" in text or "Best configuration: 4P2D P:TP2 D:TP4" in text
-    assert "Aggregated vs disaggregated (measured): best aggregated none meets the SLOs (16x TP1), best " \
+    assert "Aggregated vs disaggregated (measured): best aggregated: none meets the SLOs (16x TP1); best " \
            "disaggregated" in text and "only disaggregation meets the SLOs" in text
     assert "10 servers on 16 GPUs behind SGLang's router" in text or "6 servers on 16 GPUs" in text
     # the command under the answer runs the launch script on each node, not one server's command line
