@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from grid.storage.schema import IDENTITY_COLUMNS
 from tests.grid_cli import ROOT, run_grid
 
 pytestmark = pytest.mark.integration
@@ -76,6 +77,8 @@ def test_the_whole_app_reports_on_a_server_that_is_not_sglang(tmp_path, server):
     assert {r["engine_version"] for r in rows} == {label}
     assert [(r["point_value"], r["status"], r["num_prompts"]) for r in rows] == [(1, "ok", 8), (4, "ok", 8)]
     assert all(r["output_tok_per_s"] > 0 for r in rows)
+    # the columns the typed row declares never null are filled in every row the pipeline wrote
+    assert all(r[c] is not None for r in rows for c in IDENTITY_COLUMNS)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["best_label"] == "base" and summary["launches"] == 1
     md = (run_dir / "report.md").read_text()
