@@ -397,6 +397,42 @@ def _pd(s: dict[str, Any], model: Any) -> tuple | None:
     return (mode,) if mode not in (None, "null") else None
 
 
+def _role_switch_blockers(release: str) -> Callable[[dict[str, Any], Any], tuple | None]:
+    """What a prefill or decode server with ``--enable-pd-role-switch`` cannot rebuild on a flip, in the words and
+    order of SGLang ``release``'s ``handle_pd_disaggregation`` (srt/arg_groups/pd_disaggregation_hook.py, read in the
+    0.5.21, 0.5.22 and 0.5.23 wheels): 0.5.21 names DP attention and DP replicas, 0.5.22 attention DP (--attn-dp-size)
+    and DP replicas, 0.5.23 neither (its DP-attention local control broadcast and decode context parallelism are not
+    settings grid sweeps). Returns the joined list, or None when nothing blocks or the server has no PD role."""
+    def when(s: dict[str, Any], model: Any) -> tuple | None:
+        if not s.get("enable_pd_role_switch") or s.get("disaggregation_mode") not in ("prefill", "decode"):
+            return None
+        dp, ep, a2a = int(s.get("dp_size") or 1), _ep_size(s), s.get("moe_a2a_backend") or "none"
+        found = []
+        if release == "0.5.21" and _dp_attention(s):
+            found.append("DP attention (--enable-dp-attention)")
+        if release == "0.5.22" and _dp_attention(s):
+            found.append(f"attention DP (--attn-dp-size {dp})")
+        if ep > 1:
+            found.append(f"expert parallelism (--ep-size {ep})")
+        if a2a != "none":
+            found.append(f"MoE all-to-all (--moe-a2a-backend {a2a})")
+        if int(s.get("pp_size") or 1) > 1:
+            found.append(f"pipeline parallelism (--pp-size {s['pp_size']})")
+        if release != "0.5.23" and dp > 1 and (release == "0.5.21" or not _dp_attention(s)):
+            found.append(f"data parallelism (--dp-size {dp})")  # 0.5.22+ rewrites attention DP to --attn-dp-size
+        if is_speculative(s):
+            algorithm = str(s["speculative_algorithm"]).upper()
+            found.append(f"speculative decoding (--speculative-algorithm {'EAGLE' if algorithm == 'NEXTN' else algorithm})")
+        return (", ".join(found),) if found else None
+    return when
+
+
+_ROLE_SWITCH = ("--enable-pd-role-switch does not rebuild role-specific state for the following features: {}. Remove "
+                "these options or drop --enable-pd-role-switch.")
+_ROLE_SWITCH_READS = ("enable_pd_role_switch", "disaggregation_mode", "dp_size", "enable_dp_attention", "tp_size",
+                      "ep_size", "moe_a2a_backend", "pp_size", "speculative_algorithm")
+
+
 def _fake_transfer_on_prefill(s: dict[str, Any], model: Any) -> tuple | None:
     return () if s.get("disaggregation_mode") == "prefill" and s.get("disaggregation_transfer_backend") == "fake" \
         else None
@@ -730,6 +766,11 @@ RULES: list[Rule] = [
     Rule("pd_fake_transfer_on_prefill", "0.5.10", None, "Prefill server does not support 'fake' as the transfer backend",
          _fake_transfer_on_prefill, "handle_pd_disaggregation",
          reads=("disaggregation_mode", "disaggregation_transfer_backend")),
+    # runtime role switching (--enable-pd-role-switch, 0.5.21+) refuses what it cannot rebuild on a flip; the
+    # message is built by concatenation, which the catalog's extraction does not read (tests/releases/test_catalog.py)
+    *(Rule("pd_role_switch_blockers", since, until, _ROLE_SWITCH, _role_switch_blockers(since),
+           "handle_pd_disaggregation", reads=_ROLE_SWITCH_READS)
+      for since, until in (("0.5.21", "0.5.21"), ("0.5.22", "0.5.22"), ("0.5.23", None))),
     # stage "twin": SGLang runs these; the twin has no calibrated model of them and refuses before launch (only the
     # twin: check_config(twin=True), the twin's CLI). The searches that looked for numbers: docs/twin.md.
     Rule("twin_cross_node_tp", "0.5.9", None,

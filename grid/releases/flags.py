@@ -276,6 +276,8 @@ SETTINGS: dict[str, Setting] = {
         _s("nnodes", int, "--nnodes", "nodes one server spans", minimum=1, **_PERF),
         _s("enable_dp_lm_head", bool, "--enable-dp-lm-head",
            "vocabulary-parallel LM head over the attention-DP group (needs DP attention)", **_SERVER),
+        _s("enable_pd_role_switch", bool, "--enable-pd-role-switch",
+           "a prefill or decode server may switch roles at run time (SGLang 0.5.21+)", **_SERVER),
         _s("enable_mixed_chunk", bool, "--enable-mixed-chunk",
            "mixed chunked prefill: a prefill chunk shares the batch with the running decodes", **_SERVER),
         _s("served_model_name", str, "--served-model-name",

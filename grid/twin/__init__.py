@@ -15,4 +15,5 @@ MODEL_VERSION = "6"  # 2: new-token-ratio decay and retraction, DP-attention pre
 #                      6: release behaviour read in every wheel (grid/releases/features.py): a NaN failure logs what
 #                      its release logs (0.5.13+: nothing by default, so it is recorded as garbage output), the DSA
 #                      backends' fp8 defaults per release and GPU, the CUDA graph and KV pool lines per release;
-#                      the DP LM head refused only with DP replicas, mixed chunk + speculative decoding refused
+#                      the DP LM head refused only with DP replicas, mixed chunk + speculative decoding and PD role
+#                      switching with what it cannot rebuild refused

@@ -110,6 +110,37 @@ def test_pipeline_parallelism_with_speculative_decoding_is_refused_with_each_rel
     assert check_config({**eagle, "pp_size": 1}, "0.5.9") == []
 
 
+def test_role_switching_refuses_what_it_cannot_rebuild_in_each_releases_words():
+    """--enable-pd-role-switch (0.5.21+) on a prefill or decode server: grid's check and the twin's launch give
+    handle_pd_disaggregation's ValueError, whose list changed in 0.5.22 (attention DP by --attn-dp-size) and 0.5.23
+    (DP attention and DP replicas allowed)."""
+    s = {"enable_pd_role_switch": True, "disaggregation_mode": "decode", "tp_size": 8, "dp_size": 2,
+         "enable_dp_attention": True, "moe_a2a_backend": "deepep", "speculative_algorithm": "NEXTN"}
+    head, tail = ("--enable-pd-role-switch does not rebuild role-specific state for the following features: ",
+                  ". Remove these options or drop --enable-pd-role-switch.")
+    expected = {
+        "0.5.21": "DP attention (--enable-dp-attention), expert parallelism (--ep-size 8), MoE all-to-all "
+                  "(--moe-a2a-backend deepep), data parallelism (--dp-size 2), speculative decoding "
+                  "(--speculative-algorithm EAGLE)",
+        "0.5.22": "attention DP (--attn-dp-size 2), expert parallelism (--ep-size 8), MoE all-to-all (--moe-a2a-backend "
+                  "deepep), speculative decoding (--speculative-algorithm EAGLE)",
+        "0.5.23": "expert parallelism (--ep-size 8), MoE all-to-all (--moe-a2a-backend deepep), speculative decoding "
+                  "(--speculative-algorithm EAGLE)"}
+    for version, features in expected.items():
+        message = head + features + tail
+        assert check_config(s, version) == [message]
+        args = cli.parse_args(["--model-path", "m", *to_argv(s, parse_version(version))], version=version)
+        cli.resolve_args(args)
+        with pytest.raises(ValueError) as err:
+            cli.check_server_args(args)
+        assert str(err.value) == message
+    plain = {"enable_pd_role_switch": True, "disaggregation_mode": "prefill", "tp_size": 8}
+    assert check_config(plain, "0.5.23") == []
+    assert check_config({**s, "disaggregation_mode": None}, "0.5.23") == []   # no PD role: nothing to switch
+    assert check_config({"enable_pd_role_switch": True, "disaggregation_mode": "decode", "tp_size": 4, "dp_size": 2},
+                        "0.5.22") == [head + "data parallelism (--dp-size 2)" + tail]
+
+
 def test_the_twin_refuses_pipeline_parallelism_with_speculative_decoding_where_sglang_starts_it():
     eagle_prefill = {"tp_size": 4, "pp_size": 2, "disable_overlap_schedule": True, "speculative_algorithm": "EAGLE",
                      "disaggregation_mode": "prefill"}
