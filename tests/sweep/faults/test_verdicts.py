@@ -178,9 +178,10 @@ def test_broken_verdicts():
 def test_a_configuration_with_any_broken_row_never_ranks():
     from grid.config.schema import ObjectiveSpec
 
-    good = {"config_hash": "a", "label": "a", "point_index": 0, "point_kind": "concurrency", "point_value": 1.0,
-            "status": "ok", "error_class": None, "trial_status": "ok", "trial_error_class": None,
-            "trial_error_message": None, "log_tail": None, "output_tok_per_s": 100.0}
+    from grid.storage.schema import judged_point_row
+
+    good = judged_point_row({}, config_hash="a", label="a", point_index=0, point_kind="concurrency", point_value=1.0,
+                            status="ok", trial_status="ok", output_tok_per_s=100.0)
     broken = [{**good, "config_hash": "b", "label": "b", "output_tok_per_s": 1e6},
               {**good, "config_hash": "b", "label": "b", "point_index": 1, "status": "partial",
                "trial_status": "failed", "trial_error_class": "server_hang", "trial_error_message": "no token"}]
