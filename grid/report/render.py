@@ -240,7 +240,7 @@ def level_rows(verdicts: list[Verdict]) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"label": v.label, "outcome": v.outcome, "status": status,
                                    "level": level_name({"point_kind": kind, "point_value": value})}
             for _, key, _ in LEVEL_COLUMNS:
-                vals = [point_value(r, key) for r in ok if point_value(r, key) is not None]
+                vals = [v for v in (point_value(r, key) for r in ok) if v is not None]
                 row[key] = sum(vals) / len(vals) if vals else None
             out.append(row)
     return out
