@@ -62,6 +62,10 @@ class ServerActor:
         return self.session.launch(request)
 
     @ray.method(concurrency_group="control")
+    def front(self, request: LaunchRequest) -> LaunchResult:
+        return self.session.front(request)
+
+    @ray.method(concurrency_group="control")
     def stop(self, grace_s: float = 10.0) -> str | None:
         for hold in list(self._holds.values()):
             hold.set()
@@ -198,6 +202,11 @@ class ActorServer:
 
     def launch(self, request: LaunchRequest) -> LaunchResult:
         result: LaunchResult = self._call("launch", request)
+        return result
+
+    def front(self, request: LaunchRequest) -> LaunchResult:
+        """The router in front of this node's servers and ``request.remote`` (grid.server.session.ServerSession.front)."""
+        result: LaunchResult = self._call("front", request)
         return result
 
     def alive(self) -> bool:

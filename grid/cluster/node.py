@@ -66,18 +66,20 @@ def gpu_devices() -> list[dict[str, str]] | None:
 
 
 def local_node() -> dict[str, Any]:
-    """This process's node: ``node_id`` (the Ray node id; None outside Ray), ``node_hostname``, ``gpu_uuids``
+    """This process's node: ``node_id`` (the Ray node id; None outside Ray), ``node_hostname``, ``node_ip`` (Ray's
+    address of the node: where other nodes reach it; None outside Ray), ``gpu_uuids``
     (NVML UUIDs of the GPUs this process may use; None without NVML) and ``gpu_names``."""
-    node_id = None
+    node_id = node_ip = None
     try:
         import ray
 
         if ray.is_initialized():
             node_id = ray.get_runtime_context().get_node_id()
+            node_ip = ray.util.get_node_ip_address()
     except Exception:  # not inside Ray
-        node_id = None
+        node_id = node_ip = None
     gpus = gpu_devices()
-    return {"node_id": node_id, "node_hostname": socket.gethostname(),
+    return {"node_id": node_id, "node_hostname": socket.gethostname(), "node_ip": node_ip,
             "gpu_uuids": None if gpus is None else [g["uuid"] for g in gpus],
             "gpu_names": None if gpus is None else [g["name"] for g in gpus]}
 

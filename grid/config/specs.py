@@ -197,10 +197,9 @@ class HardwareSpec(_Frozen):
         if self.nodes > 1 and missing:
             raise ValueError(f"hardware {self.name!r}: nodes={self.nodes} needs {', '.join(missing)} "
                              "(the network between the nodes; see conf/hardware/h100_x16_ib.yaml)")
-        if self.vendor == "cpu" and (self.sm_version != 0 or self.gpu_count != 1 or self.nodes != 1
-                                     or self.cpu_cores is None):
-            raise ValueError(f"hardware {self.name!r}: vendor cpu needs sm_version 0, gpu_count 1, nodes 1 and "
-                             "cpu_cores (see conf/hardware/cpu_host.yaml)")
+        if self.vendor == "cpu" and (self.sm_version != 0 or self.gpu_count != 1 or self.cpu_cores is None):
+            raise ValueError(f"hardware {self.name!r}: vendor cpu needs sm_version 0, gpu_count 1 and cpu_cores "
+                             "(see conf/hardware/cpu_host.yaml)")
         if self.vendor != "cpu" and self.sm_version == 0:
             raise ValueError(f"hardware {self.name!r}: sm_version must be > 0 for vendor {self.vendor}")
         return self

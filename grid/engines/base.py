@@ -216,6 +216,12 @@ class Engine(ABC):
         """The command line and environment for ``trial`` listening on ``port`` (with a deployment of several
         servers, only where :attr:`serves_deployments`)."""
 
+    def nodes_needed(self, trial: TrialPlan) -> int:
+        """How many of the cluster's nodes one trial of ``trial`` holds at once (default 1: the engine serves a
+        deployment on one node, or as one process). An engine that launches each server on its own node says more
+        for a deployment across nodes: the trial then holds that many ``grid_node`` slots (grid/sweep/driver.py)."""
+        return 1
+
     def server(self) -> ServerHandle:
         """The server handle a trial measures instead of the node's actor, for an engine whose server runs elsewhere
         (``external``). Raises ``NotImplementedError`` for an engine grid launches (its trials use the node's

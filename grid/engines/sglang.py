@@ -25,7 +25,7 @@ _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 class SGLangEngine(Engine):
     kind = "sglang"
     release_refusal = _refuse  # pre-launch checks against the version (grid/releases/checks.py)
-    serves_deployments = True  # a deployment's servers and SGLang's router, on one node (:meth:`deployment_refusal`)
+    serves_deployments = True  # a deployment's servers, each on its node's actor, and SGLang's router on the first
 
     @classmethod
     def check_spec(cls, spec: RunSpec) -> None:
@@ -94,19 +94,29 @@ class SGLangEngine(Engine):
             )
 
     def deployment_refusal(self, trial: TrialPlan) -> str | None:
-        """As :meth:`Engine.deployment_refusal`, and a deployment that spans nodes: a trial launches a deployment's
-        servers on the one node actor it holds (grid/server/session.py), so they must fit one node's GPUs."""
+        """As :meth:`Engine.deployment_refusal`, and a server that spans nodes (``--nnodes``): each node's actor
+        launches the servers placed on it (grid/cluster/spread.py), so every server must fit one node."""
         why = super().deployment_refusal(trial)
         if why is not None:
             return why
         deployment = trial.deployment
         assert deployment is not None
-        places = deployment.place(self.spec.hardware)
-        if any(p.node > 0 or p.nodes > 1 for p in places):
-            return (f"deployment {deployment.label()} needs {deployment.gpus} GPUs, more than one node's "
-                    f"{self.spec.hardware.gpu_count}: engine=sglang launches a deployment's servers on one node so "
-                    "far (the twin, engine=sim, measures it across nodes)")
+        wide = [p for p in deployment.place(self.spec.hardware) if p.nodes > 1]
+        if wide:
+            return (f"deployment {deployment.label()}: its {wide[0].role} server {wide[0].index} spans {wide[0].nodes} "
+                    f"nodes of {self.spec.hardware.gpu_count} GPUs; engine=sglang launches each server on one node "
+                    "so far (the twin, engine=sim, measures a server across nodes)")
         return None
+
+    def nodes_needed(self, trial: TrialPlan) -> int:
+        """The nodes a deployment's servers are placed on (``Deployment.nodes``); 1 for one server."""
+        deployment = trial.deployment
+        if deployment is None or deployment.servers == 1:
+            return 1
+        try:
+            return deployment.nodes(self.spec.hardware)
+        except ValueError:  # it does not fit: refused before launch (deployment_refusal)
+            return 1
 
     def launch_plan(self, trial: TrialPlan, port: int) -> LaunchPlan:
         """``python -m sglang.launch_server --model-path P <settings> [--device cpu] --host H --port N``; the
@@ -142,10 +152,10 @@ class SGLangEngine(Engine):
             bootstrap = port + 1 + len(groups) + i if group.role == "prefill" else None
             argv = one.argv + ([] if bootstrap is None else ["--disaggregation-bootstrap-port", str(bootstrap)])
             gpus = {} if self.spec.hardware.is_cpu else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.gpus))}
-            members.append(MemberLaunch(group.role, i, argv, {**one.env, **gpus}, one.port, bootstrap))
+            members.append(MemberLaunch(group.role, i, argv, {**one.env, **gpus}, one.port, bootstrap, place.node))
             commands.append(replace(one, argv=argv, command_env={**one.command_env, **gpus}).command)
         host = "127.0.0.1" if self.spec.engine.host in ("0.0.0.0", "") else self.spec.engine.host
-        urls = [f"http://{host}:{m.port}" for m in members]
+        urls = [f"http://{_node_host(host, m.node)}:{m.port}" for m in members]
         prefill = [(u, m.bootstrap_port) for m, u in zip(members, urls) if m.role == "prefill"]
         decode = [u for m, u in zip(members, urls) if m.role == "decode"]
         argv = router_argv(port=port, metrics_port=port + 1 + 2 * len(groups), policy=str(deployment.router_policy),
@@ -153,6 +163,13 @@ class SGLangEngine(Engine):
         return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0, 1.0,
                           members=tuple(members), router_policy=deployment.router_policy,
                           member_commands=tuple(commands))
+
+
+def _node_host(host: str, node: int) -> str:
+    """Where the router reaches a server of node ``node`` that listens on ``host``, as a plan shows it: ``host`` on
+    the router's node (0) or for a routable address; ``node<k>`` (the node's address, known once the trial runs: the
+    recorded command is the one that ran) for a server on loopback or every address of another node. Pure."""
+    return host if node == 0 or host not in ("127.0.0.1", "localhost", "0.0.0.0", "") else f"node{node}"
 
 
 def _has_gpu() -> bool:

@@ -44,7 +44,8 @@ class MemberLaunch:
     ``prefill``, ``decode``) and index among the deployment's servers, its command (``argv``, carrying ``--port P``),
     the variables added to its environment (``env``: e.g. its GPUs), the ``port`` it should listen on and, for a
     prefill server, the ``bootstrap_port`` its decode servers fetch the KV cache through (SGLang's
-    ``--disaggregation-bootstrap-port``; None otherwise)."""
+    ``--disaggregation-bootstrap-port``; None otherwise), and the ``node`` of the deployment it runs on (0-based,
+    ``grid.topology.deployment.Placement.node``)."""
 
     role: str
     index: int
@@ -52,11 +53,22 @@ class MemberLaunch:
     env: dict[str, str]
     port: int
     bootstrap_port: int | None = None
+    node: int = 0
 
     @property
     def name(self) -> str:
         """``aggregated 0``, ``prefill 1``: how logs and messages name this server."""
         return f"{self.role} {self.index}"
+
+
+@dataclass(frozen=True)
+class MemberEndpoint:
+    """A server of a deployment that another node's actor started and that is ready: its ``role``, where it serves
+    (``url``, reachable from the router's node) and, for a prefill server, its ``bootstrap_port``."""
+
+    role: str
+    url: str
+    bootstrap_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,8 @@ class LaunchRequest:
     ready_path: str = SGLANG.ready_path
     members: tuple[MemberLaunch, ...] = ()
     router_policy: str | None = None
+    router: bool = True
+    remote: tuple[MemberEndpoint, ...] = ()
 
 
 @dataclass
@@ -107,7 +121,7 @@ class LaunchResult:
     port opening; ``phases``: the readiness phases seen. ``exit_code``: of a server that exited before ready.
     ``log_tail``: the server's last lines when it failed (secrets redacted). ``probe_answers``: what the probe got.
     ``server_urls``: a deployment's servers, each where it listens (its ``/metrics``; ``base_url`` is the router's);
-    empty for one server.
+    empty for one server. ``router_argv``: the router's command as it was started (empty: no router).
     """
 
     status: TrialStatus
@@ -124,6 +138,7 @@ class LaunchResult:
     infra_retries: list[str] = field(default_factory=list)
     probe_status: ProbeStatus | None = None
     server_urls: list[str] = field(default_factory=list)
+    router_argv: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

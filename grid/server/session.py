@@ -29,7 +29,7 @@ from typing import Any
 from grid.server.handle import LaunchRequest, LaunchResult, MemberLaunch
 from grid.server.logparse import error_headline, strip_poll_lines, taken_port
 from grid.server.probe import probe
-from grid.server.process import ManagedServer, StartupError, free_port, group_members, port_is_free
+from grid.server.process import ManagedServer, ReadyInfo, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
 from grid.server.router import Router, router_argv
 from grid.server.statuses import status_of
@@ -80,6 +80,8 @@ class ServerSession:
         self.secrets: tuple[str, ...] = ()
         self._gpu_baseline: list[int] | None = None
         self._last: list[tuple[int | None, int]] = []  # the groups and ports of the last stop, re-checked when dirty
+        self._ready: list[ReadyInfo] = []  # a deployment's servers' readiness, for :meth:`front`
+        self._notes: list[str] = []      # and the port notes of their start
 
     def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
         """``preferred`` if free, else a free port; the second item notes an occupied preferred port."""
@@ -140,36 +142,58 @@ class ServerSession:
                             verdict.answers, notes, verdict.status)
 
     def _launch_deployment(self, request: LaunchRequest) -> LaunchResult:
-        """Start every server of ``request.members`` (each on its port, or a free one when that is taken), wait
-        until each is ready, start the router in front of them on ``request.port`` and wait until it lists every
-        server healthy, then probe through it. A server or the router that fails to start stops everything started
-        and fails the launch, naming which (``aggregated 1: ...``, ``router: ...``)."""
-        notes: list[str] = []
+        """Start every server of ``request.members`` (each on its port, or a free one when that is taken) and wait
+        until each is ready; then, unless ``request.router`` is False, start the router in front of them
+        (:meth:`front`). A server that fails to start stops everything started and fails the launch, naming which
+        (``aggregated 1: ...``). Without the router the result is ``ok`` once every server is ready, with
+        ``server_urls`` and no probe."""
+        self._notes = []
         log_path = Path(request.log_path)
         scale = request.startup_time_scale or request.time_scale
         for member in request.members:
             argv, port = list(member.argv), member.port
             if not port_is_free(self.host, port):
                 new_port = free_port(self.host)
-                notes.append(f"port_in_use: {member.name}'s port {port} held by another process; used {new_port}")
+                self._notes.append(f"port_in_use: {member.name}'s port {port} held by another process; used {new_port}")
                 argv, port = _with_port(argv, port, new_port), new_port
             state = log_path.with_name(f"{log_path.name}.{member.role}{member.index}.state")
             self.members.append((member, ManagedServer(argv, {**request.env, **member.env}, log_path, self.host,
                                                        port, scale, state_path=state)))
         self.server = self.members[0][1]
-        urls = [f"http://{server.host}:{server.port}" for _, server in self.members]
         first = f"http://{self.host}:{request.port}"
         try:
             for _, server in self.members:
                 server.start()
-            ready = [server.wait_ready(request.startup_timeout_s, path=request.ready_path)
-                     for _, server in self.members]
+            self._ready = [server.wait_ready(request.startup_timeout_s, path=request.ready_path)
+                           for _, server in self.members]
         except StartupError as err:
             failed = next((m for m, server in self.members if not server.alive()), self.members[0][0])
-            return self._failed_deployment(err, failed.name, request.port, first, notes)
-        prefill = [(url, m.bootstrap_port) for (m, _), url in zip(self.members, urls) if m.role == "prefill"]
-        decode = [url for (m, _), url in zip(self.members, urls) if m.role == "decode"]
+            return self._failed_deployment(err, failed.name, request.port, first, self._notes)
+        if request.router:
+            return self.front(request)
+        ready, urls = self._ready, self._member_urls()
+        opened = [r.port_open_s for r in ready if r.port_open_s is not None]
+        return LaunchResult("ok", None, "", request.port, urls[0], max(r.startup_s for r in ready),
+                            max(opened) if opened else None, ready[0].phases, infra_retries=list(self._notes),
+                            server_urls=urls)
+
+    def _member_urls(self) -> list[str]:
+        return [f"http://{server.host}:{server.port}" for _, server in self.members]
+
+    def front(self, request: LaunchRequest) -> LaunchResult:
+        """Start SGLang's router on ``request.port`` in front of the servers this session started (a launch of
+        ``request.members``) and of ``request.remote`` (servers other nodes started), wait until it lists every one
+        healthy, then probe through it. A router that fails to start stops this session's servers and fails the
+        launch (``router: ...``). ``server_urls``: this session's servers, then the remote ones."""
+        notes = self._notes
+        first = f"http://{self.host}:{request.port}"
+        local = [(m.role, url, m.bootstrap_port) for (m, _), url in zip(self.members, self._member_urls())]
+        every = local + [(r.role, r.url, r.bootstrap_port) for r in request.remote]
+        urls = [url for _, url, _ in every]
+        prefill = [(url, bootstrap) for role, url, bootstrap in every if role == "prefill"]
+        decode = [url for role, url, _ in every if role == "decode"]
         workers = [] if prefill else urls
+        log_path = Path(request.log_path)
         argv = router_argv(port=request.port, metrics_port=free_port(self.host), policy=request.router_policy or "",
                            workers=workers, prefill=prefill, decode=decode, host=self.host)
         self.router = Router(argv, urls, log_path.with_name(f"{log_path.stem}.router.log"), self.host, request.port)
@@ -177,6 +201,7 @@ class ServerSession:
             self.router.start(request.startup_timeout_s / request.time_scale)
         except StartupError as err:
             return self._failed_deployment(err, "router", request.port, first, notes)
+        ready = self._ready
         startup_s = max(r.startup_s for r in ready)
         opened = [r.port_open_s for r in ready if r.port_open_s is not None]
         verdict = probe(self.router.url, request.api, request.model, request.api_key, self.log_tail,
@@ -186,7 +211,8 @@ class ServerSession:
         status = "ok" if verdict.ok else status_of(verdict.error_class)
         return LaunchResult(status, verdict.error_class, verdict.detail, request.port, self.router.url, startup_s,
                             max(opened) if opened else None, ready[0].phases, None,
-                            "" if verdict.ok else self.log_tail(), verdict.answers, notes, verdict.status, urls)
+                            "" if verdict.ok else self.log_tail(), verdict.answers, list(notes), verdict.status, urls,
+                            argv)
 
     def _failed_deployment(self, err: StartupError, who: str, port: int, base_url: str,
                            notes: list[str]) -> LaunchResult:
@@ -233,9 +259,9 @@ class ServerSession:
         return redact_secrets(text, self.secrets)
 
     def alive(self) -> bool:
-        """The server is up; of a deployment, every server and the router."""
-        if self.router is not None:
-            return self.router.proc.alive() and all(server.alive() for _, server in self.members)
+        """The server is up; of a deployment, every server and the router (when this session started one)."""
+        if self.members:
+            return (self.router is None or self.router.proc.alive()) and all(s.alive() for _, s in self.members)
         return self.server is not None and self.server.alive()
 
     def exit_code(self) -> int | None:

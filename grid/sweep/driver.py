@@ -169,9 +169,39 @@ def trial_resources(spec: RunSpec) -> dict[str, float]:
     return res
 
 
-def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> list:
-    """One ServerActor on each node the sweep may use (grid.cluster.node.pick_nodes); refuses (RayStartError,
-    exit 2) when no node matches the sweep's hardware, or a node's NVML GPUs are not that hardware's."""
+def trial_placement(spec: RunSpec, nodes: int) -> Any:
+    """Tune's resource request of a trial that holds ``nodes`` nodes (a deployment across nodes,
+    ``Engine.nodes_needed``): one bundle of :func:`trial_resources` per node, ``STRICT_SPREAD`` so each lands on
+    another node; the trial runs in the first (Ray Tune's ``PlacementGroupFactory``)."""
+    from ray.tune.execution.placement_groups import PlacementGroupFactory, resource_dict_to_pg_factory
+
+    one = resource_dict_to_pg_factory(trial_resources(spec))
+    if nodes == 1:
+        return one
+    return PlacementGroupFactory(one.bundles * nodes, strategy="STRICT_SPREAD")
+
+
+def too_few_nodes(spec: RunSpec, plan: Plan, nodes: int, console) -> list[str]:
+    """Take out of ``plan.todo`` the configurations whose deployment needs more nodes than the ``nodes`` the sweep
+    may use (a trial would wait for them for ever), saying which and why; nothing is recorded, so they run when the
+    sweep runs again on a cluster with enough nodes. Returns their hashes."""
+    engine = get_engine(spec)
+    short = [p for p in plan.todo if engine.nodes_needed(p) > nodes]
+    for p in short:
+        console.print(f"[yellow]Not run:[/] {p.label} deploys its servers on {engine.nodes_needed(p)} nodes; the Ray "
+                      f"cluster has {nodes} node(s) of hardware={spec.hardware.name} (it runs when the sweep runs "
+                      "again on enough nodes)", highlight=False, soft_wrap=True)
+    if short and plan.search is not None:
+        plan.search.policy.resume({p.config_hash: None for p in short})
+        plan.search.policy.issued.extend(p.config_hash for p in short)
+    plan.todo = [p for p in plan.todo if p not in short]
+    return [p.config_hash for p in short]
+
+
+def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> tuple[list, list[dict]]:
+    """One ServerActor on each node the sweep may use (grid.cluster.node.pick_nodes), and each one's node
+    (grid.cluster.node.local_node); refuses (RayStartError, exit 2) when no node matches the sweep's hardware, or a
+    node's NVML GPUs are not that hardware's."""
     import ray
 
     from grid.cluster.actor import start_actor
@@ -192,7 +222,7 @@ def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> list
         gpus = len(info["gpu_uuids"]) if info.get("gpu_uuids") is not None else "no NVML"
         console.print(f"Node {info.get('node_hostname')} ({(info.get('node_id') or '')[:12]}): grid_node slot, "
                       f"GPUs: {gpus}", highlight=False)
-    return actors
+    return actors, infos
 
 
 def record_refusals(spec: RunSpec, plan: Plan, console) -> list[str]:
@@ -307,22 +337,35 @@ def run_trials(spec: RunSpec, plan: Plan, console, run_id: str | None = None,
     console.print(f"Ray cluster: {'local, ' if init.local else ''}GCS at {gcs}", highlight=False)
     if spec.ray.dashboard and getattr(ctx, "dashboard_url", None):
         console.print(f"Ray dashboard: http://{ctx.dashboard_url}  (token: `ray get-auth-token`)")
-    actors = []
+    actors: list = []
     try:
         owner = ActorOwner(host=spec.engine.host, run_id=run_id, registry=str(registry_dir(spec)))
         nodes = grid_nodes()
         if not nodes:
             raise RuntimeError(f"no Ray node offers the '{NODE_RESOURCE}' resource; start workers with "
                                f"ray start --resources='{{\"{NODE_RESOURCE}\": 1}}'")
-        actors = _start_node_actors(spec, nodes, owner, console)
+        actors, infos = _start_node_actors(spec, nodes, owner, console)
+        if any(get_engine(spec).nodes_needed(p) > 1 for p in plan.todo):
+            from grid.cluster.local import RayStartError
+            from grid.cluster.spread import loopback_refusal
+
+            why = loopback_refusal(spec.engine.host, [info.get("node_ip") for info in infos])
+            if why is not None:
+                raise RayStartError(why, "engine.host")
         if before_first_trial is not None:
             before_first_trial()
         record_refusals(spec, plan, console)
         if not plan.todo:
             return
+        too_few_nodes(spec, plan, len(actors), console)
+        if not plan.todo:
+            return
         plans = {p.config_hash: p for p in plan.todo}
+        engine = get_engine(spec)
+        needed = {h: engine.nodes_needed(p) for h, p in plans.items()}
+
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec, plans=plans, owner=owner),
-                                        trial_resources(spec))
+                                        lambda config: trial_placement(spec, needed[config["config_hash"]]))
         from grid.status import write_plan
 
         write_plan(spec.run_dir, plan.all, run_id, spec.hardware.name)

@@ -404,6 +404,8 @@ def start_server(spec: RunSpec, engine: Engine, plan: TrialPlan, server: ServerH
         # server was given (a twin's auto time scale reads the host's load again on every plan)
         again = engine.launch_plan(plan, result.port)
         launch = replace(launch, argv=again.argv, port=again.port)
+    if result.router_argv:  # the router's command as it ran: its servers where they listen
+        launch = replace(launch, argv=list(result.router_argv))
     return TrialStart(launch, result, [*infra_notes, *result.infra_retries], launched=True, launch_unix_ns=launch_ns,
                       ready_unix_ns=ready_ns)
 

@@ -54,6 +54,30 @@ def _node_server(node_id: str, owner: ActorOwner) -> ActorServer:
         return lost
 
 
+def _deployment_nodes(node_id: str) -> list[str]:
+    """The nodes of the trial's placement group, its own first: Tune grants a trial of a deployment across nodes one
+    bundle per node (grid/sweep/driver.py ``trial_resources``), bundle 0 the trial's own. ``[node_id]`` outside a
+    placement group."""
+    from ray.util import get_current_placement_group, placement_group_table
+
+    group = get_current_placement_group()
+    if group is None:
+        return [node_id]
+    bundles = placement_group_table(group)["bundles_to_node_id"]
+    nodes = [bundles[i] for i in sorted(bundles)]
+    return [node_id] + [n for n in nodes if n != node_id]
+
+
+def _spread_server(first: ActorServer, node_ids: list[str], spec: RunSpec, owner: ActorOwner) -> Any:
+    """The handle of a deployment over ``node_ids`` (grid/cluster/spread.py), ``first`` the trial's node's actor; a
+    lost node's actor answers as lost."""
+    from grid.cluster.spread import SpreadServer
+
+    servers = [first] + [_node_server(n, owner) for n in node_ids[1:]]
+    ips = [_node_of(s, n).get("node_ip") for s, n in zip(servers, node_ids)]
+    return SpreadServer(servers, spec.engine.host, ips)
+
+
 def _node_of(server: ActorServer, node_id: str) -> dict[str, Any]:
     """The server's node (its actor's grid.cluster.node.local_node); what the trial knows when the actor is gone."""
     try:
@@ -88,14 +112,16 @@ def run_trial(config: dict[str, Any], *, spec: RunSpec, plans: dict[str, TrialPl
         node = {"node_id": None, "node_hostname": urlparse(spec.engine.base_url or "").hostname, "gpu_uuids": None}
         rows = measure_trial(spec, engine, plan, engine.server(), trial_id=trial_id, on_point=on_point, node=node)
     else:
+        nodes = _deployment_nodes(node_id) if engine.nodes_needed(plan) > 1 else [node_id]
         for attempt in range(1, ACTOR_LOST_ATTEMPTS + 1):
             server = _node_server(node_id, owner or ActorOwner(spec.engine.host))
             node = _node_of(server, node_id)
+            handle: Any = server if len(nodes) == 1 else _spread_server(server, nodes, spec, owner or ActorOwner(spec.engine.host))
             mark_running(spec.run_dir, plan, node, trial_id)
             token = f"{trial_id}:{attempt}"
             serving = _serving(server, spec, plan, node, token)
             try:
-                rows = measure_trial(spec, engine, plan, server, trial_id=trial_id, on_point=on_point, node=node)
+                rows = measure_trial(spec, engine, plan, handle, trial_id=trial_id, on_point=on_point, node=node)
             finally:
                 if serving is not None and server.lost is None:
                     try:

@@ -184,13 +184,19 @@ class Deployment:
                     p.settings_over(settings, launch=True), d.settings_over(settings, launch=True), version, model)]
         return out
 
+    def nodes(self, hardware: HardwareSpec) -> int:
+        """How many nodes of ``hardware`` the deployment's servers run on (:meth:`place`)."""
+        return len({n for p in self.place(hardware) for n in range(p.node, p.node + p.nodes)})
+
     def place(self, hardware: HardwareSpec) -> list[Placement]:
         """Every server's place on ``hardware``'s ``nodes`` x ``gpu_count`` GPUs, in the groups' order. Raises
         ``ValueError`` when the deployment needs more GPUs than there are, or a server cannot be placed whole. On a
-        CPU host (``vendor: cpu``, SGLang's CPU engine) every server runs on the host's cores: all on node 0, no GPUs.
+        CPU host (``vendor: cpu``, SGLang's CPU engine) every server runs on the host's cores, no GPUs: all on node 0
+        of one host, in turn over the hosts (server ``i`` on node ``i % nodes``) of several.
         """
         if hardware.is_cpu:
-            return [Placement(g.role, i, 0, 1, ()) for g in self.groups for i in range(g.count)]
+            servers = [(g.role, i) for g in self.groups for i in range(g.count)]
+            return [Placement(role, i, k % hardware.nodes, 1, ()) for k, (role, i) in enumerate(servers)]
         per_node, nodes = hardware.gpu_count, hardware.nodes
         if self.gpus > per_node * nodes:
             raise ValueError(f"deployment {self.label()} needs {self.gpus} GPUs; hardware {hardware.name} has "

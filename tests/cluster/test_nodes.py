@@ -52,6 +52,31 @@ def test_trials_request_the_sweep_hardware_unless_any_hardware(monkeypatch):
     assert trial_resources(Spec) == {"cpu": 0, "grid_node": 1}
 
 
+def test_a_trial_of_a_deployment_across_nodes_holds_a_slot_on_each(tmp_path):
+    from rich.console import Console
+
+    from grid.compose import compose_spec
+    from grid.sweep.driver import HW_REQUEST, Plan, too_few_nodes, trial_placement
+    from grid.sweep.space import expand
+
+    spec = compose_spec(["+sweep=pd_topology", "engine=sglang", "engine.version=0.5.23", "hardware=h200_x16_roce",
+                         f"model.path={tmp_path}/m", "engine.python=py",
+                         "sweep.deployments=[{groups:[{role:aggregated,count:16,tp:1}],router_policy:round_robin},"
+                         "{groups:[{role:aggregated,count:8,tp:1}],router_policy:round_robin}]"], tmp_path / "run")
+    one = {"grid_node": 1.0, "grid_hw:h200_x16_roce": HW_REQUEST}
+    assert (trial_placement(spec, 1).bundles, trial_placement(spec, 1).strategy) == ([one], "PACK")
+    assert (trial_placement(spec, 2).bundles, trial_placement(spec, 2).strategy) == ([one, one], "STRICT_SPREAD")
+    plans = expand(spec)
+    plan = Plan(list(plans), list(plans), {})
+    console = Console(record=True, width=200)
+    assert too_few_nodes(spec, plan, 2, console) == [] and len(plan.todo) == len(plans)
+    wide = [p.config_hash for p in plans if p.deployment.servers == 16]
+    assert too_few_nodes(spec, plan, 1, console) == wide and len(wide) == len(plans) // 2
+    assert all(p.deployment.servers == 8 for p in plan.todo)
+    assert "deploys its servers on 2 nodes; the Ray cluster has 1 node(s) of hardware=h200_x16_roce" in \
+        console.export_text()
+
+
 def _plan(i):
     return TrialPlan(index=i, settings={}, load=None, label=f"cfg={i}", config_hash=f"h{i:011d}")
 

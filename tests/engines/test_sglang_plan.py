@@ -143,14 +143,31 @@ def test_a_prefill_decode_deployment_on_gpus_gets_roles_gpus_and_a_bootstrap_por
     assert launch.command.splitlines()[0].startswith("CUDA_VISIBLE_DEVICES=0,1 py -m sglang.launch_server")
 
 
-def test_a_deployment_across_nodes_is_refused_by_name_before_launch(tmp_path):
+def test_a_deployment_across_nodes_holds_each_node_and_a_server_across_nodes_is_refused_by_name(tmp_path):
     spec = compose_spec(["engine=sglang", "engine.version=0.5.23", "hardware=h200_x16_roce", "model=llama3_1_8b",
                          f"model.path={tmp_path}/m", "engine.python=py"], tmp_path / "run")
+    engine = SGLangEngine(spec)
     wide = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 16, "tp": 1, "attn_dp": 1, "ep": 1}],
                                    "router_policy": "round_robin"})
-    assert SGLangEngine(spec).refuse(wide) == (
-        "deployment 16x TP1 needs 16 GPUs, more than one node's 8: engine=sglang launches a deployment's servers on "
-        "one node so far (the twin, engine=sim, measures it across nodes)")
+    assert engine.refuse(wide) is None and engine.nodes_needed(wide) == 2
+    launch = engine.launch_plan(wide, 40000)
+    assert [m.node for m in launch.members] == [0] * 8 + [1] * 8
+    assert [m.env["CUDA_VISIBLE_DEVICES"] for m in launch.members[7:9]] == ["7", "0"]
+    # the plan names a server of node 1 by its node (its address is known when the trial runs)
+    workers = launch.argv[launch.argv.index("--worker-urls") + 1:launch.argv.index("--policy")]
+    assert workers[7:9] == ["http://127.0.0.1:40008", "http://node1:40009"]
     narrow = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 8, "tp": 1, "attn_dp": 1, "ep": 1}],
                                      "router_policy": "round_robin"})
-    assert SGLangEngine(spec).refuse(narrow) is None
+    assert engine.refuse(narrow) is None and engine.nodes_needed(narrow) == 1
+    spanning = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 2, "tp": 8, "attn_dp": 1, "ep": 1},
+                                                  {"role": "aggregated", "count": 1, "tp": 16, "attn_dp": 1, "ep": 1}],
+                                       "router_policy": "round_robin"})
+    assert engine.refuse(spanning) == (
+        "deployment 2x TP8 + 1x TP16 needs 32 GPUs; hardware h200_x16_roce has 16 (2 node(s) x 8)")
+    four = compose_spec(["engine=sglang", "engine.version=0.5.23", "hardware=h200_x16_roce", "hardware.nodes=4",
+                         "model=llama3_1_8b", f"model.path={tmp_path}/m", "engine.python=py"], tmp_path / "run4")
+    spanning = _deployment_plan(four, {"groups": [{"role": "aggregated", "count": 2, "tp": 16, "attn_dp": 1, "ep": 1}],
+                                       "router_policy": "round_robin"})
+    # a server over two nodes needs --nnodes: SGLang's own GPU count refuses it first
+    assert SGLangEngine(four).refuse(spanning).startswith(
+        "the aggregated server TP16: SGLang 0.5.23 would refuse it: the configuration needs 16 GPUs")

@@ -24,8 +24,16 @@ def cpu() -> HardwareSpec:
 def test_a_cpu_host_is_one_device_without_a_compute_capability():
     assert cpu().is_cpu and not HardwareSpec(**H100).is_cpu
     for bad in ({"sm_version": 90}, {"gpu_count": 2}, {"cpu_cores": None}):
-        with pytest.raises(ValueError, match="vendor cpu needs sm_version 0, gpu_count 1, nodes 1 and cpu_cores"):
+        with pytest.raises(ValueError, match="vendor cpu needs sm_version 0, gpu_count 1 and cpu_cores"):
             HardwareSpec(**{**CPU_HOST, **bad})
+    # several CPU hosts on a network: a deployment's servers go to each in turn (grid/topology/deployment.py)
+    hosts = HardwareSpec(**{**CPU_HOST, "nodes": 2, "internode_link": "ethernet", "internode_gbps_per_gpu": 1.25,
+                            "internode_hop_latency_us": 50})
+    from grid.topology.deployment import Deployment, RoleGroup, ServerShape
+
+    three = Deployment((RoleGroup("aggregated", 3, ServerShape()),), router_policy="round_robin")
+    assert [p.node for p in three.place(hosts)] == [0, 1, 0] and three.nodes(hosts) == 2
+    assert [p.node for p in three.place(cpu())] == [0, 0, 0] and three.nodes(cpu()) == 1
     with pytest.raises(ValueError, match="sm_version must be > 0 for vendor nvidia"):
         HardwareSpec(**{**H100, "sm_version": 0})
 
