@@ -56,6 +56,11 @@ def test_the_deployment_over_two_nodes_is_measured_through_the_router(run):
     assert (row["status"], row["trial_status"]) == ("ok", "ok"), row["trial_error_message"]
     assert json.loads(row["deployment_json"])["groups"][0]["count"] == 2
     assert row["node_id"] in run["nodes"]  # the trial's node: the first of the two, where the router ran
+    # the router's command as it ran: both servers where they listened (one machine here: loopback reaches both)
+    router = row["command"].splitlines()[-1]
+    workers = router.split("--worker-urls ")[1].split(" --policy")[0].split()
+    assert "sglang_router.launch_router" in router and len(workers) == 2, router
+    assert all(w.startswith("http://127.0.0.1:") for w in workers), router
     req = read_table(run["run_dir"], "requests").to_pandas()
     assert len(req) >= 16 and (req["status"] == "ok").all() and (req["output_tokens"] == 32).all()
     metrics = read_table(run["run_dir"], "server_metrics").to_pandas()
