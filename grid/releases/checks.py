@@ -457,10 +457,6 @@ _NSA = "_handle_model_specific_adjustments / _set_default_nsa_kv_cache_dtype"
 #: catalog: TBO without an a2a backend is refused as such until 0.5.14 and needs DP attention from 0.5.15 (not 0.5.16);
 #: tilelang with an fp8_e4m3 KV cache is refused on CUDA in 0.5.17-0.5.21 and from 0.5.22 needs both backends tilelang
 #: and SM >= 89.
-#: Speculative algorithms that may keep --enable-mixed-chunk from SGLang 0.5.19 (srt/speculative/spec_info.py
-#: ``SpeculativeAlgorithm.supports_mixed_chunk``; NEXTN is rewritten to EAGLE before the check).
-MIXED_CHUNK_SPECULATIVE: frozenset[str] = frozenset({"EAGLE", "EAGLE3", "DFLASH", "DSPARK", "NEXTN"})
-
 RULES: list[Rule] = [
     Rule("tbo_needs_a2a", "0.5.9", "0.5.14", "When enabling two batch overlap, moe_a2a_backend cannot be 'none'.",
          _tbo_a2a_none, "check_server_args",
@@ -719,18 +715,6 @@ RULES: list[Rule] = [
          lambda s, m: () if s.get("enable_dp_lm_head") and int(s.get("dp_size") or 1) > 1 and not _dp_attention(s)
          else None, "_dp_lm_head_validation",
          reads=("enable_dp_lm_head", "dp_size", "enable_dp_attention")),
-    # speculative decoding with --enable-mixed-chunk: 0.5.9-0.5.18 check_server_args refuses it for every algorithm
-    # (in words that say the opposite: `assert not self.enable_mixed_chunk, "enable_mixed_chunk is required ..."`);
-    # 0.5.19+ arg_groups/validation_hook.py lets the algorithms of SpeculativeAlgorithm.supports_mixed_chunk keep it
-    # (srt/speculative/spec_info.py: EAGLE, EAGLE3, DFLASH, DSPARK; NEXTN is EAGLE by then)
-    Rule("mixed_chunk_speculative", "0.5.9", "0.5.18", "enable_mixed_chunk is required for speculative decoding",
-         lambda s, m: () if s.get("enable_mixed_chunk") and is_speculative(s) else None, "check_server_args",
-         reads=("enable_mixed_chunk", "speculative_algorithm")),
-    Rule("mixed_chunk_speculative_algorithm", "0.5.19", None,
-         "enable_mixed_chunk is not supported with speculative_algorithm={}",
-         lambda s, m: ((s["speculative_algorithm"],) if s.get("enable_mixed_chunk") and is_speculative(s)
-                       and str(s["speculative_algorithm"]).upper() not in MIXED_CHUNK_SPECULATIVE else None),
-         "validation_hook", reads=("enable_mixed_chunk", "speculative_algorithm")),
     Rule("served_model_name_colon", "0.5.9", None,
          "served_model_name cannot contain a colon (':') character. The colon is reserved for the 'model:adapter' "
          "syntax used in LoRA adapter specification. Invalid value: '{}'",

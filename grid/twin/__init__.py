@@ -5,7 +5,7 @@
 #: measures (a constant of grid/twin/perf.py, a scheduling rule, a failure mode), so that a resumed run measures
 #: such configurations again instead of mixing results of two models. Real servers (``engine=sglang|openai``) do
 #: not carry it.
-MODEL_VERSION = "6"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50;
+MODEL_VERSION = "7"  # 2: new-token-ratio decay and retraction, DP-attention prefill steps, decode ETA_FLOPS 0.50;
 #                      3: tensor parallelism across nodes (grid/twin/crossnode.py; --nnodes was refused before);
 #                      4: kernel-requirement failures where grid/releases/checks.py RULES say (fa3 off SM90, aiter
 #                      on NVIDIA only), no tilelang+fp8 rejection at 0.5.22, no *_created metric series;
@@ -16,4 +16,6 @@ MODEL_VERSION = "6"  # 2: new-token-ratio decay and retraction, DP-attention pre
 #                      its release logs (0.5.13+: nothing by default, so it is recorded as garbage output), the DSA
 #                      backends' fp8 defaults per release and GPU, the CUDA graph and KV pool lines per release;
 #                      the DP LM head refused only with DP replicas, mixed chunk + speculative decoding and PD role
-#                      switching with what it cannot rebuild refused
+#                      switching with what it cannot rebuild refused;
+#                      7: mixed chunked prefill with speculative decoding no longer refused (no release refuses it:
+#                      each algorithm's handler turns it off first, or keeps it where supports_mixed_chunk)

@@ -98,7 +98,7 @@ def test_identity_layout_and_hash_definition():
     assert set(ident) == {"engine", "twin_model_version", "model", "hardware", "settings", "load"}
     assert ident["engine"] == {"kind": "sim", "version": "0.5.9", "api": "completions",
                                "base_url": "http://127.0.0.1:30000", "env": {"A": "1"}}
-    assert ident["twin_model_version"] == "6" and ident["settings"] == SETTINGS
+    assert ident["twin_model_version"] == "7" and ident["settings"] == SETTINGS
     assert ident["load"] == LoadSpec().model_dump(mode="json")
     assert ident["hardware"]["name"] == "rtx_pro_6000_x8" and "source" not in ident["hardware"]
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))                # canonical, compact JSON

@@ -4,10 +4,11 @@ and nothing else would notice (docs/architecture.md "How to add"): this test pin
 numbers to the version.
 
 The fingerprint covers the performance model of every model on every hardware file (decode and prefill step times
-at a few batch sizes and contexts, the KV pool, startup), and the twin's forecast (score, startup and load seconds,
-or its refusal) of every configuration of four shipped sweeps, which exercise the scheduler, the radix cache,
-speculative decoding, the known failures and the launch rules, on the oldest and the newest release grid claims. A refactor that keeps every number keeps it; a
-change of a number changes it.
+at a few batch sizes and contexts, the KV pool, startup), and for every configuration of four shipped sweeps on the
+oldest and the newest release grid claims: the twin's forecast (score, startup and load seconds), its refusal
+(SGLang's launch rules), and its known failures (the failure table's row ids and effects, and the lines the twin logs
+for each). Those sweeps exercise the scheduler, the radix cache, speculative decoding, the failure table and the
+launch rules. A refactor that keeps every number, refusal and failure keeps it; a change of one changes it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from grid import twin
 from grid.compose import compose_spec
 from grid.engines.base import get_engine
 from grid.versions import DEFAULT_RELEASE
+from grid.search.knowledge import assess, twin_model
 from grid.search.predict import forecast
+from grid.twin.failures import find_failures
 from grid.sweep.space import expand
 from grid.twin.perf_of_flags import perf_model
 
@@ -28,7 +31,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 #: MODEL_VERSION -> the fingerprint of the twin's numbers under it. Bump MODEL_VERSION (grid/twin/__init__.py, with
 #: a line saying what changed) and record the new fingerprint here together.
-FINGERPRINTS = {"6": "1a6ea14bdd450b3a"}
+FINGERPRINTS = {"7": "5df7f940e24a1520"}
 
 SWEEPS = ("nsa_backends", "schedule_policy", "prefix_cache", "speculative")
 RELEASES = (DEFAULT_RELEASE, "0.5.23")  # the oldest and the newest release grid claims
@@ -51,10 +54,19 @@ def _numbers(tmp_path: Path) -> list:
             out.append((m, h, steps, sorted(perf.startup_phases_s().items())))
     for sweep, release in [(s, r) for s in SWEEPS for r in RELEASES]:
         spec = compose_spec([f"+sweep={sweep}", f"engine.version={release}"], tmp_path / f"{sweep}-{release}")
-        version = get_engine(spec).version()
-        for plan in expand(spec):
+        engine = get_engine(spec)
+        version = engine.version()
+        plans = expand(spec)
+        known = assess(spec, engine, plans, version)
+        for plan in plans:
             f = forecast(spec, plan, version)
             out.append((sweep, release, plan.label, None if f is None else (f.value, f.startup_s, f.load_s)))
+            # what the twin refuses and how it fails: the rows' ids and effects and the lines it logs for them
+            k = known[plan.config_hash]
+            perf = None if k.refused else twin_model(spec, plan.settings, version)
+            lines = [] if perf is None else [list(m.log_lines) for m in find_failures(spec.model, spec.hardware,
+                                                                                       perf.cfg, perf)]
+            out.append((sweep, release, plan.label, k.refused, [[i, e] for i, e, _ in k.failures], lines))
     return out
 
 
@@ -71,9 +83,12 @@ def _fingerprint(numbers: list) -> str:
 
 def test_the_twins_numbers_are_those_its_model_version_names(tmp_path):
     numbers = _numbers(tmp_path)
-    modelled = [n for n in numbers if len(n) == 4]
-    forecast_ = [n for n in numbers if n[0] in SWEEPS and n[3] is not None]
+    modelled = [n for n in numbers if len(n) == 4 and n[0] not in SWEEPS]
+    forecast_ = [n for n in numbers if n[0] in SWEEPS and len(n) == 4 and n[3] is not None]
+    failing = [n for n in numbers if n[0] in SWEEPS and len(n) == 6 and n[4]]
+    refused = [n for n in numbers if n[0] in SWEEPS and len(n) == 6 and n[3]]
     assert len(modelled) >= 100 and len(forecast_) >= 120, (len(modelled), len(forecast_))  # what it covers
+    assert len(failing) >= 10 and len(refused) >= 1 and any(n[5] for n in failing), (len(failing), len(refused))
     got = _fingerprint(numbers)
     assert FINGERPRINTS.get(twin.MODEL_VERSION) == got, (
         f"the twin's numbers changed but grid.twin.MODEL_VERSION is still {twin.MODEL_VERSION!r}: bump it "
