@@ -4,7 +4,8 @@ For every SGLang release from :data:`FIRST_RELEASE` to the newest on the package
 it downloads the wheel without dependencies (``pip download --no-deps sglang==X -d .cache/sglang-wheels``; the newest
 post-release of each release, e.g. 0.5.10.post1), unpacks only its ``.py`` files into a temporary folder, and writes
 ``grid/releases/catalog/data/sglang-<release>.json`` (see grid/releases/catalog/extract.py for what is read). Each wheel
-is read in its own Python process, so one release's stubbed imports cannot leak into the next. Wheels stay in the
+is read in its own Python process (``PYTHONHASHSEED=0``: the same order of set-built choices every time), so one
+release's stubbed imports cannot leak into the next. Wheels stay in the
 git-ignored cache folder; neither they nor SGLang's code are committed, only the extracted facts.
 
 Options::
@@ -19,6 +20,7 @@ msgspec must be installed (``pip install msgspec``): 0.5.20+ build ServerArgs as
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -99,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for version in versions:
         wheel = download(version, args.cache)
+        # one hash seed for every run: SGLang builds some choices lists from sets (--sampling-backend's), whose
+        # order would otherwise change from one regeneration to the next
         proc = subprocess.run([sys.executable, "-m", "grid.releases.catalog.generate", "--one", str(wheel),
-                               "--out", str(args.out)])
+                               "--out", str(args.out)], env={**os.environ, "PYTHONHASHSEED": "0"})
         if proc.returncode:
             failed.append(version)
     if failed:
