@@ -103,9 +103,11 @@ class SpreadServer:
             self.stop()
             k, result = failed
             return replace(result, message=f"node {k} ({self.nodes[k].node}): {result.message}")
-        remote = tuple(MemberEndpoint(m.role, member_url(url, self.host, self.node_ips[k]), m.bootstrap_port)
+        remote = tuple(MemberEndpoint(m.role, member_url(url, self.host, self.node_ips[k]), m.bootstrap_port, m.name,
+                                      node)
                        for k in range(1, len(self.nodes))
-                       for m, url in zip(shares[k].members, results[k].server_urls, strict=True))
+                       for m, url, node in zip(shares[k].members, results[k].server_urls, results[k].server_nodes,
+                                               strict=True))
         front = self.nodes[0].front(replace(request, members=shares[0].members, remote=remote))
         notes = [note for r in results for note in r.infra_retries]
         slowest = max((r.startup_s for r in results if r.startup_s is not None), default=front.startup_s)

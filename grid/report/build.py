@@ -131,11 +131,30 @@ def topology_lines(spec: RunSpec, verdicts: list[Verdict], plans: list, deployme
     if deployment is not None and deployment.servers > 1:
         out.append(f"Deployment: {deployment.label()}, {deployment.servers} servers on {deployment.gpus} GPUs behind "
                    f"SGLang's router ({deployment.router_policy}); {DEPLOY_DIR}/launch.sh starts each on its node")
+        best = next((v for v in verdicts if v.outcome == "best"), None)
+        served = servers_line(best.best_point) if best is not None and best.best_point is not None else None
+        if served:
+            out.append(served)
     obj = OBJECTIVES[spec.objective.kind]
     scores = {v.config_hash: v.score for v in verdicts if v.outcome in ("best", "lost")}
     measured = [p for p in plans if any(v.config_hash == p.config_hash and v.rows for v in verdicts)]
     line = pd_verdict(measured, scores, obj.higher_is_better, obj.unit, source="measured")
     return out + ([line] if line else [])
+
+
+def servers_line(row: JudgedPointRow) -> str | None:
+    """``Requests per server at its best load point (warm-up included): aggregated 0 on node-a 8, aggregated 1 on
+    node-b 8``: what each server of a deployment grid launched finished during the point
+    (``deployment_servers_json``), so an uneven router shows; None where the row does not say (one server, the
+    twin). Pure."""
+    import json
+
+    text = row["deployment_servers_json"]
+    if not text:
+        return None
+    parts = [f"{s['server']} on {s['node'] or '?'} {'?' if s['requests'] is None else s['requests']}"
+             for s in json.loads(text)]
+    return "Requests per server at its best load point (warm-up included): " + ", ".join(parts)
 
 
 def write(spec: RunSpec, rep: Report, rows: Sequence[JudgedPointRow], console) -> list[str]:

@@ -69,6 +69,8 @@ class MemberEndpoint:
     role: str
     url: str
     bootstrap_port: int | None = None
+    name: str = ""    # ``aggregated 1``: MemberLaunch.name
+    node: str = ""    # the host name of its node
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class LaunchResult:
     port opening; ``phases``: the readiness phases seen. ``exit_code``: of a server that exited before ready.
     ``log_tail``: the server's last lines when it failed (secrets redacted). ``probe_answers``: what the probe got.
     ``server_urls``: a deployment's servers, each where it listens (its ``/metrics``; ``base_url`` is the router's);
-    empty for one server. ``router_argv``: the router's command as it was started (empty: no router).
+    empty for one server. ``server_names`` (``aggregated 1``) and ``server_nodes`` (the host name of each one's node)
+    say which server each URL is. ``router_argv``: the router's command as it was started (empty: no router).
     """
 
     status: TrialStatus
@@ -139,6 +142,8 @@ class LaunchResult:
     probe_status: ProbeStatus | None = None
     server_urls: list[str] = field(default_factory=list)
     router_argv: list[str] = field(default_factory=list)
+    server_names: list[str] = field(default_factory=list)
+    server_nodes: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -171,3 +171,16 @@ def summarize_transfers(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     moved = pairs[-1][1] - pairs[0][1]
     return {"srv_kv_transfers": moved,
             "srv_kv_transfer_ms_mean": (pairs[-1][0] - pairs[0][0]) / moved if moved > 0 else None}
+
+
+def requests_finished(urls: list[str], api_key: str | None = None, timeout_s: float = 2.0) -> list[float | None]:
+    """Each server's count of finished requests so far (SGLang's ``num_requests_total`` counter, summed over its
+    ranks) at ``urls``, in order; None for one whose ``/metrics`` does not answer or does not carry the counter."""
+    out: list[float | None] = []
+    for url in urls:
+        try:
+            out.append(parse_metrics(fetch_text(url, timeout_s, api_key)).get("num_requests_total"))
+        except MetricsUnavailable:
+            out.append(None)
+    return out
+

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -175,7 +176,8 @@ class ServerSession:
         opened = [r.port_open_s for r in ready if r.port_open_s is not None]
         return LaunchResult("ok", None, "", request.port, urls[0], max(r.startup_s for r in ready),
                             max(opened) if opened else None, ready[0].phases, infra_retries=list(self._notes),
-                            server_urls=urls)
+                            server_urls=urls, server_names=[m.name for m, _ in self.members],
+                            server_nodes=[socket.gethostname()] * len(urls))
 
     def _member_urls(self) -> list[str]:
         return [f"http://{server.host}:{server.port}" for _, server in self.members]
@@ -209,10 +211,12 @@ class ServerSession:
         if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.alive():
             verdict.error_class = "server_hang"
         status = "ok" if verdict.ok else status_of(verdict.error_class)
+        names = [m.name for m, _ in self.members] + [r.name for r in request.remote]
+        nodes = [socket.gethostname()] * len(self.members) + [r.node for r in request.remote]
         return LaunchResult(status, verdict.error_class, verdict.detail, request.port, self.router.url, startup_s,
                             max(opened) if opened else None, ready[0].phases, None,
                             "" if verdict.ok else self.log_tail(), verdict.answers, list(notes), verdict.status, urls,
-                            argv)
+                            argv, names, nodes)
 
     def _failed_deployment(self, err: StartupError, who: str, port: int, base_url: str,
                            notes: list[str]) -> LaunchResult:

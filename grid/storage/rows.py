@@ -22,6 +22,7 @@ class LoadPointRow(TypedDict):
     config_json: str | None
     label: str
     deployment_json: str | None
+    deployment_servers_json: str | None
     command: str | None
     engine: str | None
     engine_version: str | None

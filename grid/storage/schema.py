@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from grid.loadgen.runner import LoadPointResult
     from grid.storage.rows import JudgedPointRow, LoadPointRow  # generated from this module: never imported by it
 
-SCHEMA_VERSION: int = 14  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
+SCHEMA_VERSION: int = 15  # 2: server metrics, GPU telemetry and bottleneck columns + their tables; 3: slot wait,
 # decode_error, max_concurrency, dataset, srv_gauges_found and probe_status columns; 4: node_id, node_hostname in every
 # table, gpu_uuids in load_points, gpu_uuid in gpu_telemetry; 5: skip_reason, forecast_duration_s in load_points;
 # 6: window_kind, warmup_requests_run and tail_requests_run in load_points (steady-state closed loops); 7: cpu_graph,
@@ -37,7 +37,7 @@ SCHEMA_VERSION: int = 14  # 2: server metrics, GPU telemetry and bottleneck colu
 # server_cache_hit_rate in load_points; 12: host_noise_max_pct in load_points; 13: twin_behind_pct and
 # twin_delivery_lag_ms no longer recorded (kept for earlier rows: the twin's virtual clock cannot fall behind);
 # 14: deployment_json, srv_kv_transfer_ms_mean and srv_kv_transfers in load_points, kv_transfer_ms_sum and
-# kv_transfer_ms_count in server_metrics (deployments of several servers)
+# kv_transfer_ms_count in server_metrics (deployments of several servers); 15: deployment_servers_json in load_points
 
 #: Generated text is stored up to this many characters (``text_truncated`` says when it was cut).
 TEXT_MAX_CHARS: int = 2048
@@ -144,6 +144,10 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
     ("label", "string", "", "short human name of the configuration"),
     ("deployment_json", "string", "json", "the deployment of a configuration of several servers: its role groups "
      "(role, count, tp, attn_dp, ep, settings) and router policy (grid/topology/deployment.py); null: one server"),
+    ("deployment_servers_json", "string", "json", "each server of a deployment grid launched (engine=sglang): "
+     "[{server, node, url, requests}]: its name ('aggregated 1', 'prefill 0'), the host name of its node, where it "
+     "served and the requests it finished during the load point (its num_requests_total counter; warm-up requests "
+     "included); null: one server, or the twin (one process plays the deployment)"),
     ("command", "string", "", "server command line, secrets redacted"),
     ("engine", "string", "", "engine kind (sim | sglang | openai)"),
     ("engine_version", "string", "", "engine version: SGLang's release; an external server's as it reports it "

@@ -25,6 +25,7 @@ from grid.metrics.loadpoint import SLO, load_point_status, slo_values, summarize
 from grid.plan import TrialPlan, level_name, load_points
 from grid.report.select import meets_slos, objective_key
 from grid.server.logparse import OUTPUT_ERROR_CLASSES, runtime_error
+from grid.server.metrics_scrape import requests_finished
 from grid.server.handle import LaunchRequest, LaunchResult, ServerHandle
 from grid.server.infra import GuardedServer, infra_verdict
 from grid.server.session import redact_secrets
@@ -581,6 +582,19 @@ class PointRun:
     summary: dict[str, Any]
 
 
+def servers_json(result: LaunchResult, before: list[float | None], after: list[float | None]) -> str:
+    """The ``deployment_servers_json`` of a load point: for each server of the deployment (``result.server_urls``),
+    its name (``aggregated 1``), the host name of its node, its URL and the requests it finished during the point
+    (``after - before`` of its ``num_requests_total``; warm-up requests included; None where a scrape failed).
+    Pure."""
+    names = result.server_names or [""] * len(result.server_urls)
+    nodes = result.server_nodes or [""] * len(result.server_urls)
+    out = [{"server": name, "node": node, "url": url,
+            "requests": None if b is None or a is None else int(round(a - b))}
+           for name, node, url, b, a in zip(names, nodes, result.server_urls, before, after, strict=True)]
+    return json.dumps(out)
+
+
 def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, Any], samplers: Sequence[Sampler],
               form: PromptForm | None) -> PointRun:
     """Send load point ``index`` (its seeded prompts, built in ``form``) while the samplers record, and fill ``row``
@@ -591,12 +605,17 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
         load.output_len, load.range_ratio, spec.model.vocab_size, point.seed, load.dataset_path, form=form,
         turns=load.sessions.turns, think_time_s=load.sessions.think_time_s)).prompts
     log_offset = trial.server.log_size()
+    servers = trial.start.result.server_urls  # a deployment's servers (empty: one server, or the twin's deployment)
+    before = requests_finished(servers, spec.engine.api_key) if servers else []
     row["started_unix_ns"] = time.time_ns()
     for sampler in samplers:
         sampler.start(index)
     outcome = run_load_point_sync(
         trial.target, point, prompts, read_timeout_s=load.read_timeout_s / scale,
         stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / scale)
+    if servers:
+        row["deployment_servers_json"] = servers_json(trial.start.result, before,
+                                                      requests_finished(servers, spec.engine.api_key))
     virtual = outcome.clock == "virtual"  # the twin's virtual clock: the host's load cannot move the numbers
     if outcome.real_s > 0 and not virtual:
         row["client_lag_pct"] = round(outcome.loop_late_s / outcome.real_s * 100, 3)

@@ -5,6 +5,8 @@ itself runs against released SGLang servers on a multi-node Ray cluster in tests
 
 from __future__ import annotations
 
+import json
+import socket
 import sys
 from dataclasses import replace
 
@@ -15,8 +17,20 @@ from grid.loadgen.records import Prompt
 from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.server.handle import LaunchRequest, MemberLaunch
 from grid.server.process import free_port, group_alive
+from grid.server.metrics_scrape import requests_finished
 from grid.server.session import ServerSession
+from grid.sweep.measure import servers_json
 from tests.server.test_router import _requests_served, _router_installed, _twin_members
+
+
+def test_a_points_servers_say_what_each_served():
+    from grid.server.handle import LaunchResult
+
+    result = LaunchResult("ok", server_urls=["http://a:1", "http://b:2"], server_names=["prefill 0", "decode 1"],
+                          server_nodes=["n0", "n1"])
+    assert json.loads(servers_json(result, [10.0, None], [18.0, 5.0])) == [
+        {"server": "prefill 0", "node": "n0", "url": "http://a:1", "requests": 8},
+        {"server": "decode 1", "node": "n1", "url": "http://b:2", "requests": None}]
 
 
 def test_where_each_nodes_servers_log_and_are_reached():
@@ -60,6 +74,8 @@ def test_a_deployment_over_two_nodes_serves_through_one_router_and_is_reaped(tmp
         assert (result.status, result.error_class, result.base_url) == ("ok", None, f"http://127.0.0.1:{port}")
         urls = [f"http://127.0.0.1:{m.port}" for m in members]
         assert result.server_urls == urls
+        assert result.server_names == ["aggregated 0", "aggregated 1"]
+        assert result.server_nodes == [socket.gethostname()] * 2
         # each node started its own server; the router, on the first node, lists both
         assert [[m.port for m, _ in n.session.members] for n in nodes] == [[members[0].port], [members[1].port]]
         assert nodes[1].session.router is None
@@ -72,6 +88,11 @@ def test_a_deployment_over_two_nodes_serves_through_one_router_and_is_reaped(tmp
                                   read_timeout_s=60)
         assert [r.status for r in res.records] == ["ok"] * 8
         assert [_requests_served(u) - b for u, b in zip(urls, before)] == [4.0, 4.0]
+        # what a load point records of each server (grid/sweep/measure.py servers_json)
+        after = requests_finished(urls)
+        assert json.loads(servers_json(result, before, after)) == [
+            {"server": f"aggregated {i}", "node": socket.gethostname(), "url": urls[i], "requests": 4}
+            for i in range(2)]
         # each node's log is its own file; read as one, from where log_size stood
         whole = server.read_log(0)
         assert all(f"Uvicorn running on http://127.0.0.1:{m.port}" in whole for m in members)
@@ -99,3 +120,15 @@ def test_a_node_whose_server_dies_at_start_fails_the_launch_naming_the_node_and_
     assert result.message.startswith("node 1 (node-b): aggregated 1: server exited with code 3"), result.message
     assert all(not n.session.members for n in nodes)  # the first node's healthy server was stopped too
     assert all(not group_alive(pgid) for n in nodes for pgid, _ in n.session._last if pgid is not None)
+
+
+def test_the_report_says_what_each_server_of_the_best_deployment_served():
+    from grid.report.build import servers_line
+    from grid.storage.schema import judged_point_row
+
+    row = judged_point_row({"deployment_servers_json": json.dumps([
+        {"server": "aggregated 0", "node": "a", "url": "http://a:1", "requests": 8},
+        {"server": "aggregated 1", "node": "b", "url": "http://b:1", "requests": None}])})
+    assert servers_line(row) == ("Requests per server at its best load point (warm-up included): aggregated 0 on a "
+                                 "8, aggregated 1 on b ?")
+    assert servers_line(judged_point_row({})) is None

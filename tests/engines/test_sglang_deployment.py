@@ -67,6 +67,12 @@ def test_the_deployment_is_measured_through_the_router_and_recorded(run):
     assert row["srv_gauges_found"] > 0 and row["srv_scrapes"] > 2
     metrics = read_table(run["run_dir"], "server_metrics").to_pandas()
     assert (metrics["max_total_num_tokens"] == 2 * 16384).all()  # both pools of --max-total-tokens 16384
+    # each server, where it ran and what it served: round robin gives each half of the point's requests
+    servers = json.loads(row["deployment_servers_json"])
+    assert [s["server"] for s in servers] == ["aggregated 0", "aggregated 1"], servers
+    assert all(s["node"] and s["url"].startswith("http://127.0.0.1:") for s in servers), servers
+    served = [s["requests"] for s in servers]
+    assert sum(served) >= 16 and abs(served[0] - served[1]) <= 1, servers
 
 
 def test_both_servers_served_and_wrote_the_trials_log(run):
@@ -86,5 +92,6 @@ def test_the_report_writes_the_deployment_it_measured(run):
     run_dir = run["run_dir"]
     report = (run_dir / "report.md").read_text()
     assert "2x TP1" in report and "bash deploy/launch.sh" in report, report[:3000]
+    assert "Requests per server at its best load point (warm-up included): aggregated 0 on " in report
     launch = (run_dir / "deploy" / "launch.sh").read_text()
     assert launch.count("sglang.launch_server") == 2 and "sglang_router.launch_router" in launch

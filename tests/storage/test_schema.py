@@ -49,7 +49,7 @@ def result(records, end_ms=None) -> LoadPointResult:
 
 ORCHESTRATION = {
     "schema_version": pa.int32(), "run_name": pa.string(), "trial_id": pa.string(), "config_hash": pa.string(),
-    "config_json": pa.string(), "label": pa.string(), "deployment_json": pa.string(), "command": pa.string(), "engine": pa.string(),
+    "config_json": pa.string(), "label": pa.string(), "deployment_json": pa.string(), "deployment_servers_json": pa.string(), "command": pa.string(), "engine": pa.string(),
     "engine_version": pa.string(), "model": pa.string(), "hardware": pa.string(), "trial_status": pa.string(),
     "trial_error_class": pa.string(), "trial_error_message": pa.string(), "startup_s": pa.float64(),
     "log_tail": pa.string(), "point_index": pa.int32(), "repeat_index": pa.int32(),
