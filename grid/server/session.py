@@ -29,6 +29,7 @@ from typing import Any
 
 from grid.server.handle import LaunchRequest, LaunchResult, MemberLaunch
 from grid.server.logparse import error_headline, strip_poll_lines, taken_port
+from grid.server.pairs import PairServer, check_pairs
 from grid.server.probe import probe
 from grid.server.process import ManagedServer, ReadyInfo, StartupError, free_port, group_members, port_is_free
 from grid.server.net import urlopen
@@ -185,15 +186,17 @@ class ServerSession:
     def front(self, request: LaunchRequest) -> LaunchResult:
         """Start SGLang's router on ``request.port`` in front of the servers this session started (a launch of
         ``request.members``) and of ``request.remote`` (servers other nodes started), wait until it lists every one
-        healthy, then probe through it. A router that fails to start stops this session's servers and fails the
-        launch (``router: ...``). ``server_urls``: this session's servers, then the remote ones."""
+        healthy, send one request through each prefill-decode pair (grid/server/pairs.py; with the probe), then probe
+        through the router. A router that fails to start stops this session's servers and fails the launch
+        (``router: ...``); a pair that fails its request fails it as ``probe_error``, naming the pair.
+        ``server_urls``: this session's servers, then the remote ones."""
         notes = self._notes
         first = f"http://{self.host}:{request.port}"
-        local = [(m.role, url, m.bootstrap_port) for (m, _), url in zip(self.members, self._member_urls())]
-        every = local + [(r.role, r.url, r.bootstrap_port) for r in request.remote]
-        urls = [url for _, url, _ in every]
-        prefill = [(url, bootstrap) for role, url, bootstrap in every if role == "prefill"]
-        decode = [url for role, url, _ in every if role == "decode"]
+        local = [(m.role, url, m.bootstrap_port, m.name) for (m, _), url in zip(self.members, self._member_urls())]
+        every = local + [(r.role, r.url, r.bootstrap_port, r.name) for r in request.remote]
+        urls = [url for _, url, _, _ in every]
+        prefill = [(url, bootstrap) for role, url, bootstrap, _ in every if role == "prefill"]
+        decode = [url for role, url, _, _ in every if role == "decode"]
         workers = [] if prefill else urls
         log_path = Path(request.log_path)
         argv = router_argv(port=request.port, metrics_port=free_port(self.host), policy=request.router_policy or "",
@@ -206,6 +209,16 @@ class ServerSession:
         ready = self._ready
         startup_s = max(r.startup_s for r in ready)
         opened = [r.port_open_s for r in ready if r.port_open_s is not None]
+        if prefill and decode and request.probe_enabled:  # one request through each new pair, as the router sends it
+            failed = check_pairs([PairServer(n, u, b) for role, u, b, n in every if role == "prefill"],
+                                 [PairServer(n, u) for role, u, _, n in every if role == "decode"],
+                                 request.api_key, timeout_s=max(10.0, 600 / request.time_scale))
+            if failed:
+                return LaunchResult(status_of("probe_error"), "probe_error",
+                                    f"the first request through {len(failed)} prefill-decode pair(s) failed: "
+                                    + " | ".join(failed), request.port, self.router.url, startup_s,
+                                    log_tail=self.log_tail(), infra_retries=list(notes), probe_status="failed",
+                                    server_urls=urls, router_argv=argv)
         verdict = probe(self.router.url, request.api, request.model, request.api_key, self.log_tail,
                         timeout_s=max(10.0, 600 / request.time_scale), enabled=request.probe_enabled)
         if verdict.error_class == "probe_error" and "timed out" in verdict.detail and self.alive():
