@@ -94,9 +94,15 @@ class SpreadServer:
         shares = [replace(request, members=tuple(m for m in request.members if m.node == k), router=False,
                           log_path=node_log_path(request.log_path, k), probe_enabled=False)
                   for k in range(len(self.nodes))]
-        empty = [k for k, share in enumerate(shares) if not share.members]
-        if empty:
-            raise ValueError(f"no server of the deployment is placed on node(s) {empty}")
+        # the trial holds exactly the nodes Deployment.place fills (grid/sweep/driver.py trial_placement)
+        assert all(share.members for share in shares), "a node of the trial has no server of the deployment"
+        try:
+            return self._launch(request, shares)
+        except InfrastructureLost:  # a node's actor is gone: stop what the others started, then say so
+            self.stop()
+            raise
+
+    def _launch(self, request: LaunchRequest, shares: list[LaunchRequest]) -> LaunchResult:
         results = self._each(lambda k, node: node.launch(shares[k]))
         failed = next(((k, r) for k, r in enumerate(results) if r.status != "ok"), None)
         if failed is not None:
@@ -121,8 +127,8 @@ class SpreadServer:
         return next((c for c in self._each(lambda _, node: node.exit_code()) if c is not None), None)
 
     def wait_exit(self, timeout_s: float) -> int | None:
-        """Wait up to ``timeout_s`` real seconds for a server of any node to exit (each node waits at once); the
-        first node's exit code that ended, None if all still run."""
+        """Wait up to ``timeout_s`` real seconds on every node at once for its servers to exit (all nodes' waits end
+        before this returns); the first node's exit code that ended, None if all still run."""
         return next((c for c in self._each(lambda _, node: node.wait_exit(timeout_s)) if c is not None), None)
 
     def log_tail(self, max_bytes: int = 8000) -> str:

@@ -72,7 +72,7 @@ class OptunaPolicy(Policy):
                 raise RuntimeError(f"OptunaSearch proposed no configuration for {trial}")
             c: Candidate | None = self.by_point.get(json.dumps([json.loads(point[k]) for k in self.keys]))
             if c is None or c.refused or (c.known_to_fail and not self.try_known_failures) \
-                    or c.config_hash in self.measured:
+                    or c.config_hash in self.measured or c.config_hash in self.skipped:
                 self.quiet += 1
                 self._tell(trial, None if c is None else self.measured.get(c.config_hash))
                 if c is not None and c.refused and c.config_hash not in self.issued:

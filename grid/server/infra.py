@@ -42,7 +42,7 @@ class GuardedServer:
 
     The first call that raises ``InfrastructureLost`` is remembered in ``lost`` (with the method, ``lost_in``); from
     then on every call answers as for a server that is gone (``alive()`` False, no exit code, empty logs, no server
-    info, ``stop()`` None), ``pick_port`` returns the preferred port untouched, and ``launch`` returns a ``skipped``
+    info, ``stop()`` None, though it still stops what is left), ``pick_port`` returns the preferred port untouched, and ``launch`` returns a ``skipped``
     result with the loss's class. The trial's measurement therefore stops at the load point during which the loss was
     found; :func:`infra_verdict` then turns that into an infrastructure verdict.
     """
@@ -94,6 +94,15 @@ class GuardedServer:
         return self._call("server_info", lambda: self.inner.server_info(api_key), None)
 
     def stop(self, grace_s: float = 10.0) -> str | None:
+        """Stop the server. After a loss the inner handle is still asked, its own loss ignored: what is left of the
+        machinery (another node's servers of a deployment across nodes, grid/cluster/spread.py) is stopped too;
+        a single node's lost actor answers None without asking (grid/cluster/actor.py)."""
+        if self.lost is not None:
+            try:
+                self.inner.stop(grace_s)
+            except InfrastructureLost:
+                pass
+            return None
         return self._call("stop", lambda: self.inner.stop(grace_s), None)
 
 

@@ -15,6 +15,8 @@ grid/server/metrics_vllm.py.
 
 from __future__ import annotations
 
+import http.client
+
 import urllib.error
 import urllib.request
 from typing import Any
@@ -180,7 +182,7 @@ def requests_finished(urls: list[str], api_key: str | None = None, timeout_s: fl
     for url in urls:
         try:
             out.append(parse_metrics(fetch_text(url, timeout_s, api_key)).get("num_requests_total"))
-        except MetricsUnavailable:
+        except (MetricsUnavailable, ValueError, http.client.HTTPException):  # unreachable, not Prometheus, cut off
             out.append(None)
     return out
 

@@ -186,16 +186,17 @@ def too_few_nodes(spec: RunSpec, plan: Plan, nodes: int, console) -> list[str]:
     may use (a trial would wait for them for ever), saying which and why; nothing is recorded, so they run when the
     sweep runs again on a cluster with enough nodes. Returns their hashes."""
     engine = get_engine(spec)
-    short = [p for p in plan.todo if engine.nodes_needed(p) > nodes]
-    for p in short:
-        console.print(f"[yellow]Not run:[/] {p.label} deploys its servers on {engine.nodes_needed(p)} nodes; the Ray "
-                      f"cluster has {nodes} node(s) of hardware={spec.hardware.name} (it runs when the sweep runs "
-                      "again on enough nodes)", highlight=False, soft_wrap=True)
-    if short and plan.search is not None:
-        plan.search.policy.resume({p.config_hash: None for p in short})
-        plan.search.policy.issued.extend(p.config_hash for p in short)
-    plan.todo = [p for p in plan.todo if p not in short]
-    return [p.config_hash for p in short]
+    short = {p.config_hash: (f"needs {engine.nodes_needed(p)} nodes of hardware={spec.hardware.name}; the Ray "
+                             f"cluster has {nodes}") for p in plan.todo if engine.nodes_needed(p) > nodes}
+    for p in (p for p in plan.todo if p.config_hash in short):
+        console.print(f"[yellow]Not run:[/] {p.label} {short[p.config_hash]} (it runs when the sweep runs again on "
+                      "enough nodes)", highlight=False, soft_wrap=True)
+    if short and plan.search is not None:  # the search leaves them out, saying why (search.json, grid.status)
+        policy = plan.search.policy
+        policy.queue = [c for c in policy.queue if c.config_hash not in short]
+        policy.skipped.update(short)
+    plan.todo = [p for p in plan.todo if p.config_hash not in short]
+    return list(short)
 
 
 def _start_node_actors(spec: RunSpec, nodes: list[dict], owner, console) -> tuple[list, list[dict]]:
@@ -523,7 +524,7 @@ def run(spec: RunSpec, console, accepted: Callable[[], None] | None = None) -> P
             f"({'; '.join(several[:3])}{'; ...' if len(several) > 3 else ''}): grid plans, checks and forecasts them "
             f"(dry_run=true prints each server's command and the twin's forecast), but engine={spec.engine.kind} "
             "cannot launch several servers for one trial (engine=sim, the twin, serves them, and engine=sglang "
-            "on one node; docs/topology.md); "
+            "on one node or several; docs/topology.md); "
             "measure one-server deployments (count 1) meanwhile")
     engine.check_runnable()
     if accepted is not None:

@@ -73,8 +73,18 @@ def test_a_trial_of_a_deployment_across_nodes_holds_a_slot_on_each(tmp_path):
     wide = [p.config_hash for p in plans if p.deployment.servers == 16]
     assert too_few_nodes(spec, plan, 1, console) == wide and len(wide) == len(plans) // 2
     assert all(p.deployment.servers == 8 for p in plan.todo)
-    assert "deploys its servers on 2 nodes; the Ray cluster has 1 node(s) of hardware=h200_x16_roce" in \
+    assert "needs 2 nodes of hardware=h200_x16_roce; the Ray cluster has 1 (it runs when" in \
         console.export_text()
+    # with a search: left out of its queue with the reason (search.json, grid.status), not counted as measured
+    from grid.engines.base import get_engine
+    from grid.sweep.driver import plan_search
+
+    plan = Plan(list(plans), list(plans), {})
+    search = plan_search(spec, get_engine(spec), plan, "0.5.23")
+    assert too_few_nodes(spec, plan, 1, console) == wide
+    assert search.policy.skipped == {wide[0]: "needs 2 nodes of hardware=h200_x16_roce; the Ray cluster has 1"}
+    assert wide[0] not in search.policy.measured and wide[0] not in search.policy.issued
+    assert wide[0] not in [c.config_hash for c in search.policy.queue]
 
 
 def _plan(i):

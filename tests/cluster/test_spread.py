@@ -132,3 +132,35 @@ def test_the_report_says_what_each_server_of_the_best_deployment_served():
     assert servers_line(row) == ("Requests per server at its best load point (warm-up included): aggregated 0 on a "
                                  "8, aggregated 1 on b ?")
     assert servers_line(judged_point_row({})) is None
+
+
+class _Recorder:
+    """A node's actor that launches fine (``lost`` False) or is gone (every call raises actor_lost), counting stops."""
+
+    def __init__(self, name: str, lost: bool) -> None:
+        self.node, self.is_lost, self.stops = name, lost, 0
+
+    def launch(self, request):
+        from grid.server.handle import LaunchResult
+        from grid.server.infra import InfrastructureLost
+
+        if self.is_lost:
+            raise InfrastructureLost("actor_lost", f"the server actor of node {self.node} died during launch()")
+        return LaunchResult("ok", server_urls=[f"http://127.0.0.1:{m.port}" for m in request.members],
+                            server_names=[m.name for m in request.members], server_nodes=[self.node])
+
+    def stop(self, grace_s=10.0):
+        self.stops += 1
+        return None
+
+
+def test_a_node_lost_at_launch_stops_the_other_nodes_servers_and_the_trial_is_skipped(tmp_path):
+    from grid.server.infra import GuardedServer
+
+    nodes = [_Recorder("a", lost=False), _Recorder("b", lost=True)]
+    member = MemberLaunch("aggregated", 0, ["x"], {}, free_port())
+    guarded = GuardedServer(SpreadServer(nodes, "127.0.0.1", ["127.0.0.1", "127.0.0.1"]))
+    result = guarded.launch(_request(tmp_path, [member, replace(member, index=1, node=1)], 1.0, free_port()))
+    assert (result.status, result.error_class) == ("skipped", "actor_lost")
+    assert nodes[0].stops == 1  # the surviving node's servers were stopped at once
+    assert guarded.stop() is None and nodes[0].stops == 2  # and the trial's stop still reaches what is left
