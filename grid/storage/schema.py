@@ -146,8 +146,8 @@ LOAD_POINT_ORCHESTRATION_COLUMNS: list[tuple[str, str, str, str]] = [
      "(role, count, tp, attn_dp, ep, settings) and router policy (grid/topology/deployment.py); null: one server"),
     ("deployment_servers_json", "string", "json", "each server of a deployment grid launched (engine=sglang): "
      "[{server, node, url, requests}]: its name ('aggregated 1', 'prefill 0'), the host name of its node, where it "
-     "served and the requests it finished during the load point (its num_requests_total counter; warm-up requests "
-     "included); null: one server, or the twin (one process plays the deployment)"),
+     "served and the requests it finished during the load point (its num_requests_total counter: the point's warm-up "
+     "and tail requests included); null: one server, or the twin (one process plays the deployment)"),
     ("command", "string", "", "server command line, secrets redacted"),
     ("engine", "string", "", "engine kind (sim | sglang | openai)"),
     ("engine_version", "string", "", "engine version: SGLang's release; an external server's as it reports it "

@@ -582,10 +582,28 @@ class PointRun:
     summary: dict[str, Any]
 
 
+#: Real seconds a load point's end waits for its servers' request counters to count every request it sent (a server
+#: counts a request as it finishes it, which may follow the answer the client already has).
+COUNT_SETTLE_S = 2.0
+
+
+def _settled_counts(urls: list[str], api_key: str | None, before: list[float | None], sent: int) -> list[float | None]:
+    """Each server's finished-request count once their increase since ``before`` adds up to ``sent``, or after
+    ``COUNT_SETTLE_S`` real seconds (a scrape that fails counts nothing)."""
+    deadline = time.monotonic() + COUNT_SETTLE_S
+    while True:
+        after = requests_finished(urls, api_key)
+        done = sum(a - b for a, b in zip(after, before) if a is not None and b is not None)
+        if done >= sent or time.monotonic() >= deadline:
+            return after
+        time.sleep(0.1)
+
+
 def servers_json(result: LaunchResult, before: list[float | None], after: list[float | None]) -> str:
     """The ``deployment_servers_json`` of a load point: for each server of the deployment (``result.server_urls``),
     its name (``aggregated 1``), the host name of its node, its URL and the requests it finished during the point
-    (``after - before`` of its ``num_requests_total``; warm-up requests included; None where a scrape failed).
+    (``after - before`` of its ``num_requests_total``: every request it finished, the point's warm-up and tail
+    requests included; None where a scrape failed).
     Pure."""
     names = result.server_names or [""] * len(result.server_urls)
     nodes = result.server_nodes or [""] * len(result.server_urls)
@@ -614,8 +632,9 @@ def run_point(trial: TrialContext, index: int, point: LoadPoint, row: dict[str, 
         trial.target, point, prompts, read_timeout_s=load.read_timeout_s / scale,
         stall_timeout_s=None if load.stall_timeout_s is None else load.stall_timeout_s / scale)
     if servers:
+        sent = len(outcome.records) + len(outcome.warmup_records) + len(outcome.tail_records)
         row["deployment_servers_json"] = servers_json(trial.start.result, before,
-                                                      requests_finished(servers, spec.engine.api_key))
+                                                      _settled_counts(servers, spec.engine.api_key, before, sent))
     virtual = outcome.clock == "virtual"  # the twin's virtual clock: the host's load cannot move the numbers
     if outcome.real_s > 0 and not virtual:
         row["client_lag_pct"] = round(outcome.loop_late_s / outcome.real_s * 100, 3)

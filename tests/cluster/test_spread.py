@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -19,7 +20,7 @@ from grid.server.handle import LaunchRequest, MemberLaunch
 from grid.server.process import free_port, group_alive
 from grid.server.metrics_scrape import requests_finished
 from grid.server.session import ServerSession
-from grid.sweep.measure import servers_json
+from grid.sweep.measure import COUNT_SETTLE_S, _settled_counts, servers_json
 from tests.server.test_router import _requests_served, _router_installed, _twin_members
 
 
@@ -89,7 +90,10 @@ def test_a_deployment_over_two_nodes_serves_through_one_router_and_is_reaped(tmp
         assert [r.status for r in res.records] == ["ok"] * 8
         assert [_requests_served(u) - b for u, b in zip(urls, before)] == [4.0, 4.0]
         # what a load point records of each server (grid/sweep/measure.py servers_json)
-        after = requests_finished(urls)
+        after = _settled_counts(urls, None, before, 8)  # every request the point sent is counted: no wait
+        t0 = time.monotonic()
+        assert _settled_counts(urls, None, before, 9) == after and time.monotonic() - t0 >= COUNT_SETTLE_S
+        assert requests_finished(urls) == after
         assert json.loads(servers_json(result, before, after)) == [
             {"server": f"aggregated {i}", "node": socket.gethostname(), "url": urls[i], "requests": 4}
             for i in range(2)]
