@@ -158,9 +158,6 @@ class SpreadServer:
     def server_info(self, api_key: str | None = None) -> dict[str, Any] | None:
         return self.nodes[0].server_info(api_key)
 
-    def node_info(self) -> dict[str, Any]:
-        return self.nodes[0].node_info()
-
     def stop(self, grace_s: float = 10.0) -> str | None:
         """Stop every node's servers (the router with the first node's); why a node is not clean, each named."""
         def one(_: int, node: ActorServer) -> str | None:

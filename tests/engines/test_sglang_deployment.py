@@ -31,6 +31,18 @@ def _router_processes() -> list[str]:
             if ("sglang::router" in line or "sglang_router.launch_router" in line) and " Z" not in line]
 
 
+def assert_round_robin_split(row) -> None:
+    """Each of the two replicas, where it ran and what it served (``deployment_servers_json``): round robin gives each
+    about half of what the point sent (measured and warm-up requests; 12 and 10 of 21 sent in one run, 11 and 11 in
+    another)."""
+    servers = json.loads(row["deployment_servers_json"])
+    assert [s["server"] for s in servers] == ["aggregated 0", "aggregated 1"], servers
+    assert all(s["node"] and s["url"].startswith("http://127.0.0.1:") for s in servers), servers
+    served = [s["requests"] for s in servers]
+    assert sum(served) >= row["requests_total"] + row["warmup_requests_run"], (servers, row["warmup_requests_run"])
+    assert min(served) >= sum(served) / 3, servers
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     python, model, lib = _setup()
@@ -67,14 +79,7 @@ def test_the_deployment_is_measured_through_the_router_and_recorded(run):
     assert row["srv_gauges_found"] > 0 and row["srv_scrapes"] > 2
     metrics = read_table(run["run_dir"], "server_metrics").to_pandas()
     assert (metrics["max_total_num_tokens"] == 2 * 16384).all()  # both pools of --max-total-tokens 16384
-    # each server, where it ran and what it served: round robin gives each about half of what the point sent
-    # (measured and warm-up requests; 12 and 10 of 21 sent in one run, 11 and 11 in another)
-    servers = json.loads(row["deployment_servers_json"])
-    assert [s["server"] for s in servers] == ["aggregated 0", "aggregated 1"], servers
-    assert all(s["node"] and s["url"].startswith("http://127.0.0.1:") for s in servers), servers
-    served = [s["requests"] for s in servers]
-    assert sum(served) >= row["requests_total"] + row["warmup_requests_run"], (servers, row["warmup_requests_run"])
-    assert min(served) >= sum(served) / 3, servers
+    assert_round_robin_split(row)
 
 
 def test_both_servers_served_and_wrote_the_trials_log(run):
