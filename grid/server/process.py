@@ -338,6 +338,11 @@ class ManagedServer:
         self._exit_code: int | None = None
         self._t0_perf_ns = 0
 
+    @property
+    def state_path(self) -> Path:
+        """Where the watchdog writes the server's pid and group (``<state_path>.exit``: its exit status)."""
+        return self._state
+
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self, grace_s: float = 10.0) -> None:
         """Launch under the watchdog. Raises ``StartupError('port_in_use')`` when something already listens on the

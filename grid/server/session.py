@@ -24,6 +24,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -146,31 +147,33 @@ class ServerSession:
     def _launch_deployment(self, request: LaunchRequest) -> LaunchResult:
         """Start every server of ``request.members`` (each on its port, or a free one when that is taken) and wait
         until each is ready; then, unless ``request.router`` is False, start the router in front of them
-        (:meth:`front`). A server that fails to start stops everything started and fails the launch, naming which
-        (``aggregated 1: ...``). Without the router the result is ``ok`` once every server is ready, with
-        ``server_urls`` and no probe."""
+        (:meth:`front`). A server whose port is taken between the check and its bind (``port_in_use``: another
+        process, e.g. an outbound connection, got it meanwhile) is started again on free ports, the others left
+        running, up to ``PORT_RETRIES`` times, with a note in ``infra_retries``. A server that fails to start
+        otherwise stops everything started and fails the launch, naming which (``aggregated 1: ...``). Without the
+        router the result is ``ok`` once every server is ready, with ``server_urls`` and no probe."""
         self._notes = []
         log_path = Path(request.log_path)
         scale = request.startup_time_scale or request.time_scale
         for member in request.members:
-            argv, port = list(member.argv), member.port
-            if not port_is_free(self.host, port):
+            if not port_is_free(self.host, member.port):
                 new_port = free_port(self.host)
-                self._notes.append(f"port_in_use: {member.name}'s port {port} held by another process; used {new_port}")
-                argv, port = _with_port(argv, port, new_port), new_port
+                self._notes.append(f"port_in_use: {member.name}'s port {member.port} held by another process; "
+                                   f"used {new_port}")
+                member = moved_member(member, new_port, member.bootstrap_port)
             state = log_path.with_name(f"{log_path.name}.{member.role}{member.index}.state")
-            self.members.append((member, ManagedServer(argv, {**request.env, **member.env}, log_path, self.host,
-                                                       port, scale, state_path=state)))
+            self.members.append((member, ManagedServer(member.argv, {**request.env, **member.env}, log_path,
+                                                       self.host, member.port, scale, state_path=state)))
         self.server = self.members[0][1]
         first = f"http://{self.host}:{request.port}"
+        self._ready, i = [], 0
         try:
-            for _, server in self.members:
-                server.start()
-            self._ready = [server.wait_ready(request.startup_timeout_s, path=request.ready_path)
-                           for _, server in self.members]
+            for i in range(len(self.members)):
+                self._start_member(i)
+            for i in range(len(self.members)):
+                self._ready.append(self._ready_member(i, request.startup_timeout_s, request.ready_path))
         except StartupError as err:
-            failed = next((m for m, server in self.members if not server.alive()), self.members[0][0])
-            return self._failed_deployment(err, failed.name, request.port, first, self._notes)
+            return self._failed_deployment(err, self.members[i][0].name, request.port, first, self._notes)
         if request.router:
             return self.front(request)
         ready, urls = self._ready, self._member_urls()
@@ -182,6 +185,48 @@ class ServerSession:
 
     def _member_urls(self) -> list[str]:
         return [f"http://{server.host}:{server.port}" for _, server in self.members]
+
+    def _start_member(self, i: int) -> None:
+        """Start member ``i``; when its port was taken since the check, on free ports (``PORT_RETRIES`` tries).
+        Raises the StartupError of its last try."""
+        for attempt in range(PORT_RETRIES + 1):
+            server = self.members[i][1]
+            try:
+                server.start()
+                return
+            except StartupError as err:
+                if err.error_class != "port_in_use" or attempt == PORT_RETRIES:
+                    raise
+                self._move_member(i, err)
+
+    def _ready_member(self, i: int, timeout_s: float, path: str) -> ReadyInfo:
+        """Wait until member ``i`` answers 200 on ``path`` (``timeout_s`` modelled); one that failed to bind a port
+        (``port_in_use``) is started again on free ports, the others running on, up to ``PORT_RETRIES`` times.
+        Raises the StartupError of its last try."""
+        for attempt in range(PORT_RETRIES + 1):
+            server = self.members[i][1]
+            try:
+                return server.wait_ready(timeout_s, path=path)
+            except StartupError as err:
+                if err.error_class != "port_in_use" or attempt == PORT_RETRIES:
+                    raise
+                self._move_member(i, err)
+                self._start_member(i)
+        raise AssertionError("unreachable")
+
+    def _move_member(self, i: int, err: StartupError) -> None:
+        """Member ``i`` (stopped) with a free HTTP port and, for a prefill server, a free bootstrap port; noted."""
+        member, server = self.members[i]
+        server.stop(1.0)
+        new_port = free_port(self.host)
+        bootstrap = free_port(self.host) if member.bootstrap_port is not None else None
+        note = port_note(member.port, new_port, err.log_tail)
+        self._notes.append(note.replace("port_in_use: ", f"port_in_use: {member.name}: ", 1))
+        moved = moved_member(member, new_port, bootstrap)
+        self.members[i] = (moved, ManagedServer(moved.argv, server.env, server.log_path, self.host, new_port,
+                                                server.time_scale, state_path=server.state_path))
+        if i == 0:
+            self.server = self.members[0][1]
 
     def front(self, request: LaunchRequest) -> LaunchResult:
         """Start SGLang's router on ``request.port`` in front of the servers this session started (a launch of
@@ -395,12 +440,21 @@ def port_note(port: int, new_port: int, log_tail: str | None) -> str:
             f"retried with the HTTP port {new_port}")
 
 
-def _with_port(argv: list[str], old: int, new: int) -> list[str]:
+def moved_member(member: MemberLaunch, port: int, bootstrap_port: int | None) -> MemberLaunch:
+    """``member`` listening on ``port`` (its ``--port``) and, for a prefill server, serving the KV cache on
+    ``bootstrap_port`` (its ``--disaggregation-bootstrap-port``). Pure."""
+    argv = _with_port(member.argv, member.port, port)
+    if member.bootstrap_port is not None and bootstrap_port is not None:
+        argv = _with_port(argv, member.bootstrap_port, bootstrap_port, flag="--disaggregation-bootstrap-port")
+    return replace(member, argv=argv, port=port, bootstrap_port=bootstrap_port)
+
+
+def _with_port(argv: list[str], old: int, new: int, flag: str = "--port") -> list[str]:
     """``argv`` with the value of ``--port`` (``--port P`` or ``--port=P``) replaced."""
     out = list(argv)
     for i, arg in enumerate(out):
-        if arg == "--port" and i + 1 < len(out) and out[i + 1] == str(old):
+        if arg == flag and i + 1 < len(out) and out[i + 1] == str(old):
             out[i + 1] = str(new)
-        elif arg == f"--port={old}":
-            out[i] = f"--port={new}"
+        elif arg == f"{flag}={old}":
+            out[i] = f"{flag}={new}"
     return out

@@ -3,6 +3,7 @@ router spreading grid's load over two twins, then reaped with its process group.
 
 from __future__ import annotations
 
+import socket
 import sys
 import urllib.request
 
@@ -15,7 +16,7 @@ from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.server.process import ManagedServer, StartupError, free_port, group_alive
 from grid.server.handle import LaunchRequest, MemberLaunch
 from grid.server.router import Router, router_argv
-from grid.server.session import ServerSession
+from grid.server.session import ServerSession, moved_member
 from grid.sweep.space import expand
 from tests.real_servers import unavailable
 
@@ -153,6 +154,54 @@ def test_a_deployment_whose_server_dies_at_start_fails_naming_it_and_leaves_noth
     assert result.message.startswith("aggregated 1: server exited with code 3 before it was ready"), result.message
     assert session.router is None and not session.members
     assert all(not group_alive(pgid) for pgid, _ in session._last if pgid is not None)
+
+
+@pytest.mark.integration
+def test_a_deployment_server_whose_port_is_taken_before_it_binds_starts_again_on_a_free_one(tmp_path, monkeypatch):
+    """Member 1's port is free when checked and taken before the server binds it (a clean-clone CI run saw a
+    released server lose its port so, to another process on the machine): that server alone starts again on a free
+    port, never charged, with a note naming it; the router fronts it where it listens."""
+    _router_installed()
+    members, scale = _twin_members(tmp_path, 2)
+    taken = members[1].port
+    holders: list[socket.socket] = []
+    start = ManagedServer.start
+
+    def start_then_take(self, grace_s=10.0):
+        start(self, grace_s)
+        if self.port == taken and not holders:  # the server is starting its interpreter: take its port now
+            held = socket.socket()
+            held.bind(("127.0.0.1", taken))
+            held.listen()
+            holders.append(held)
+
+    monkeypatch.setattr(ManagedServer, "start", start_then_take)
+    session = ServerSession()
+    port = free_port()
+    try:
+        result = session.launch(LaunchRequest([], {}, port, str(tmp_path / "trial.log"), scale, 600.0, "generate",
+                                              "meta-llama/Llama-3.1-8B-Instruct", members=tuple(members),
+                                              router_policy="round_robin"))
+        moved = session.members[1][0]
+        assert (result.status, result.error_class) == ("ok", None), result.message
+        assert moved.port != taken and f"--port {moved.port}" in " ".join(moved.argv)
+        assert result.infra_retries == [f"port_in_use: aggregated 1: {taken} taken at launch; retried on {moved.port}"]
+        assert result.server_urls == [f"http://127.0.0.1:{members[0].port}", f"http://127.0.0.1:{moved.port}"]
+        assert session.router is not None and {w["url"] for w in session.router.listed()} == set(result.server_urls)
+        assert "error while attempting to bind on address" in session.read_log(0)
+    finally:
+        session.stop()
+        for held in holders:
+            held.close()
+    assert all(not group_alive(pgid) for pgid, _ in session._last if pgid is not None)
+
+
+def test_a_moved_prefill_server_gets_both_its_ports_anew():
+    member = MemberLaunch("prefill", 0, ["python", "-m", "sglang.launch_server", "--port", "30001",
+                                         "--disaggregation-bootstrap-port", "30003"], {}, 30001, 30003)
+    moved = moved_member(member, 40001, 40003)
+    assert (moved.port, moved.bootstrap_port, moved.name) == (40001, 40003, "prefill 0")
+    assert moved.argv[-4:] == ["--port", "40001", "--disaggregation-bootstrap-port", "40003"]
 
 
 def test_a_router_whose_workers_never_come_up_times_out_naming_them(tmp_path):
