@@ -18,6 +18,13 @@ from grid.releases.flags import parse_version
 from grid.server.handle import MemberLaunch
 from grid.versions import DEFAULT_RELEASE
 
+#: The step between the ports of a deployment's servers, counted from the router's port. 2 keeps the port's parity: a
+#: port the kernel hands out to bind(0) is odd on Linux 4.2 and later, and the even ones are where it puts outbound
+#: connections' local ports (torvalds/linux 07f4c90062f8, "tcp/dccp: try to not exhaust ip_local_port_range in
+#: connect()", with the default range 32768-60999; 20 of 20 each way on a Linux 6 host), so the servers next to a
+#: free port do not race the machine's own connections for their ports. A CI run lost a server on port + 1 so.
+PORT_STEP = 2
+
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 
 
@@ -123,8 +130,8 @@ class SGLangEngine(Engine):
         device's environment (grid/releases/devices.py) under ``engine.env``, which wins where both set a name.
 
         A deployment of several servers: each server's command with its role's settings and
-        ``--disaggregation-mode`` (a prefill server with ``--disaggregation-bootstrap-port``) on ports ``port + 1``
-        onwards, on the GPUs ``Deployment.place`` gives it (``CUDA_VISIBLE_DEVICES``; none on a CPU host), and
+        ``--disaggregation-mode`` (a prefill server with ``--disaggregation-bootstrap-port``) on ports ``port + 2``
+        onwards in steps of 2 (:data:`PORT_STEP`), on the GPUs ``Deployment.place`` gives it (``CUDA_VISIBLE_DEVICES``; none on a CPU host), and
         SGLang's router on ``port`` in front of them (grid/server/router.py)."""
         if trial.deployment is not None and trial.deployment.servers > 1:
             return self._deployment_plan(trial, port)
@@ -148,8 +155,8 @@ class SGLangEngine(Engine):
         members, commands = [], []
         for i, (group, place) in enumerate(zip(groups, places, strict=True)):
             one = self.launch_plan(replace(trial, settings=group.settings_over(trial.settings, launch=True),
-                                           deployment=None), port + 1 + i)
-            bootstrap = port + 1 + len(groups) + i if group.role == "prefill" else None
+                                           deployment=None), port + PORT_STEP * (1 + i))
+            bootstrap = port + PORT_STEP * (1 + len(groups) + i) if group.role == "prefill" else None
             argv = one.argv + ([] if bootstrap is None else ["--disaggregation-bootstrap-port", str(bootstrap)])
             gpus = {} if self.spec.hardware.is_cpu else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.gpus))}
             members.append(MemberLaunch(group.role, i, argv, {**one.env, **gpus}, one.port, bootstrap, place.node))
@@ -158,7 +165,7 @@ class SGLangEngine(Engine):
         urls = [f"http://{_node_host(host, m.node)}:{m.port}" for m in members]
         prefill = [(u, m.bootstrap_port) for m, u in zip(members, urls) if m.role == "prefill"]
         decode = [u for m, u in zip(members, urls) if m.role == "decode"]
-        argv = router_argv(port=port, metrics_port=port + 1 + 2 * len(groups), policy=str(deployment.router_policy),
+        argv = router_argv(port=port, metrics_port=port + PORT_STEP * (1 + 2 * len(groups)), policy=str(deployment.router_policy),
                            workers=[] if prefill else urls, prefill=prefill, decode=decode, host=host)
         return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0, 1.0,
                           members=tuple(members), router_policy=deployment.router_policy,

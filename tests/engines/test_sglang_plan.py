@@ -100,21 +100,21 @@ def test_a_deployment_is_each_servers_command_on_its_own_port_and_the_router_in_
     engine = SGLangEngine(spec)
     two = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 2, "tp": 1, "attn_dp": 1, "ep": 1}],
                                   "router_policy": "round_robin"}, {"max_total_tokens": 16384, "schedule_policy": "lpm"})
-    launch = engine.launch_plan(two, 31000)
+    launch = engine.launch_plan(two, 31001)  # odd, as the kernel's free ports are
     assert [(m.role, m.index, m.port, m.bootstrap_port) for m in launch.members] == [
-        ("aggregated", 0, 31001, None), ("aggregated", 1, 31002, None)]
+        ("aggregated", 0, 31003, None), ("aggregated", 1, 31005, None)]
     for m in launch.members:
         assert m.argv == ["py", "-m", "sglang.launch_server", "--model-path", f"{tmp_path}/tiny", "--tp-size", "1",
                           "--max-total-tokens", "16384", "--schedule-policy", "lpm", "--device", "cpu",
                           "--host", "127.0.0.1", "--port", str(m.port)]
         assert m.env == {"SGLANG_USE_CPU_ENGINE": "1"}  # a CPU host: no CUDA_VISIBLE_DEVICES
-    assert launch.port == 31000 and launch.router_policy == "round_robin"
-    assert launch.argv[1:] == ["-m", "sglang_router.launch_router", "--worker-urls", "http://127.0.0.1:31001",
-                               "http://127.0.0.1:31002", "--policy", "round_robin", "--host", "127.0.0.1", "--port",
-                               "31000", "--prometheus-host", "127.0.0.1", "--prometheus-port", "31005"]
+    assert launch.port == 31001 and launch.router_policy == "round_robin"
+    assert launch.argv[1:] == ["-m", "sglang_router.launch_router", "--worker-urls", "http://127.0.0.1:31003",
+                               "http://127.0.0.1:31005", "--policy", "round_robin", "--host", "127.0.0.1", "--port",
+                               "31001", "--prometheus-host", "127.0.0.1", "--prometheus-port", "31011"]
     lines = launch.command.splitlines()
     assert len(lines) == 3 and lines[0].startswith("SGLANG_USE_CPU_ENGINE=1 py -m sglang.launch_server")
-    assert lines[1].endswith("--port 31002") and "sglang_router.launch_router" in lines[2]
+    assert lines[1].endswith("--port 31005") and "sglang_router.launch_router" in lines[2]
     assert engine.refuse(two) is None
     # each server is checked as SGLang would check it: without a token-sized KV pool the host's memory is too little
     unsized = _deployment_plan(spec, two.deployment.identity(), {"schedule_policy": "lpm"})
@@ -130,16 +130,16 @@ def test_a_prefill_decode_deployment_on_gpus_gets_roles_gpus_and_a_bootstrap_por
                                  "router_policy": "random"})
     launch = engine.launch_plan(pd, 40000)
     assert [(m.role, m.port, m.bootstrap_port, m.env["CUDA_VISIBLE_DEVICES"]) for m in launch.members] == [
-        ("prefill", 40001, 40004, "0,1"), ("prefill", 40002, 40005, "2,3"), ("decode", 40003, None, "4,5,6,7")]
+        ("prefill", 40002, 40008, "0,1"), ("prefill", 40004, 40010, "2,3"), ("decode", 40006, None, "4,5,6,7")]
     prefill = launch.members[0].argv
     assert prefill[prefill.index("--disaggregation-mode") + 1] == "prefill"
-    assert prefill[-2:] == ["--disaggregation-bootstrap-port", "40004"]
+    assert prefill[-2:] == ["--disaggregation-bootstrap-port", "40008"]
     assert prefill[prefill.index("--tp-size") + 1] == "2"
     decode = launch.members[2].argv
     assert decode[decode.index("--disaggregation-mode") + 1] == "decode" and "--disaggregation-bootstrap-port" not in decode
     router = launch.argv[launch.argv.index("--pd-disaggregation"):]
-    assert router[:9] == ["--pd-disaggregation", "--prefill", "http://127.0.0.1:40001", "40004", "--prefill",
-                          "http://127.0.0.1:40002", "40005", "--decode", "http://127.0.0.1:40003"]
+    assert router[:9] == ["--pd-disaggregation", "--prefill", "http://127.0.0.1:40002", "40008", "--prefill",
+                          "http://127.0.0.1:40004", "40010", "--decode", "http://127.0.0.1:40006"]
     assert launch.command.splitlines()[0].startswith("CUDA_VISIBLE_DEVICES=0,1 py -m sglang.launch_server")
 
 
@@ -155,7 +155,7 @@ def test_a_deployment_across_nodes_holds_each_node_and_a_server_across_nodes_is_
     assert [m.env["CUDA_VISIBLE_DEVICES"] for m in launch.members[7:9]] == ["7", "0"]
     # the plan names a server of node 1 by its node (its address is known when the trial runs)
     workers = launch.argv[launch.argv.index("--worker-urls") + 1:launch.argv.index("--policy")]
-    assert workers[7:9] == ["http://127.0.0.1:40008", "http://node1:40009"]
+    assert workers[7:9] == ["http://127.0.0.1:40016", "http://node1:40018"]
     narrow = _deployment_plan(spec, {"groups": [{"role": "aggregated", "count": 8, "tp": 1, "attn_dp": 1, "ep": 1}],
                                      "router_policy": "round_robin"})
     assert engine.refuse(narrow) is None and engine.nodes_needed(narrow) == 1
