@@ -14,6 +14,7 @@ Exit status (README, "Exit status"):
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -213,19 +214,27 @@ def main(cfg: dict[str, Any], console: Console | None = None, overrides: Sequenc
         if not console.is_terminal and "COLUMNS" not in os.environ:
             console.width = PIPED_WIDTH  # piped or logged: keep table rows on one line instead of rich's 80 columns
     cfg, load_notes = command_line_load_wins(cfg, overrides)
-    for note in load_notes:
-        console.print(f"Note: {note}", markup=False, highlight=False, soft_wrap=True)
     try:
-        spec = load_run_spec(cfg)
+        spec: RunSpec | None = load_run_spec(cfg)
+        refused = None
     except ConfigError as err:
-        console.print("[bold red]Configuration error:[/]", end=" ")
-        console.print(str(err), markup=False, highlight=False, soft_wrap=True)
-        return EXIT_REFUSED
-    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        spec, refused = None, err
+    if spec is not None:
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    # a refused config is logged only where its run directory exists (Hydra made it): none is made for it
+    run_dir = Path(spec.run_dir) if spec is not None else Path(str(cfg.get("run_dir") or ""))
+    logged = spec is not None or (bool(cfg.get("run_dir")) and run_dir.is_dir())
     term = console.file
-    with open(Path(spec.run_dir) / RUN_LOG, "a", encoding="utf-8") as log:
-        console.file = cast(IO[str], _Tee(term, log))
+    with open(run_dir / RUN_LOG, "a", encoding="utf-8") if logged else contextlib.nullcontext() as log:
+        if log is not None:
+            console.file = cast(IO[str], _Tee(term, log))
         try:
+            for note in load_notes:
+                console.print(f"Note: {note}", markup=False, highlight=False, soft_wrap=True)
+            if spec is None:
+                console.print("[bold red]Configuration error:[/]", end=" ")
+                console.print(str(refused), markup=False, highlight=False, soft_wrap=True)
+                return EXIT_REFUSED
             return _run(spec, console, accepted)
         finally:
             console.file = term

@@ -137,6 +137,19 @@ def gcs_unreachable(address: str, timeout_s: float = GCS_CONNECT_CHECK_S) -> str
     return None
 
 
+#: The logger and the start of the WARNING Ray 2.59+ logs each time ``ray.init`` starts a local cluster with token
+#: authentication on (ray/_private/authentication/authentication_token_setup.py, PR #64755). grid says the same
+#: where it prints the dashboard's address (grid/sweep/driver.py: "token: `ray get-auth-token`"), so it is not
+#: repeated on every run; the warning that token authentication is *off* is kept.
+TOKEN_NOTICE = ("ray._private.authentication.authentication_token_setup",
+                "Token authentication is enabled for this Ray cluster")
+
+
+def keep_ray_record(record: logging.LogRecord) -> bool:
+    """False for Ray's token-authentication-enabled notice (:data:`TOKEN_NOTICE`), True for every other record."""
+    return not (record.name == TOKEN_NOTICE[0] and record.getMessage().startswith(TOKEN_NOTICE[1]))
+
+
 def start_ray(init: RayInit):
     """``ray.init(**init.kwargs)`` after setting ``init.env``; returns Ray's context. Raises ``RayStartError`` (the
     cluster at ``ray.address`` cannot be reached: ``setting='ray.address'``; the local cluster does not start)."""
@@ -146,6 +159,7 @@ def start_ray(init: RayInit):
             raise RayStartError(f"cannot join the Ray cluster at ray.address={init.kwargs['address']}: {why}",
                                 "ray.address")
     os.environ.update(init.env)
+    logging.getLogger(TOKEN_NOTICE[0]).addFilter(keep_ray_record)  # added once however often Ray starts
     import ray
     from ray._private import ray_constants
 

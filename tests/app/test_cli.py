@@ -217,6 +217,8 @@ def test_unknown_key_names_the_closest_known_key(tmp_path):
                  "warmup_requests")
     assert out.stdout.strip().splitlines()[-1] == (
         f"Configuration error: load.concurency: unknown key; did you mean load.concurrency? (keys of load: {load_keys})")
+    # the run directory Hydra made for it logs the refusal too (it held an empty run.log)
+    assert (tmp_path / "run.log").read_text().strip().splitlines()[-1] == out.stdout.strip().splitlines()[-1]
     nothing_close = grid_run("+load.zzz=1", "dry_run=true", tmp_path=tmp_path, expect=2)
     assert nothing_close.stdout.strip().splitlines()[-1] == (
         f"Configuration error: load.zzz: unknown key (keys of load: {load_keys})")

@@ -80,3 +80,28 @@ def test_an_address_where_nothing_listens_is_refused_at_once():
     finally:
         listening.close()
     assert gcs_unreachable("auto") is None and gcs_unreachable("local") is None
+
+
+def test_rays_token_enabled_notice_is_dropped_and_its_disabled_warning_kept():
+    """Ray 2.59+ logs a WARNING each time ray.init starts a local cluster with token authentication on; grid's
+    dashboard line says the same, so the filter start_ray installs drops it (Ray's own functions log both here)."""
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as setup
+
+    from grid.cluster.local import TOKEN_NOTICE, keep_ray_record
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger(TOKEN_NOTICE[0])
+    assert logger is setup.logger
+    logger.addHandler(handler)
+    logger.addFilter(keep_ray_record)
+    try:
+        setup._warn_token_auth_enabled()
+        setup._warn_token_auth_disabled()
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(keep_ray_record)
+    assert len(seen) == 1 and seen[0].startswith("Token authentication is disabled for this Ray cluster")
