@@ -14,14 +14,12 @@ from dataclasses import replace
 import pytest
 
 from grid.cluster.spread import SpreadServer, loopback_refusal, member_url, node_log_path
-from grid.loadgen.records import Prompt
-from grid.loadgen.runner import LoadPoint, Target, run_load_point_sync
 from grid.server.handle import LaunchRequest, MemberLaunch
 from grid.server.process import free_port, group_alive
 from grid.server.metrics_scrape import requests_finished
 from grid.server.session import ServerSession
 from grid.sweep.measure import COUNT_SETTLE_S, _settled_counts, servers_json
-from tests.server.test_router import _requests_served, _router_installed, _twin_members
+from tests.server.test_router import _router_installed, _twin_members, served_through
 
 
 def test_a_points_servers_say_what_each_served():
@@ -83,12 +81,8 @@ def test_a_deployment_over_two_nodes_serves_through_one_router_and_is_reaped(tmp
         assert {w["url"] for w in nodes[0].session.router.listed()} == set(urls)
         assert server.alive() and server.exit_code() is None
         offset = server.log_size()
-        before = [_requests_served(u) for u in urls]
-        prompts = [Prompt(i, 16, 8, input_ids=tuple(range(100 + i, 116 + i))) for i in range(8)]
-        res = run_load_point_sync(Target(result.base_url, time_scale=scale), LoadPoint("concurrency", 4, 8), prompts,
-                                  read_timeout_s=60)
-        assert [r.status for r in res.records] == ["ok"] * 8
-        assert [_requests_served(u) - b for u, b in zip(urls, before)] == [4.0, 4.0]
+        before, served, _ = served_through(result.base_url, urls, 8, time_scale=scale)
+        assert served == [4.0, 4.0]
         # what a load point records of each server (grid/sweep/measure.py servers_json)
         after = _settled_counts(urls, None, before, 8)  # every request the point sent is counted: no wait
         t0 = time.monotonic()

@@ -53,6 +53,19 @@ def _requests_served(url: str) -> float:
                if line.startswith("sglang:num_requests_total"))
 
 
+def served_through(router_url: str, urls: list[str], n: int, time_scale: float = 1.0,
+                   read_timeout_s: float = 60) -> tuple[list[float], list[float], list]:
+    """``n`` requests of 16 prompt and 8 output tokens at concurrency 4 through the router at ``router_url``, each
+    answered ok (asserted): each server's ``sglang:num_requests_total`` before, its rise (what it served of them),
+    and the requests' records."""
+    before = [_requests_served(u) for u in urls]
+    prompts = [Prompt(i, 16, 8, input_ids=tuple(range(100 + i, 116 + i))) for i in range(n)]
+    res = run_load_point_sync(Target(router_url, time_scale=time_scale), LoadPoint("concurrency", 4, n), prompts,
+                              read_timeout_s=read_timeout_s)
+    assert [r.status for r in res.records] == ["ok"] * n, [r.error_message for r in res.records]
+    return before, [_requests_served(u) - b for u, b in zip(urls, before)], res.records
+
+
 @pytest.mark.integration
 def test_the_real_router_spreads_grids_load_over_two_twins_and_is_reaped(tmp_path):
     _router_installed()
@@ -77,14 +90,9 @@ def test_the_real_router_spreads_grids_load_over_two_twins_and_is_reaped(tmp_pat
         router.start()
         try:
             assert {w["url"] for w in router.listed() if w["is_healthy"]} == set(urls)
-            before = [_requests_served(u) for u in urls]
-            prompts = [Prompt(i, 16, 8, input_ids=tuple(range(100 + i, 116 + i))) for i in range(16)]
-            res = run_load_point_sync(Target(router.url, time_scale=20), LoadPoint("concurrency", 4, 16), prompts,
-                                      read_timeout_s=60)
-            assert [r.status for r in res.records] == ["ok"] * 16
-            assert {r.output_tokens for r in res.records} == {8}
-            # round robin: each twin served half of the requests
-            assert [_requests_served(u) - b for u, b in zip(urls, before)] == [8.0, 8.0]
+            _, served, records = served_through(router.url, urls, 16, time_scale=20)
+            assert {r.output_tokens for r in records} == {8}
+            assert served == [8.0, 8.0]  # round robin: each twin served half of the requests
         finally:
             router.stop()
         group = router.proc.last_pgid
@@ -123,12 +131,7 @@ def test_a_session_launches_a_deployment_behind_the_real_router_and_reaps_all_of
         urls = [f"http://127.0.0.1:{m.port}" for m in members]
         assert session.router is not None and {w["url"] for w in session.router.listed()} == set(urls)
         assert session.alive() and session.exit_code() is None
-        before = [_requests_served(u) for u in urls]
-        prompts = [Prompt(i, 16, 8, input_ids=tuple(range(100 + i, 116 + i))) for i in range(8)]
-        res = run_load_point_sync(Target(result.base_url, time_scale=scale), LoadPoint("concurrency", 4, 8), prompts,
-                                  read_timeout_s=60)
-        assert [r.status for r in res.records] == ["ok"] * 8
-        assert [_requests_served(u) - b for u, b in zip(urls, before)] == [4.0, 4.0]
+        assert served_through(result.base_url, urls, 8, time_scale=scale)[1] == [4.0, 4.0]
         log = session.read_log(0)  # both servers write the trial's log; the router its own
         assert {f"Uvicorn running on http://127.0.0.1:{m.port}" in log for m in members} == {True}
         assert (tmp_path / "trial.router.log").stat().st_size > 0
@@ -251,12 +254,9 @@ def test_the_real_router_spreads_load_over_two_released_sglang_servers_on_the_cp
             assert {w["worker_type"] for w in listed} == {"regular"}
             # SGLang counts its own start-up warm-up request in sglang:num_requests_total (the twin does not): the
             # routed requests are the counters' rise during the load
-            before = [_requests_served(u) for u in urls]
-            prompts = [Prompt(i, 16, 8, input_ids=tuple(range(100 + i, 116 + i))) for i in range(16)]
-            res = run_load_point_sync(Target(router.url), LoadPoint("concurrency", 4, 16), prompts, read_timeout_s=300)
-            assert [r.status for r in res.records] == ["ok"] * 16, [r.error_message for r in res.records]
-            assert {r.output_tokens for r in res.records} == {8}
-            assert [_requests_served(u) - b for u, b in zip(urls, before)] == [8.0, 8.0]
+            _, served, records = served_through(router.url, urls, 16, read_timeout_s=300)
+            assert {r.output_tokens for r in records} == {8}
+            assert served == [8.0, 8.0]
         finally:
             router.stop()
         assert not group_alive(router.proc.last_pgid)
