@@ -68,14 +68,15 @@ def _deployment_nodes(node_id: str) -> list[str]:
     return [node_id] + [n for n in nodes if n != node_id]
 
 
-def _spread_server(first: ActorServer, node_ids: list[str], spec: RunSpec, owner: ActorOwner) -> Any:
-    """The handle of a deployment over ``node_ids`` (grid/cluster/spread.py), ``first`` the trial's node's actor; a
-    lost node's actor answers as lost."""
+def _spread_server(first: ActorServer, first_node: dict[str, Any], node_ids: list[str], spec: RunSpec,
+                   owner: ActorOwner) -> Any:
+    """The handle of a deployment over ``node_ids`` (grid/cluster/spread.py), ``first`` the trial's node's actor and
+    ``first_node`` its node (:func:`_node_of`); a lost node's actor answers as lost."""
     from grid.cluster.spread import SpreadServer
 
-    servers = [first] + [_node_server(n, owner) for n in node_ids[1:]]
-    ips = [_node_of(s, n).get("node_ip") for s, n in zip(servers, node_ids)]
-    return SpreadServer(servers, spec.engine.host, ips)
+    others = [_node_server(n, owner) for n in node_ids[1:]]
+    ips = [first_node.get("node_ip")] + [_node_of(s, n).get("node_ip") for s, n in zip(others, node_ids[1:])]
+    return SpreadServer([first, *others], spec.engine.host, ips)
 
 
 def _node_of(server: ActorServer, node_id: str) -> dict[str, Any]:
@@ -116,7 +117,8 @@ def run_trial(config: dict[str, Any], *, spec: RunSpec, plans: dict[str, TrialPl
         for attempt in range(1, ACTOR_LOST_ATTEMPTS + 1):
             server = _node_server(node_id, owner or ActorOwner(spec.engine.host))
             node = _node_of(server, node_id)
-            handle: Any = server if len(nodes) == 1 else _spread_server(server, nodes, spec, owner or ActorOwner(spec.engine.host))
+            handle: Any = server if len(nodes) == 1 else _spread_server(server, node, nodes, spec,
+                                                                         owner or ActorOwner(spec.engine.host))
             mark_running(spec.run_dir, plan, node, trial_id)
             token = f"{trial_id}:{attempt}"
             serving = _serving(server, spec, plan, node, token)
