@@ -131,8 +131,9 @@ class SGLangEngine(Engine):
 
         A deployment of several servers: each server's command with its role's settings and
         ``--disaggregation-mode`` (a prefill server with ``--disaggregation-bootstrap-port``) on ports ``port + 2``
-        onwards in steps of 2 (:data:`PORT_STEP`), on the GPUs ``Deployment.place`` gives it (``CUDA_VISIBLE_DEVICES``; none on a CPU host), and
-        SGLang's router on ``port`` in front of them (grid/server/router.py)."""
+        onwards in steps of 2 (:data:`PORT_STEP`), on the GPUs ``Deployment.place`` gives it
+        (``CUDA_VISIBLE_DEVICES``; none on a CPU host), and SGLang's router on ``port`` in front of them
+        (grid/server/router.py)."""
         if trial.deployment is not None and trial.deployment.servers > 1:
             return self._deployment_plan(trial, port)
         model, version = self.spec.model, parse_version(self.version())
@@ -165,8 +166,9 @@ class SGLangEngine(Engine):
         urls = [f"http://{_node_host(host, m.node)}:{m.port}" for m in members]
         prefill = [(u, m.bootstrap_port) for m, u in zip(members, urls) if m.role == "prefill"]
         decode = [u for m, u in zip(members, urls) if m.role == "decode"]
-        argv = router_argv(port=port, metrics_port=port + PORT_STEP * (1 + 2 * len(groups)), policy=str(deployment.router_policy),
-                           workers=[] if prefill else urls, prefill=prefill, decode=decode, host=host)
+        argv = router_argv(port=port, metrics_port=port + PORT_STEP * (1 + 2 * len(groups)),
+                           policy=str(deployment.router_policy), workers=[] if prefill else urls, prefill=prefill,
+                           decode=decode, host=host)
         return LaunchPlan(argv, dict(self.spec.engine.env), self.spec.engine.host, port, 1.0, 1.0,
                           members=tuple(members), router_policy=deployment.router_policy,
                           member_commands=tuple(commands))

@@ -25,8 +25,9 @@ import subprocess
 import time
 import urllib.request
 from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from grid.server.handle import LaunchRequest, LaunchResult, MemberLaunch
 from grid.server.logparse import error_headline, strip_poll_lines, taken_port
@@ -38,6 +39,7 @@ from grid.server.router import Router, router_argv
 from grid.server.statuses import status_of
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PORT_RETRIES = 3
 GPU_MEMORY_SLACK_MIB = 1024  # GPU memory still in use after a stop beyond this (MiB, per GPU) marks the node dirty
@@ -85,6 +87,7 @@ class ServerSession:
         self._last: list[tuple[int | None, int]] = []  # the groups and ports of the last stop, re-checked when dirty
         self._ready: list[ReadyInfo] = []  # a deployment's servers' readiness, for :meth:`front`
         self._notes: list[str] = []      # and the port notes of their start
+        self._moves: dict[int, int] = {}  # how often each of them moved to free ports (PORT_RETRIES)
 
     def pick_port(self, preferred: int = 0) -> tuple[int, list[str]]:
         """``preferred`` if free, else a free port; the second item notes an occupied preferred port."""
@@ -166,7 +169,7 @@ class ServerSession:
                                                        self.host, member.port, scale, state_path=state)))
         self.server = self.members[0][1]
         first = f"http://{self.host}:{request.port}"
-        self._ready, i = [], 0
+        self._ready, self._moves, i = [], {}, 0
         try:
             for i in range(len(self.members)):
                 self._start_member(i)
@@ -187,32 +190,31 @@ class ServerSession:
         return [f"http://{server.host}:{server.port}" for _, server in self.members]
 
     def _start_member(self, i: int) -> None:
-        """Start member ``i``; when its port was taken since the check, on free ports (``PORT_RETRIES`` tries).
-        Raises the StartupError of its last try."""
-        for attempt in range(PORT_RETRIES + 1):
-            server = self.members[i][1]
-            try:
-                server.start()
-                return
-            except StartupError as err:
-                if err.error_class != "port_in_use" or attempt == PORT_RETRIES:
-                    raise
-                self._move_member(i, err)
+        """Start member ``i`` (:meth:`_port_retried`)."""
+        self._port_retried(i, lambda server: server.start())
 
     def _ready_member(self, i: int, timeout_s: float, path: str) -> ReadyInfo:
-        """Wait until member ``i`` answers 200 on ``path`` (``timeout_s`` modelled); one that failed to bind a port
-        (``port_in_use``) is started again on free ports, the others running on, up to ``PORT_RETRIES`` times.
-        Raises the StartupError of its last try."""
-        for attempt in range(PORT_RETRIES + 1):
-            server = self.members[i][1]
+        """Wait until member ``i`` answers 200 on ``path`` (``timeout_s`` modelled), starting it first where a lost
+        port moved it (:meth:`_port_retried`)."""
+        def ready(server: ManagedServer) -> ReadyInfo:
+            if server.pgid is None:  # moved to free ports: not started yet
+                server.start()
+            return server.wait_ready(timeout_s, path=path)
+        return self._port_retried(i, ready)
+
+    def _port_retried(self, i: int, step: Callable[[ManagedServer], T]) -> T:
+        """``step`` on member ``i``'s server; when it fails with ``port_in_use`` (its port taken since the check, or
+        before it bound it) the member moves to free ports (:meth:`_move_member`), the others running on, and
+        ``step`` runs again on it: ``PORT_RETRIES`` moves per member at most, start and readiness together. Raises
+        the StartupError of the last try."""
+        while True:
             try:
-                return server.wait_ready(timeout_s, path=path)
+                return step(self.members[i][1])
             except StartupError as err:
-                if err.error_class != "port_in_use" or attempt == PORT_RETRIES:
+                if err.error_class != "port_in_use" or self._moves.get(i, 0) >= PORT_RETRIES:
                     raise
+                self._moves[i] = self._moves.get(i, 0) + 1
                 self._move_member(i, err)
-                self._start_member(i)
-        raise AssertionError("unreachable")
 
     def _move_member(self, i: int, err: StartupError) -> None:
         """Member ``i`` (stopped) with a free HTTP port and, for a prefill server, a free bootstrap port; noted."""

@@ -28,6 +28,8 @@ def test_early_stop_keeps_the_winner_and_counts_what_it_saved(tmp_path, printed)
     out_on = grid_run(SWEEP, on)
     out_off = grid_run([*SWEEP, "search.early_stop=false"], off)
     assert printed.best_label(out_on.stdout) == printed.best_label(out_off.stdout) == "max_running_requests=64"
+    # Ray 2.59+ logs that token authentication is on at every local start; grid drops it (grid/cluster/local.py)
+    assert "Token authentication is enabled" not in out_on.stdout + out_on.stderr, out_on.stderr[-2000:]
     lp = pd.read_parquet(on / "parquet" / "load_points")
     stopped = lp[lp.error_class.isin(["early_stop_slo", "early_stop_twin_bound"])]
     # the capped configurations run after the uncapped one; max_running_requests=1 cannot pass 188 tok/s (the
